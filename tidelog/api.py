@@ -1,0 +1,284 @@
+"""The public API: Store, Topic, Subscriber.
+
+These classes check and normalise every argument (so all backends see the same clean input and
+raise the same errors for bad input, spec ERR-1..3), then delegate to a Backend. They hold no
+semantic state of their own: handles are cheap views (spec CON-2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from .backend import Backend, Capabilities, TopicRef
+from .config import TopicConfig
+from .errors import BadArgument, Closed
+from .names import check_label, check_subscriber_name, check_topic_name
+from .records import Item, Lease, Tombstone, TopicState
+
+__all__ = ["Store", "Topic", "Subscriber"]
+
+_STARTS = ("resume", "earliest", "latest")
+
+
+def _int(value: object, what: str, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadArgument(f"{what} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise BadArgument(f"{what} must be at least {minimum}, got {value}")
+    return value
+
+
+def _payload(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise BadArgument(f"payload must be bytes-like, got {type(value).__name__}")
+
+
+class Store:
+    """An open tidelog store. Use as a context manager; see ``tidelog.open``."""
+
+    def __init__(self, backend: Backend, uri: str) -> None:
+        self._backend = backend
+        self._uri = uri
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the store (idempotent, spec DUR-8). Handles become unusable."""
+        if not self._closed:
+            self._closed = True
+            self._backend.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _live(self) -> Backend:
+        if self._closed:
+            raise Closed(f"store {self._uri} is closed")
+        return self._backend
+
+    # -- store operations ------------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        return self._uri
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._backend.capabilities
+
+    def topic(self, name: str, *, create: bool = True, **config: Any) -> Topic:
+        """Get (or create) a topic; config keys are fixed at creation (spec TOP-9)."""
+        check_topic_name(name)
+        if not isinstance(create, bool):
+            raise BadArgument(f"create must be True or False, got {create!r}")
+        ref = self._live().open_topic(name, config, create)
+        return Topic(self, ref)
+
+    def topics(self) -> list[str]:
+        return self._live().list_topics()
+
+    def drop_topic(self, name: str) -> None:
+        check_topic_name(name)
+        self._live().drop_topic(name)
+
+    def flush(self) -> None:
+        """Make every acknowledged op durable (spec DUR-7)."""
+        self._live().flush()
+
+    def describe(self) -> dict[str, object]:
+        return self._live().describe()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<tidelog.Store {self._uri} ({state})>"
+
+
+class Topic:
+    """A handle on one topic incarnation."""
+
+    __slots__ = ("_store", "_ref")
+
+    def __init__(self, store: Store, ref: TopicRef) -> None:
+        self._store = store
+        self._ref = ref
+
+    @property
+    def name(self) -> str:
+        return self._ref.name
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._store._live().topic_config(self._ref)
+
+    # -- log -------------------------------------------------------------------------------
+    def append(self, payload: bytes, *, tag: str | None = None, node: str | None = None) -> int:
+        """Append one record and return its seq (spec TOP-1, TOP-6)."""
+        data = _payload(payload)
+        check_label(tag, "tag")
+        check_label(node, "node")
+        return self._store._live().append(self._ref, (data,), tag, node)[0]
+
+    def append_many(
+        self, payloads: Iterable[bytes], *, tag: str | None = None, node: str | None = None
+    ) -> list[int]:
+        """Append records atomically, returning their consecutive seqs (spec TOP-6)."""
+        if isinstance(payloads, (bytes, bytearray, memoryview, str)):
+            raise BadArgument("append_many takes an iterable of payloads, not one payload")
+        data = [_payload(p) for p in payloads]
+        check_label(tag, "tag")
+        check_label(node, "node")
+        if not data:
+            self._store._live()
+            return []
+        return self._store._live().append(self._ref, data, tag, node)
+
+    def read(
+        self, after: int = 0, limit: int = 1000, *, exclude_node: str | None = None
+    ) -> list[Item]:
+        """Records (and tombstones) with seq > after, in order (spec TOP-7, TMB-1..5)."""
+        _int(after, "after", 0)
+        _int(limit, "limit", 1)
+        check_label(exclude_node, "exclude_node")
+        return self._store._live().read(self._ref, after, limit, exclude_node)
+
+    def iter(self, after: int = 0, batch: int = 1000) -> Iterator[Item]:
+        """Iterate from ``after`` to the current head, batch by batch."""
+        cursor = after
+        while True:
+            items = self.read(after=cursor, limit=batch)
+            if not items:
+                return
+            yield from items
+            last = items[-1]
+            cursor = last.gap_to if isinstance(last, Tombstone) else last.seq
+
+    def state(self) -> TopicState:
+        return self._store._live().state(self._ref)
+
+    def delete(
+        self, before_seq: int | None = None, *, tag: str | None = None, tag_glob: str | None = None
+    ) -> int:
+        """Voluntary delete; returns the number of records removed (spec DEL-1..6)."""
+        if before_seq is None and tag is None and tag_glob is None:
+            raise BadArgument("delete needs before_seq, tag or tag_glob")
+        if tag is not None and tag_glob is not None:
+            raise BadArgument("delete takes tag or tag_glob, not both")
+        if before_seq is not None:
+            _int(before_seq, "before_seq", 1)
+        check_label(tag, "tag")
+        check_label(tag_glob, "tag_glob")
+        return self._store._live().delete(self._ref, before_seq, tag, tag_glob)
+
+    # -- subscribers -----------------------------------------------------------------------
+    def subscribe(self, name: str, start: str = "resume") -> Subscriber:
+        """Register (or resume) a durable subscriber (spec SUB-1)."""
+        check_subscriber_name(name)
+        if start not in _STARTS:
+            raise BadArgument(f"start must be one of {', '.join(_STARTS)}, got {start!r}")
+        self._store._live().subscribe(self._ref, name, start)
+        return Subscriber(self, name)
+
+    def subscribers(self) -> list[str]:
+        return self._store._live().subscribers(self._ref)
+
+    # -- queue mode ------------------------------------------------------------------------
+    def claim(self, node: str, *, max: int = 1, lease_ms: int | None = None) -> list[Lease]:
+        """Lease up to ``max`` jobs: reclaimed first, then fresh (spec QUE-1)."""
+        check_label(node, "node")
+        if node is None:
+            raise BadArgument("claim needs a node name")
+        _int(max, "max", 1)
+        if lease_ms is not None:
+            _int(lease_ms, "lease_ms", 1)
+        return self._store._live().claim(self._ref, node, max, lease_ms)
+
+    def complete(self, seq: int, lease_id: int) -> None:
+        """Finish a job: it is deleted from the topic (spec QUE-3)."""
+        self._store._live().complete(self._ref, _int(seq, "seq", 1), _int(lease_id, "lease_id", 1))
+
+    def release(self, seq: int, lease_id: int) -> None:
+        """Give a job back at once (spec QUE-4)."""
+        self._store._live().release(self._ref, _int(seq, "seq", 1), _int(lease_id, "lease_id", 1))
+
+    def nack(self, seq: int, lease_id: int, *, delay_ms: int = 0) -> None:
+        """Give a job back after ``delay_ms`` (spec QUE-4)."""
+        self._store._live().nack(
+            self._ref,
+            _int(seq, "seq", 1),
+            _int(lease_id, "lease_id", 1),
+            _int(delay_ms, "delay_ms", 0),
+        )
+
+    def __repr__(self) -> str:
+        return f"<tidelog.Topic {self._ref.name!r}>"
+
+
+class Subscriber:
+    """A handle on a named durable subscriber of a topic (spec SUB)."""
+
+    __slots__ = ("_topic", "_name")
+
+    def __init__(self, topic: Topic, name: str) -> None:
+        self._topic = topic
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def topic(self) -> Topic:
+        return self._topic
+
+    def _call(self) -> tuple[Backend, TopicRef]:
+        return self._topic._store._live(), self._topic._ref
+
+    def poll(self, max: int = 100) -> list[Item]:
+        """Next unresolved records, after any pending tombstone (spec SUB-4, SUB-7)."""
+        _int(max, "max", 1)
+        b, ref = self._call()
+        return b.poll(ref, self._name, max)
+
+    def ack(self, seq: int) -> bool:
+        b, ref = self._call()
+        return b.ack(ref, self._name, _int(seq, "seq", 1))
+
+    def reject(self, seq: int) -> bool:
+        b, ref = self._call()
+        return b.reject(ref, self._name, _int(seq, "seq", 1))
+
+    def commit(self, seq: int) -> int:
+        """Ack every unresolved seq up to ``seq``; returns how many were acked (spec SUB-3)."""
+        b, ref = self._call()
+        return b.commit(ref, self._name, _int(seq, "seq", 0))
+
+    @property
+    def hwm(self) -> int:
+        b, ref = self._call()
+        return b.hwm(ref, self._name)
+
+    def flush(self) -> None:
+        """Make this subscriber's progress durable (spec SUB-9, DUR-9)."""
+        b, ref = self._call()
+        b.flush_subscriber(ref, self._name)
+
+    def unregister(self) -> None:
+        b, ref = self._call()
+        b.unregister(ref, self._name)
+
+    def __repr__(self) -> str:
+        return f"<tidelog.Subscriber {self._name!r} of {self._topic.name!r}>"

@@ -1,0 +1,146 @@
+"""The contract between the public API (tidelog.api) and a backend.
+
+The public classes validate and normalise every argument once, then call a Backend with clean
+values, so every backend (and the model, which implements this same interface) sees identical
+input and raises identical errors. A backend owns the semantics of spec/SPEC.md; the
+``tidelog.backends.common`` engine implements them once for backends that only differ in storage.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import DURABILITY_CLASSES, TopicConfig
+from .options import parse_size
+from .records import Item, Lease, TopicState
+
+__all__ = ["Backend", "Capabilities", "TopicRef", "COMMON_OPTIONS", "StoreOptions"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend guarantees (spec CAP-1, CAP-2)."""
+
+    persistent: bool = False
+    crash_safe: bool = False
+    deletes: bool = True
+    subscribers: bool = True
+    queue: bool = True
+    multi_topic: bool = True
+    exact_progress: bool = True
+    durability: frozenset[str] = field(default_factory=lambda: frozenset(DURABILITY_CLASSES))
+
+
+@dataclass(frozen=True)
+class TopicRef:
+    """Opaque handle a backend issues for one incarnation of a topic (spec TOP-10)."""
+
+    name: str
+    incarnation: int
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """Options every backend accepts (spec URI-5)."""
+
+    max_record_bytes: int = 64 << 20
+    max_bytes: int | None = None
+
+
+COMMON_OPTIONS: dict[str, Any] = {
+    "max_record_bytes": lambda k, v: parse_size(k, v),
+    "max_bytes": lambda k, v: parse_size(k, v),
+}
+
+
+class Backend(ABC):
+    """A store implementation. Arguments arrive validated by tidelog.api."""
+
+    capabilities: Capabilities
+
+    # -- store -------------------------------------------------------------------------------
+    @abstractmethod
+    def open_topic(self, name: str, options: Mapping[str, object], create: bool) -> TopicRef: ...
+
+    @abstractmethod
+    def topic_config(self, ref: TopicRef) -> TopicConfig: ...
+
+    @abstractmethod
+    def list_topics(self) -> list[str]: ...
+
+    @abstractmethod
+    def drop_topic(self, name: str) -> None: ...
+
+    @abstractmethod
+    def flush(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # -- topic log ---------------------------------------------------------------------------
+    @abstractmethod
+    def append(
+        self, ref: TopicRef, payloads: Sequence[bytes], tag: str | None, node: str | None
+    ) -> list[int]: ...
+
+    @abstractmethod
+    def read(
+        self, ref: TopicRef, after: int, limit: int, exclude_node: str | None
+    ) -> list[Item]: ...
+
+    @abstractmethod
+    def state(self, ref: TopicRef) -> TopicState: ...
+
+    @abstractmethod
+    def delete(
+        self, ref: TopicRef, before_seq: int | None, tag: str | None, tag_glob: str | None
+    ) -> int: ...
+
+    # -- durable subscribers -----------------------------------------------------------------
+    @abstractmethod
+    def subscribe(self, ref: TopicRef, name: str, start: str) -> None: ...
+
+    @abstractmethod
+    def subscribers(self, ref: TopicRef) -> list[str]: ...
+
+    @abstractmethod
+    def poll(self, ref: TopicRef, name: str, limit: int) -> list[Item]: ...
+
+    @abstractmethod
+    def ack(self, ref: TopicRef, name: str, seq: int) -> bool: ...
+
+    @abstractmethod
+    def reject(self, ref: TopicRef, name: str, seq: int) -> bool: ...
+
+    @abstractmethod
+    def commit(self, ref: TopicRef, name: str, seq: int) -> int: ...
+
+    @abstractmethod
+    def hwm(self, ref: TopicRef, name: str) -> int: ...
+
+    @abstractmethod
+    def flush_subscriber(self, ref: TopicRef, name: str) -> None: ...
+
+    @abstractmethod
+    def unregister(self, ref: TopicRef, name: str) -> None: ...
+
+    # -- queue mode --------------------------------------------------------------------------
+    @abstractmethod
+    def claim(self, ref: TopicRef, node: str, limit: int, lease_ms: int | None) -> list[Lease]: ...
+
+    @abstractmethod
+    def complete(self, ref: TopicRef, seq: int, lease_id: int) -> None: ...
+
+    @abstractmethod
+    def release(self, ref: TopicRef, seq: int, lease_id: int) -> None: ...
+
+    @abstractmethod
+    def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None: ...
+
+    # -- introspection (optional) --------------------------------------------------------------
+    def describe(self) -> dict[str, object]:
+        """Backend-specific facts for ``tidelog inspect`` (files, sizes, counters)."""
+        return {}
