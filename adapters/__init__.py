@@ -1,0 +1,1 @@
+"""tidelog.adapters: integrations with other systems (Spark)."""

@@ -1,0 +1,1 @@
+"""tidelog.backends: storage backends selected by URI scheme (see tidelog.registry)."""
