@@ -1,0 +1,401 @@
+"""The stateful conformance suite: a Hypothesis RuleBasedStateMachine that drives a backend and
+the reference model (``tidelog.model``) with the same operations through the public API and
+asserts equal results (values, or error codes), plus the observable invariants after every step.
+
+Written once, generic over the backend: subclass ``LogMachine``, set ``sut_uri`` to a function
+returning the URI of a fresh (named, reopenable) store, and expose ``MyMachine.TestCase`` to
+pytest. Capabilities (spec CAP) switch rules off for backends that lack them.
+
+    class TestMemory(LogMachine):
+        @staticmethod
+        def sut_uri(name: str) -> str:
+            return f"memory://{name}"
+    TestMemoryCase = TestMemory.TestCase
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+import tidelog
+from tidelog.api import Store, Subscriber, Topic
+from tidelog.backend import Capabilities
+from tidelog.clock import FakeClock
+from tidelog.errors import TidelogError
+from tidelog.records import Lease
+
+from .invariants import check_topic
+
+__all__ = ["LogMachine", "Outcome"]
+
+TOPICS = ("t0", "t1", "dlq")
+SUBS = ("s0", "s1")
+NODES = ("n0", "n1")
+TAGS = (None, "a", "b", "ab", "ba")
+GLOBS = ("a*", "*a", "?", "b?", "[ab]b", "*")
+# TTLs, leases, delays and clock steps share values so that deadlines are hit exactly
+# (off-by-one bugs at `deadline == now` must be reachable).
+DURATIONS = (5, 20, 60)
+STEPS = (0, 1, 4, 5, 15, 20, 40, 60, 400)
+
+payloads = st.binary(max_size=12)
+
+
+@st.composite
+def topic_configs(draw: Any, durability: frozenset[str], name: str) -> dict[str, Any]:
+    cfg: dict[str, Any] = {"durability": draw(st.sampled_from(sorted(durability)))}
+    if draw(st.integers(0, 3)):
+        cfg["cap_records"] = draw(st.integers(1, 6))
+    if draw(st.integers(0, 3)) == 0:
+        cfg["cap_bytes"] = draw(st.integers(4, 40))
+    if draw(st.integers(0, 2)) == 0:
+        cfg["ttl_ms"] = draw(st.sampled_from(DURATIONS))
+    cfg["discard"] = draw(st.sampled_from(["old", "reject"]))
+    cfg["retention"] = draw(st.sampled_from(["backpressure", "drop_oldest"]))
+    cfg["trim"] = draw(st.sampled_from(["acked", "none"]))
+    cfg["lease_ms"] = draw(st.sampled_from(DURATIONS))
+    if name != "dlq" and draw(st.integers(0, 2)) == 0:
+        cfg["max_deliveries"] = draw(st.integers(1, 3))
+        cfg["dead_letter"] = "dlq"
+    return cfg
+
+
+class Outcome:
+    """A value or an error code: what one side of the comparison produced."""
+
+    __slots__ = ("value", "code")
+
+    def __init__(self, value: Any = None, code: str | None = None) -> None:
+        self.value = value
+        self.code = code
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Outcome) and (self.value, self.code) == (other.value, other.code)
+
+    def __repr__(self) -> str:
+        return f"error[{self.code}]" if self.code else repr(self.value)
+
+
+def _run(fn: Callable[[], Any]) -> Outcome:
+    try:
+        return Outcome(fn())
+    except TidelogError as exc:
+        return Outcome(code=exc.code)
+
+
+def _note(op: str, out: Outcome) -> None:
+    """Label what a step exercised, for ``--hypothesis-show-statistics`` (coverage evidence)."""
+    if out.code is not None:
+        event(f"{op}: error {out.code}")
+    elif isinstance(out.value, list) and any(type(v).__name__ == "Tombstone" for v in out.value):
+        event(f"{op}: tombstone")
+
+
+def _append_one(topic: Topic, *, payload: bytes, tag: str | None) -> int:
+    return topic.append(payload, tag=tag)
+
+
+class LogMachine(RuleBasedStateMachine):
+    """Backend under test vs the model. Subclasses override ``sut_uri`` (and capabilities)."""
+
+    #: capabilities of the backend under test; read from the opened store by default
+    capabilities: Capabilities | None = None
+    #: whether the backend supports close + reopen by URI (named stores / directories)
+    supports_reopen: bool = True
+
+    @staticmethod
+    def sut_uri(name: str) -> str:
+        raise NotImplementedError("subclasses return the URI of the backend under test")
+
+    def cleanup_sut(self, name: str) -> None:
+        """Forget any state the backend keeps for ``name`` (called at teardown)."""
+
+    # -- set-up ----------------------------------------------------------------------------
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock(1_000_000)
+        self.name = "m" + uuid.uuid4().hex[:12]
+        self.model_uri = f"model://{self.name}"
+        self.uri = self.sut_uri(self.name)
+        self.model = tidelog.open(self.model_uri, clock=self.clock)
+        self.sut = tidelog.open(self.uri, clock=self.clock)
+        caps = self.capabilities or self.sut.capabilities
+        self.caps = caps
+        self.handles: dict[str, tuple[Topic, Topic]] = {}
+        self.stale: list[tuple[Topic, Topic]] = []
+        self.leases: list[tuple[str, Lease]] = []
+
+    def teardown(self) -> None:
+        for store in (self.model, self.sut):
+            with contextlib.suppress(TidelogError):
+                store.close()
+        self.cleanup_sut(self.name)
+        from tidelog.model import _named
+
+        _named.pop(self.name, None)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def both(self, fn: Callable[[Store], Any]) -> Outcome:
+        expected = _run(lambda: fn(self.model))
+        actual = _run(lambda: fn(self.sut))
+        assert actual == expected, f"backend returned {actual!r}, model {expected!r}"
+        _note("store", expected)
+        return expected
+
+    def on_topic(self, name: str, fn: Callable[[Topic], Any]) -> Outcome:
+        pair = self.handles.get(name)
+        if pair is None:
+            expected = _run(lambda: fn(self.model.topic(name, create=False)))
+            actual = _run(lambda: fn(self.sut.topic(name, create=False)))
+        else:
+            expected = _run(lambda: fn(pair[0]))
+            actual = _run(lambda: fn(pair[1]))
+        assert actual == expected, f"on topic {name}: backend {actual!r}, model {expected!r}"
+        _note("topic", expected)
+        return expected
+
+    def on_sub(self, topic: str, sub: str, fn: Callable[[Subscriber], Any]) -> Outcome:
+        pair = self.handles.get(topic)
+        if pair is None:
+            return self.on_topic(topic, lambda t: fn(t.subscribe(sub)))
+        m, s = (Subscriber(pair[0], sub), Subscriber(pair[1], sub))
+        expected = _run(lambda: fn(m))
+        actual = _run(lambda: fn(s))
+        assert actual == expected, f"on {topic}/{sub}: backend {actual!r}, model {expected!r}"
+        _note("subscriber", expected)
+        return expected
+
+    def head(self, name: str) -> int:
+        pair = self.handles.get(name)
+        if pair is None:
+            return 0
+        try:
+            return pair[0].state().head_seq
+        except TidelogError:
+            return 0
+
+    # -- rules: store ----------------------------------------------------------------------
+    @initialize(data=st.data())
+    def first_topics(self, data: st.DataObject) -> None:
+        for name in TOPICS[:2]:
+            self.create_topic(name, data)
+
+    def pick(self, data: st.DataObject) -> str:
+        """Mostly an existing topic; sometimes any name (missing topics must fail alike)."""
+        if self.handles and data.draw(st.integers(0, 9)) > 0:
+            return data.draw(st.sampled_from(sorted(self.handles)))
+        return data.draw(st.sampled_from(TOPICS))
+
+    @rule(name=st.sampled_from(TOPICS), data=st.data())
+    def create_topic(self, name: str, data: st.DataObject) -> None:
+        """TOP-9: create, or verify config of an existing topic."""
+        cfg = data.draw(topic_configs(self.caps.durability, name))
+        if name in self.handles and data.draw(st.booleans()):
+            cfg = {}  # plain lookup of an existing topic
+        out = self.both(lambda s: s.topic(name, **cfg).name)
+        if out.code is None:
+            self.handles[name] = (self.model.topic(name), self.sut.topic(name))
+
+    @rule(name=st.sampled_from(TOPICS), data=st.data())
+    def drop_topic(self, name: str, data: st.DataObject) -> None:
+        """TOP-10 (drawn rarely: most steps should work on live topics)."""
+        if data.draw(st.integers(0, 3)):
+            return
+        self.both(lambda s: s.drop_topic(name))
+        pair = self.handles.pop(name, None)
+        if pair is not None:
+            self.stale.append(pair)
+        self.leases = [(t, lease) for t, lease in self.leases if t != name]
+
+    @precondition(lambda self: bool(self.stale))
+    @rule(data=st.data())
+    def use_stale_handle(self, data: st.DataObject) -> None:
+        """TOP-10: handles from before a drop raise no_such_topic, even after re-creation."""
+        m, s = data.draw(st.sampled_from(self.stale))
+        expected, actual = _run(lambda: m.append(b"x")), _run(lambda: s.append(b"x"))
+        assert expected.code == actual.code == "no_such_topic", (expected, actual)
+
+    @rule(ms=st.sampled_from(STEPS))
+    def advance_clock(self, ms: int) -> None:
+        self.clock.advance(ms)
+
+    @rule()
+    def flush(self) -> None:
+        """DUR-7."""
+        self.both(lambda s: s.flush())
+
+    @precondition(lambda self: self.supports_reopen)
+    @rule()
+    def reopen(self) -> None:
+        """DUR-1, SUB-9, QUE-8: clean close + reopen, then the restart rules hold."""
+        self.model.close()
+        self.sut.close()
+        self.model = tidelog.open(self.model_uri, clock=self.clock)
+        self.sut = tidelog.open(self.uri, clock=self.clock)
+        self.handles = {
+            n: (self.model.topic(n, create=False), self.sut.topic(n, create=False))
+            for n in self.model.topics()
+        }
+        self.leases = []
+        self.stale = []  # handles of the closed store: they raise 'closed' (DUR-8)
+
+    # -- rules: log ------------------------------------------------------------------------
+    @rule(
+        data=st.data(),
+        payload=payloads,
+        tag=st.sampled_from(TAGS),
+        node=st.sampled_from((None, *NODES)),
+    )
+    def append(
+        self, data: st.DataObject, payload: bytes, tag: str | None, node: str | None
+    ) -> None:
+        """TOP-1, TOP-6, RET-2, RET-3, RET-5, RET-7, SUB-6."""
+        self.on_topic(self.pick(data), lambda t: t.append(payload, tag=tag, node=node))
+
+    @rule(data=st.data(), batch=st.lists(payloads, max_size=5), tag=st.sampled_from(TAGS))
+    def append_many(self, data: st.DataObject, batch: list[bytes], tag: str | None) -> None:
+        """TOP-6: all-or-nothing batches."""
+        self.on_topic(self.pick(data), lambda t: t.append_many(batch, tag=tag))
+
+    @rule(data=st.data(), n=st.integers(1, 4), tag=st.sampled_from(TAGS))
+    def append_burst(self, data: st.DataObject, n: int, tag: str | None) -> None:
+        """TOP-1: several single appends in a row (reaches caps, TTL and eviction faster)."""
+        name = self.pick(data)
+        for i in range(n):
+            payload = bytes([i]) * (i + 1)
+            self.on_topic(name, partial(_append_one, payload=payload, tag=tag))
+
+    @rule(data=st.data())
+    def read(self, data: st.DataObject) -> None:
+        """TOP-7, TOP-8, TMB-1..TMB-5."""
+        name = self.pick(data)
+        after = data.draw(st.integers(0, self.head(name) + 2))
+        limit = data.draw(st.sampled_from([1, 2, 3, 1000]))
+        exclude = data.draw(st.sampled_from((None, *NODES)))
+        self.on_topic(name, lambda t: t.read(after=after, limit=limit, exclude_node=exclude))
+
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        """DEL-1..DEL-4, DEL-6."""
+        name = self.pick(data)
+        kind = data.draw(st.sampled_from(["before", "tag", "glob", "before+tag", "bad"]))
+        before = data.draw(st.integers(1, self.head(name) + 3))
+        tag = data.draw(st.sampled_from(TAGS[1:]))
+        glob = data.draw(st.sampled_from(GLOBS))
+        calls: dict[str, Callable[[Topic], Any]] = {
+            "before": lambda t: t.delete(before),
+            "tag": lambda t: t.delete(tag=tag),
+            "glob": lambda t: t.delete(tag_glob=glob),
+            "before+tag": lambda t: t.delete(before, tag=tag),
+            "bad": lambda t: t.delete(tag=tag, tag_glob=glob),
+        }
+        self.on_topic(name, calls[kind])
+
+    # -- rules: subscribers ----------------------------------------------------------------
+    @precondition(lambda self: self.caps.subscribers)
+    @rule(
+        data=st.data(),
+        sub=st.sampled_from(SUBS),
+        start=st.sampled_from(["resume", "earliest", "latest"]),
+    )
+    def subscribe(self, data: st.DataObject, sub: str, start: str) -> None:
+        """SUB-1."""
+        name = self.pick(data)
+        self.on_topic(name, lambda t: t.subscribe(sub, start=start).hwm)
+
+    @precondition(lambda self: self.caps.subscribers)
+    @rule(data=st.data(), sub=st.sampled_from(SUBS), limit=st.integers(1, 4))
+    def poll(self, data: st.DataObject, sub: str, limit: int) -> None:
+        """SUB-4, SUB-7."""
+        name = self.pick(data)
+        self.on_sub(name, sub, lambda s: s.poll(limit))
+
+    @precondition(lambda self: self.caps.subscribers)
+    @rule(
+        sub=st.sampled_from(SUBS), kind=st.sampled_from(["ack", "reject", "commit"]), data=st.data()
+    )
+    def resolve(self, sub: str, kind: str, data: st.DataObject) -> None:
+        """SUB-2, SUB-3, SUB-5."""
+        name = self.pick(data)
+        seq = data.draw(st.integers(1, self.head(name) + 1))
+        self.on_sub(name, sub, lambda s: (getattr(s, kind)(seq), s.hwm))
+
+    @precondition(lambda self: self.caps.subscribers)
+    @rule(name=st.sampled_from(TOPICS), sub=st.sampled_from(SUBS))
+    def unregister(self, name: str, sub: str) -> None:
+        """SUB-8."""
+        self.on_sub(name, sub, lambda s: s.unregister())
+
+    @precondition(lambda self: self.caps.subscribers)
+    @rule(name=st.sampled_from(TOPICS), sub=st.sampled_from(SUBS))
+    def flush_subscriber(self, name: str, sub: str) -> None:
+        """SUB-9."""
+        self.on_sub(name, sub, lambda s: s.flush())
+
+    # -- rules: queue ----------------------------------------------------------------------
+    @precondition(lambda self: self.caps.queue)
+    @rule(
+        data=st.data(),
+        node=st.sampled_from(NODES),
+        limit=st.integers(1, 3),
+        lease_ms=st.sampled_from((None, *DURATIONS)),
+    )
+    def claim(self, data: st.DataObject, node: str, limit: int, lease_ms: int | None) -> None:
+        """QUE-1, QUE-2, QUE-6, QUE-7."""
+        name = self.pick(data)
+        out = self.on_topic(name, lambda t: t.claim(node, max=limit, lease_ms=lease_ms))
+        if out.code is None:
+            self.leases += [(name, lease) for lease in out.value]
+            if any(lease.deliveries > 1 for lease in out.value):
+                event("claim: redelivered a reclaimed job")
+
+    @precondition(lambda self: self.caps.queue and bool(self.leases))
+    @rule(data=st.data(), kind=st.sampled_from(["complete", "release", "nack", "nack_later"]))
+    def finish(self, data: st.DataObject, kind: str) -> None:
+        """QUE-3, QUE-4, QUE-5: finishing with a valid, stale or expired lease."""
+        name, lease = data.draw(st.sampled_from(self.leases))
+        lease_id = lease.lease_id + data.draw(st.sampled_from([0, 0, 0, 1]))
+        calls: dict[str, Callable[[Topic], Any]] = {
+            "complete": lambda t: t.complete(lease.seq, lease_id),
+            "release": lambda t: t.release(lease.seq, lease_id),
+            "nack": lambda t: t.nack(lease.seq, lease_id),
+            "nack_later": lambda t: t.nack(lease.seq, lease_id, delay_ms=20),
+        }
+        self.on_topic(name, calls[kind])
+
+    # -- invariants ------------------------------------------------------------------------
+    @invariant()
+    def states_agree(self) -> None:
+        """Every topic's observable state equals the model's; model invariants hold."""
+        assert self.both(lambda s: s.topics()).code is None
+        for name in self.model.topics():
+            m, s = self.model.topic(name, create=False), self.sut.topic(name, create=False)
+            expected, actual = _run(m.state), _run(s.state)
+            assert actual == expected, f"state of {name}: backend {actual!r}, model {expected!r}"
+            full_m, full_s = _run(partial(m.read, 0, 10**9)), _run(partial(s.read, 0, 10**9))
+            assert full_s == full_m, f"full read of {name} differs"
+            check_topic(s)
+            subs = _run(m.subscribers)
+            assert _run(s.subscribers) == subs
+            for sub in subs.value or ():
+                hwm_s = _run(partial(lambda t, n: t.subscribe(n).hwm, s, sub))
+                hwm_m = _run(partial(lambda t, n: t.subscribe(n).hwm, m, sub))
+                assert hwm_s == hwm_m, f"hwm of {name}/{sub}: backend {hwm_s}, model {hwm_m}"
+        if "dlq" in self.model.topics() and self.model.topic("dlq").state().head_seq:
+            event("dead-letter topic received records")
+        backend = self.model._backend
+        backend.check_invariants()  # type: ignore[attr-defined]
