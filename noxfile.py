@@ -1,0 +1,357 @@
+"""Nox sessions for tidelog. Usually reached through ``python3 run.py SESSION [ARGS]``.
+
+  tests      build + install the wheel (not editable), pytest -n auto, then a short CrossHair pass
+  crosshair  CrossHair (PEP 316 contracts) over every module of tidelog.model, bounded in time
+  lint       ruff check + mypy (strict on tidelog and tidelog.model) on the installed layout
+  demo       install tidelog and run ``tidelog demo ARGS``
+  packaging  only tests/packaging (wheel + editable installs in fresh venvs)
+
+Every session installs the project from a freshly built wheel, so what is tested is the package
+layout users get (model/ -> tidelog.model, ...), never the source folders. pytest runs with
+``python -P`` and PYTHONSAFEPATH=1 so ./tidelog in the repository cannot shadow the installed
+package, and CrossHair/mypy run from temporary directories for the same reason.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests"]
+
+ROOT = Path(__file__).resolve().parent
+# Where the package's subpackages live in the source tree (mirrors setup.py's ROOTS).
+SOURCE_FOLDERS = {
+    "tidelog/model/": "model/",
+    "tidelog/backends/": "backends/",
+    "tidelog/adapters/": "adapters/",
+}
+BUILD_REQUIREMENTS = ("setuptools>=68", "wheel")
+
+# A short pass inside `tests` (what CI runs) and a longer one for the `crosshair` session.
+CROSSHAIR_SHORT = {"per_condition": 2.0, "budget": 100.0}
+CROSSHAIR_LONG = {"per_condition": 10.0, "budget": 600.0}
+CROSSHAIR_TARGETS = ("tidelog.model",)
+
+
+def _install_project(session: nox.Session, extras: str = "") -> Path:
+    """Build tidelog's wheel and install it (not editable), with ``extras`` and their deps."""
+    session.install(*BUILD_REQUIREMENTS)
+    dist = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    # setuptools builds in ./build: a stale copy there would put deleted modules in the wheel.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    session.run(
+        "python",
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--wheel-dir",
+        str(dist),
+        str(ROOT),
+    )
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    wheels = sorted(dist.glob("tidelog-*.whl"))
+    if len(wheels) != 1:
+        session.error(f"expected one tidelog wheel in {dist}, found {wheels}")
+    wheel = wheels[0]
+    # Dependencies first (a no-op when the reused venv already has them), then the wheel itself,
+    # forced: pip would otherwise keep an older build of the same version.
+    session.install(f"{wheel}[{extras}]" if extras else str(wheel))
+    session.install("--no-deps", "--force-reinstall", "--quiet", str(wheel))
+    return wheel
+
+
+def _test_env(seed: str) -> dict[str, str]:
+    return {
+        "PYTHONSAFEPATH": "1",  # also for xdist workers and subprocesses: no cwd on sys.path
+        "HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "ci"),
+        "TIDELOG_REQUIRE_INSTALLED": "1",
+        "TIDELOG_SEED": seed,
+    }
+
+
+def _seed(session: nox.Session) -> str:
+    """TIDELOG_SEED, or a fresh random one; either way the session prints it."""
+    seed = os.environ.get("TIDELOG_SEED") or str(random.SystemRandom().randrange(2**32))
+    if not seed.isdigit():
+        session.error(f"TIDELOG_SEED must be a non-negative integer, got {seed!r}")
+    session.log(f"Hypothesis seed: {seed}  (reproduce: TIDELOG_SEED={seed} python3 run.py tests)")
+    return seed
+
+
+def _float_env(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number of seconds, got {raw!r}") from None
+
+
+def _crosshair_one(
+    cmd: list[str], env: dict[str, str], timeout: float
+) -> tuple[int | None, list[str]]:
+    """Run one ``crosshair check``, echoing its output; (exit code or None if timed out, errors)."""
+    problems: list[str] = []
+    # CrossHair puts the working directory on sys.path: run it from an empty one.
+    with tempfile.TemporaryDirectory(prefix="tidelog-crosshair-") as cwd:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # same process group: Ctrl-C reaches it too
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                if re.search(r":\d+: error:", line):
+                    problems.append(line.rstrip())
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=max(timeout, 1.0))
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            reader.join(timeout=10)
+            return None, problems
+        reader.join(timeout=10)
+        return proc.returncode, problems
+
+
+def _run_crosshair(
+    session: nox.Session, per_condition: float, budget: float, extra_args: list[str]
+) -> None:
+    """CrossHair over every module under the targets, bounded by ``budget`` wall seconds.
+
+    Fails when CrossHair reports a counterexample or any other error; passes when conditions
+    merely time out, including when the whole budget runs out. CrossHair prints its findings only
+    when a run ends, so each module gets its own run (a module cut off by the budget loses only
+    its own findings, and that is said loudly).
+    """
+    options = [a for a in extra_args if a.startswith("-")]
+    targets = [a for a in extra_args if not a.startswith("-")] or list(CROSSHAIR_TARGETS)
+    listing = session.run(
+        "python",
+        "-P",
+        "-c",
+        "import importlib, pkgutil, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    mod = importlib.import_module(name)\n"
+        "    print(name)\n"
+        "    for info in pkgutil.walk_packages(getattr(mod, '__path__', []), name + '.'):\n"
+        "        print(info.name)\n",
+        *targets,
+        silent=True,
+        stderr=None,
+        log=False,
+    )
+    modules = [line.strip() for line in str(listing).splitlines() if line.strip()]
+    if not any(o.startswith("--analysis_kind") for o in options):
+        options.append("--analysis_kind=PEP316")
+    if not any(o.startswith("--per_condition_timeout") for o in options):
+        options.append(f"--per_condition_timeout={per_condition:g}")
+    crosshair = os.path.join(str(session.bin), "crosshair")
+    session.log(
+        f"crosshair check {' '.join(options)}: {len(modules)} module(s), budget {budget:g}s"
+    )
+    env = dict(
+        os.environ,
+        PYTHONSAFEPATH="1",
+        PYTHONUNBUFFERED="1",
+        VIRTUAL_ENV=str(Path(str(session.bin)).parent),
+        PATH=os.pathsep.join([str(session.bin), os.environ.get("PATH", "")]),
+    )
+    jobs = max(1, min(len(modules), int(_float_env("TIDELOG_CROSSHAIR_JOBS", os.cpu_count() or 1))))
+    problems: list[str] = []
+    failures: list[str] = []
+    cut_off: list[str] = []
+    start = time.monotonic()
+    deadline = start + budget
+
+    def check(module: str) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            cut_off.append(module)
+            return
+        began = time.monotonic()
+        code, found = _crosshair_one([crosshair, "check", *options, module], env, remaining)
+        took = time.monotonic() - began
+        problems.extend(found)
+        if code is None:
+            cut_off.append(module)
+            session.warn(f"crosshair: {module}: cut off by the budget after {took:.0f}s")
+            return
+        session.log(f"crosshair: {module}: exit {code} in {took:.0f}s")
+        if code != 0 and not found:
+            failures.append(f"{module} (exit {code}: 2 = import or other error)")
+
+    # Modules run in parallel (TIDELOG_CROSSHAIR_JOBS, default one per core); the budget is wall
+    # time for the whole pass.
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(check, modules))
+    complete = not cut_off
+    if cut_off:
+        session.warn(
+            f"crosshair: budget of {budget:g}s used up; NOT (fully) checked, findings lost: "
+            + ", ".join(sorted(cut_off))
+            + " (raise TIDELOG_CROSSHAIR_BUDGET, or run `python3 run.py crosshair`)"
+        )
+    elapsed = time.monotonic() - start
+    if problems or failures:
+        session.error(
+            f"crosshair: {len(problems)} counterexample(s)/error(s)"
+            + (f", failed runs: {', '.join(failures)}" if failures else "")
+            + f" in {elapsed:.0f}s (see above)"
+        )
+    if complete:
+        session.log(
+            f"crosshair: no counterexample in {elapsed:.0f}s "
+            "(bounded search per condition, not a proof)"
+        )
+    else:
+        session.log(
+            f"crosshair: budget of {budget:g}s used up after {elapsed:.0f}s with no "
+            "counterexample reported; passing (only a time-out, see warnings above)"
+        )
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Full suite from the installed wheel, then a short bounded CrossHair pass (CI runs this)."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    print(
+        f"tidelog: hypothesis seed {seed}; reproduce with TIDELOG_SEED={seed} python3 run.py tests",
+        flush=True,
+    )
+    session.run(
+        "python",
+        "-P",
+        "-m",
+        "pytest",
+        "-n",
+        "auto",
+        f"--hypothesis-seed={seed}",
+        *session.posargs,
+        env=_test_env(seed),
+    )
+    if session.posargs:
+        session.log("crosshair pass skipped: pytest was given arguments (a partial run)")
+    elif os.environ.get("TIDELOG_SKIP_CROSSHAIR") == "1":
+        session.log("crosshair pass skipped: TIDELOG_SKIP_CROSSHAIR=1")
+    else:
+        _run_crosshair(
+            session,
+            per_condition=_float_env("TIDELOG_CROSSHAIR_TIMEOUT", CROSSHAIR_SHORT["per_condition"]),
+            budget=_float_env("TIDELOG_CROSSHAIR_BUDGET", CROSSHAIR_SHORT["budget"]),
+            extra_args=[],
+        )
+
+
+@nox.session
+def crosshair(session: nox.Session) -> None:
+    """CrossHair over tidelog.model; ARGS may name other targets or add crosshair options."""
+    _install_project(session, "test")
+    _run_crosshair(
+        session,
+        per_condition=_float_env("TIDELOG_CROSSHAIR_TIMEOUT", CROSSHAIR_LONG["per_condition"]),
+        budget=_float_env("TIDELOG_CROSSHAIR_BUDGET", CROSSHAIR_LONG["budget"]),
+        extra_args=list(session.posargs),
+    )
+
+
+@nox.session
+def packaging(session: nox.Session) -> None:
+    """Only tests/packaging: the wheel and an editable install, each in a fresh venv."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    session.run(
+        "python", "-P", "-m", "pytest", "tests/packaging", *session.posargs, env=_test_env(seed)
+    )
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check on the tree (ARGS go to ruff, e.g. `--fix`), then mypy on the installed package
+    (mypy cannot follow the editable import hook). Both always run; it fails if either fails."""
+    session.install("ruff>=0.5", "mypy>=1.10")
+    _install_project(session, "test")  # the conformance kit imports hypothesis and pytest
+    failed: list[str] = []
+    ruff_args = list(session.posargs) or ["."]
+    ruff_cmd = [os.path.join(str(session.bin), "ruff"), "check", *ruff_args]
+    session.log(" ".join(ruff_cmd[1:]))
+    if subprocess.run(ruff_cmd, cwd=ROOT).returncode != 0:
+        failed.append("ruff")
+
+    installed = session.run(
+        "python",
+        "-P",
+        "-c",
+        "import importlib.util as u; print(u.find_spec('tidelog').submodule_search_locations[0])",
+        silent=True,
+        stderr=None,
+        log=False,
+    )
+    package = Path(str(installed).strip())
+    src = Path(session.create_tmp()).resolve() / "mypy-src"
+    shutil.rmtree(src, ignore_errors=True)
+    # Copy the installed tree (copy2 keeps mtimes, so mypy's cache stays warm) and check it
+    # from its own directory: the wheel layout, without needing a py.typed marker.
+    shutil.copytree(package, src / "tidelog", ignore=shutil.ignore_patterns("__pycache__"))
+    cmd = [
+        os.path.join(str(session.bin), "mypy"),
+        "--config-file",
+        str(ROOT / "pyproject.toml"),
+        "--cache-dir",
+        str(src.parent / "mypy-cache"),
+        "-p",
+        "tidelog",
+    ]
+    session.log(" ".join(cmd) + f"  (in {src})")
+    mypy = subprocess.run(cmd, cwd=src, capture_output=True, text=True)
+    for line in (mypy.stdout + mypy.stderr).splitlines():
+        for installed_prefix, source_prefix in SOURCE_FOLDERS.items():
+            if line.startswith(installed_prefix):
+                line = source_prefix + line[len(installed_prefix) :]
+                break
+        print(line)
+    if mypy.returncode != 0:
+        failed.append("mypy")
+    if failed:
+        session.error(f"lint failed: {', '.join(failed)}")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Install tidelog (wheel, not editable) and run the demo pipeline: ``tidelog demo ARGS``."""
+    _install_project(session)
+    session.run("tidelog", "demo", *session.posargs)

@@ -1,0 +1,29 @@
+"""Map the fixed top-level folders into the one ``tidelog`` package (see pyproject.toml).
+
+``model/`` -> ``tidelog.model``, ``backends/`` -> ``tidelog.backends``, ``adapters/`` ->
+``tidelog.adapters``. find_packages runs under each root so a new subpackage is never forgotten
+(a folder without ``__init__.py`` is not a package: tests/packaging/ fails if a .py file is left
+out of the wheel). Wheel, sdist and editable (PEP 660) installs all honour this mapping.
+"""
+
+from setuptools import find_packages, setup
+
+ROOTS = {
+    "tidelog": "tidelog",
+    "tidelog.model": "model",
+    "tidelog.backends": "backends",
+    "tidelog.adapters": "adapters",
+}
+
+packages: list[str] = []
+package_dir: dict[str, str] = {}
+for pkg, folder in ROOTS.items():
+    package_dir[pkg] = folder
+    packages.append(pkg)
+    packages += [f"{pkg}.{sub}" for sub in find_packages(folder)]
+
+setup(
+    packages=sorted(set(packages)),
+    package_dir=package_dir,
+    package_data={"tidelog": ["py.typed"]},  # PEP 561 marker, shipped once tidelog/py.typed exists
+)

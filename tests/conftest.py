@@ -1,0 +1,87 @@
+"""Suite-wide set-up: Hypothesis profiles, the reproduction seed, and the installed-package guard.
+
+Profiles (chosen by the HYPOTHESIS_PROFILE environment variable, default "dev"):
+  ci   print_blob, no deadline, no example database, randomised; the seed comes from
+       `--hypothesis-seed` (the nox `tests` session always passes one and prints it).
+       HYPOTHESIS_MAX_EXAMPLES sets max_examples (default 100).
+  dev  Hypothesis defaults, plus print_blob.
+
+This file lives in tests/, never at the repository root: a root conftest.py would put the
+repository on sys.path, and ./tidelog would shadow the installed package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+settings.register_profile(
+    "ci",
+    print_blob=True,
+    derandomize=False,
+    deadline=None,
+    database=None,
+    max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "100")),
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "dev",
+    print_blob=True,
+    max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "100")),
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def _installed_tidelog_origin() -> Path | None:
+    spec = importlib.util.find_spec("tidelog")  # locates the package without importing it
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).resolve()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The nox sessions set TIDELOG_REQUIRE_INSTALLED=1: the suite must exercise the built wheel,
+    # not the source folders (which have a different layout: model/ is tidelog.model only there).
+    if os.environ.get("TIDELOG_REQUIRE_INSTALLED") == "1":
+        origin = _installed_tidelog_origin()
+        if origin is None:
+            raise pytest.UsageError("tidelog is not installed in this environment")
+        if origin.is_relative_to(REPO_ROOT / "tidelog"):
+            raise pytest.UsageError(
+                f"tidelog was imported from the source tree ({origin}), not from the installed "
+                "wheel: run pytest as `python -P -m pytest` or the `pytest` script, and keep "
+                "conftest.py / __init__.py out of the repository root and tests/"
+            )
+
+
+def _seed_line(config: pytest.Config) -> str | None:
+    seed = config.getoption("hypothesis_seed", default=None)
+    if seed is None:
+        return None
+    return (
+        f"hypothesis seed {seed} (profile {settings.get_current_profile_name()!r}); "
+        f"reproduce with: TIDELOG_SEED={seed} python3 run.py tests"
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [f"tidelog imported from {_installed_tidelog_origin()}"]
+    seed = _seed_line(config)
+    if seed:
+        lines.append(seed)
+    return lines
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    seed = _seed_line(config)
+    if seed and exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        terminalreporter.write_sep("=", "reproduce")
+        terminalreporter.write_line(seed)
