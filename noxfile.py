@@ -1,6 +1,7 @@
 """Nox sessions for tidelog. Usually reached through ``python3 run.py SESSION [ARGS]``.
 
   tests      build + install the wheel (not editable), pytest -n auto, then a short CrossHair pass
+  stateful   a long stateful campaign (TIDELOG_STATEFUL_EXAMPLES, default 20000), seeded
   crosshair  CrossHair (PEP 316 contracts) over every module of tidelog.model, bounded in time
   lint       ruff check + mypy (strict on tidelog and tidelog.model) on the installed layout
   demo       install tidelog and run ``tidelog demo ARGS``
@@ -275,6 +276,29 @@ def tests(session: nox.Session) -> None:
             budget=_float_env("TIDELOG_CROSSHAIR_BUDGET", CROSSHAIR_SHORT["budget"]),
             extra_args=[],
         )
+
+
+@nox.session
+def stateful(session: nox.Session) -> None:
+    """A long stateful campaign (backends vs the model): TIDELOG_STATEFUL_EXAMPLES (default
+    20000) examples per machine, with a printed, reproducible seed. ARGS go to pytest."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    env = _test_env(seed)
+    env["TIDELOG_STATEFUL_EXAMPLES"] = os.environ.get("TIDELOG_STATEFUL_EXAMPLES", "20000")
+    session.run(
+        "python",
+        "-P",
+        "-m",
+        "pytest",
+        "-n",
+        "auto",
+        f"--hypothesis-seed={seed}",
+        "--hypothesis-show-statistics",
+        "tests/stateful",
+        *session.posargs,
+        env=env,
+    )
 
 
 @nox.session

@@ -356,7 +356,22 @@ class ModelStore(Backend):
                 self.closed = True
 
     def describe(self) -> dict[str, object]:
-        return {"backend": "model", "name": self.name, "topics": len(self.topics)}
+        with self.lock:
+            return {
+                "backend": "model",
+                "name": self.name,
+                "topics": {
+                    name: {
+                        "state": t.state().to_dict(),
+                        "config": t.config.to_dict(),
+                        "subscribers": {
+                            n: {"hwm": s.hwm, "base": s.base} for n, s in sorted(t.subs.items())
+                        },
+                        "leases": len(t.queue.leases),
+                    }
+                    for name, t in sorted(self.topics.items())
+                },
+            }
 
     # -- restart (DUR-1, SUB-9, QUE-8) -----------------------------------------------------
     def restart(self, clock: Clock) -> None:

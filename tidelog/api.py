@@ -7,18 +7,20 @@ semantic state of their own: handles are cheap views (spec CON-2).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from .backend import Backend, Capabilities, TopicRef
 from .config import TopicConfig
-from .errors import BadArgument, Closed
+from .errors import Backpressure, BadArgument, Closed, NoSuchSubscriber
 from .names import check_label, check_subscriber_name, check_topic_name
 from .records import Item, Lease, Tombstone, TopicState
 
 __all__ = ["Store", "Topic", "Subscriber"]
 
 _STARTS = ("resume", "earliest", "latest")
+T = TypeVar("T")
 
 
 def _int(value: object, what: str, minimum: int | None = None) -> int:
@@ -35,6 +37,21 @@ def _payload(value: object) -> bytes:
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     raise BadArgument(f"payload must be bytes-like, got {type(value).__name__}")
+
+
+def _wait_until(
+    backend: Backend, ref: TopicRef, wait_ms: int, attempt: Callable[[], tuple[bool, T]]
+) -> T:
+    """Run ``attempt`` until it reports done or ``wait_ms`` of wall time pass, sleeping on the
+    backend's change notification in between (spec CON-3). Returns the last attempt's value."""
+    deadline = time.monotonic() + wait_ms / 1000.0
+    while True:
+        since = backend.changes(ref)
+        done, value = attempt()
+        left = deadline - time.monotonic()
+        if done or left <= 0:
+            return value
+        backend.wait(ref, since, left)
 
 
 class Store:
@@ -130,7 +147,7 @@ class Topic:
         data = _payload(payload)
         check_label(tag, "tag")
         check_label(node, "node")
-        return self._store._live().append(self._ref, (data,), tag, node)[0]
+        return self._append((data,), tag, node)[0]
 
     def append_many(
         self, payloads: Iterable[bytes], *, tag: str | None = None, node: str | None = None
@@ -144,16 +161,51 @@ class Topic:
         if not data:
             self._store._live()
             return []
-        return self._store._live().append(self._ref, data, tag, node)
+        return self._append(data, tag, node)
+
+    def _append(
+        self, data: list[bytes] | tuple[bytes, ...], tag: str | None, node: str | None
+    ) -> list[int]:
+        backend = self._store._live()
+        try:
+            return backend.append(self._ref, data, tag, node)
+        except Backpressure as first:
+            wait_ms = backend.topic_config(self._ref).backpressure_wait_ms
+            if wait_ms <= 0:
+                raise
+
+            def attempt() -> tuple[bool, list[int] | Backpressure]:
+                try:
+                    return True, self._store._live().append(self._ref, data, tag, node)
+                except Backpressure as exc:
+                    return False, exc
+
+            out = _wait_until(backend, self._ref, wait_ms, attempt)
+            if isinstance(out, Backpressure):  # SUB-6: waited backpressure_wait_ms, still full
+                raise Backpressure(f"{out.message} (after waiting {wait_ms} ms)") from first
+            return out
 
     def read(
-        self, after: int = 0, limit: int = 1000, *, exclude_node: str | None = None
+        self,
+        after: int = 0,
+        limit: int = 1000,
+        *,
+        exclude_node: str | None = None,
+        wait_ms: int = 0,
     ) -> list[Item]:
-        """Records (and tombstones) with seq > after, in order (spec TOP-7, TMB-1..5)."""
+        """Records (and tombstones) with seq > after, in order (spec TOP-7, TMB-1..5). With
+        ``wait_ms``, an empty result waits up to that long for something to arrive (CON-3)."""
         _int(after, "after", 0)
         _int(limit, "limit", 1)
+        _int(wait_ms, "wait_ms", 0)
         check_label(exclude_node, "exclude_node")
-        return self._store._live().read(self._ref, after, limit, exclude_node)
+        backend = self._store._live()
+
+        def attempt() -> tuple[bool, list[Item]]:
+            items = self._store._live().read(self._ref, after, limit, exclude_node)
+            return bool(items), items
+
+        return _wait_until(backend, self._ref, wait_ms, attempt)
 
     def iter(self, after: int = 0, batch: int = 1000) -> Iterator[Item]:
         """Iterate from ``after`` to the current head, batch by batch."""
@@ -190,6 +242,13 @@ class Topic:
         if start not in _STARTS:
             raise BadArgument(f"start must be one of {', '.join(_STARTS)}, got {start!r}")
         self._store._live().subscribe(self._ref, name, start)
+        return Subscriber(self, name)
+
+    def subscriber(self, name: str) -> Subscriber:
+        """An existing subscriber; unlike ``subscribe`` it never creates one."""
+        check_subscriber_name(name)
+        if name not in self._store._live().subscribers(self._ref):
+            raise NoSuchSubscriber(f"subscriber {name!r} of topic {self.name!r} does not exist")
         return Subscriber(self, name)
 
     def subscribers(self) -> list[str]:
@@ -247,11 +306,18 @@ class Subscriber:
     def _call(self) -> tuple[Backend, TopicRef]:
         return self._topic._store._live(), self._topic._ref
 
-    def poll(self, max: int = 100) -> list[Item]:
-        """Next unresolved records, after any pending tombstone (spec SUB-4, SUB-7)."""
+    def poll(self, max: int = 100, *, wait_ms: int = 0) -> list[Item]:
+        """Next unresolved records, after any pending tombstone (spec SUB-4, SUB-7). With
+        ``wait_ms``, an empty result waits up to that long for something to arrive (CON-3)."""
         _int(max, "max", 1)
+        _int(wait_ms, "wait_ms", 0)
         b, ref = self._call()
-        return b.poll(ref, self._name, max)
+
+        def attempt() -> tuple[bool, list[Item]]:
+            items = self._topic._store._live().poll(ref, self._name, max)
+            return bool(items), items
+
+        return _wait_until(b, ref, wait_ms, attempt)
 
     def ack(self, seq: int) -> bool:
         b, ref = self._call()

@@ -8,6 +8,7 @@ input and raises identical errors. A backend owns the semantics of spec/SPEC.md;
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,11 @@ class Capabilities:
     multi_topic: bool = True
     exact_progress: bool = True
     durability: frozenset[str] = field(default_factory=lambda: frozenset(DURABILITY_CLASSES))
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        out["durability"] = sorted(self.durability)
+        return out
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,19 @@ class Backend(ABC):
 
     @abstractmethod
     def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None: ...
+
+    # -- change notification (optional) ------------------------------------------------------
+    def changes(self, ref: TopicRef) -> int:
+        """A counter that moves whenever the topic changes (used with ``wait``)."""
+        return 0
+
+    def wait(self, ref: TopicRef, since: int, timeout: float) -> None:
+        """Block until ``changes(ref) != since`` or ``timeout`` seconds pass (spec CON-3).
+
+        The default polls; backends with a condition variable override it. Waking early is
+        always allowed: callers re-check.
+        """
+        time.sleep(min(max(timeout, 0.0), 0.005))
 
     # -- introspection (optional) --------------------------------------------------------------
     def describe(self) -> dict[str, object]:

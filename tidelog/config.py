@@ -43,6 +43,7 @@ _PARSERS: dict[str, Any] = {
     "lease_ms": lambda k, v: parse_int(k, v, minimum=1),
     "max_deliveries": _opt_int,
     "dead_letter": _opt_topic,
+    "backpressure_wait_ms": lambda k, v: parse_int(k, v, minimum=0),
 }
 
 
@@ -58,6 +59,7 @@ class TopicConfig:
     lease_ms: int = 30_000
     max_deliveries: int | None = None
     dead_letter: str | None = None
+    backpressure_wait_ms: int = 0
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:

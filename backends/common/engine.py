@@ -40,7 +40,7 @@ __all__ = ["Engine", "EngineTopic"]
 class EngineTopic:
     """One topic incarnation: its log, its subscribers' progress and its job queue."""
 
-    __slots__ = ("name", "config", "incarnation", "log", "progress", "jobs")
+    __slots__ = ("name", "config", "incarnation", "log", "progress", "jobs", "version")
 
     def __init__(self, name: str, config: TopicConfig, incarnation: int) -> None:
         self.name = name
@@ -49,6 +49,7 @@ class EngineTopic:
         self.log = TopicLog(name, config)
         self.progress = Progress()
         self.jobs = JobQueue()
+        self.version = 0  # moves on every change; readers waiting for data sleep on it (CON-3)
 
 
 class Engine(Backend):
@@ -60,6 +61,7 @@ class Engine(Backend):
         self.capabilities = capabilities
         self.topics: dict[str, EngineTopic] = {}
         self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
         self.closed = False
         self._incarnations = 0
 
@@ -99,6 +101,21 @@ class Engine(Backend):
             for seq in t.jobs.ready(now):
                 self._return_job(t, seq, now)
 
+    def _bump(self, t: EngineTopic) -> None:
+        t.version += 1
+        self.changed.notify_all()
+
+    def changes(self, ref: TopicRef) -> int:
+        with self.lock:
+            return self._get(ref).version
+
+    def wait(self, ref: TopicRef, since: int, timeout: float) -> None:
+        with self.changed:
+            t = self.topics.get(ref.name)
+            if t is None or t.incarnation != ref.incarnation or t.version != since or self.closed:
+                return
+            self.changed.wait(timeout)
+
     # -- removal and settling --------------------------------------------------------------
     def _remove_involuntary(self, t: EngineTopic, seqs: Sequence[int]) -> None:
         t.progress.note_involuntary(t.log, seqs)
@@ -110,10 +127,13 @@ class Engine(Backend):
         self._settle(t)
 
     def _settle(self, t: EngineTopic) -> None:
+        """Advance hwms and ack-trim after any change; wakes waiters (producers blocked on
+        backpressure wait for exactly this)."""
         if t.progress.subs:
             trimmed = t.progress.settle(t.log)
             if trimmed:
                 t.log.remove(trimmed, involuntary=False)
+        self._bump(t)
 
     # ======================================================================================
     # store
@@ -155,6 +175,7 @@ class Engine(Backend):
             self._check_open()
             if self.topics.pop(name, None) is None:
                 raise NoSuchTopic(f"topic {name!r} does not exist")
+            self.changed.notify_all()
 
     def flush(self) -> None:
         with self.lock:
@@ -168,6 +189,7 @@ class Engine(Backend):
             if not self.closed:
                 self.flush()
                 self.closed = True
+                self.changed.notify_all()
 
     def restart(self, clock: Clock) -> None:
         """Apply the restart rules (DUR-1, SUB-9, QUE-8) and reopen."""
@@ -262,6 +284,7 @@ class Engine(Backend):
         seqs = log.append(payloads, tag, node, ts)
         if victims:
             self._remove_involuntary(t, victims)
+        self._bump(t)
         return seqs
 
     def read(self, ref: TopicRef, after: int, limit: int, exclude_node: str | None) -> list[Item]:
@@ -416,6 +439,7 @@ class Engine(Backend):
                 lease_id, deliveries = jobs.grant(seq, node, deadline)
                 out.append(Lease(seq, lease_id, deadline, deliveries, log.record(seq)))
 
+            self._bump(t)
             for seq in sorted(jobs.free):  # QUE-1: reclaimed jobs first, lowest seq first
                 if len(out) == limit:
                     break
@@ -457,6 +481,7 @@ class Engine(Backend):
             t, now = self._enter(ref)
             self._end_lease(t, seq, lease_id)
             self._return_job(t, seq, now)
+            self._bump(t)
 
     def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None:
         with self.lock:
@@ -466,3 +491,4 @@ class Engine(Backend):
                 self._return_job(t, seq, now)
             else:
                 t.jobs.delay(seq, now + delay_ms)
+            self._bump(t)

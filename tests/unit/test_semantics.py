@@ -42,6 +42,7 @@ def seqs(items: list[object]) -> list[object]:
 
 
 def test_TOP_1_seqs_start_at_1_and_are_gapless(store: tidelog.Store) -> None:
+    """TOP-1: seqs start at 1 and are gapless."""
     t = store.topic("t")
     assert t.append(b"a") == 1
     assert t.append_many([b"b", b"c"]) == [2, 3]
@@ -50,6 +51,7 @@ def test_TOP_1_seqs_start_at_1_and_are_gapless(store: tidelog.Store) -> None:
 
 
 def test_TOP_2_floor_order_holds_through_eviction_and_deletes(store: tidelog.Store) -> None:
+    """TOP-2: floor order holds through eviction and deletes."""
     t = store.topic("t", cap_records=3)
     for i in range(10):
         t.append(bytes([i]), tag="x" if i % 2 else None)
@@ -61,6 +63,7 @@ def test_TOP_2_floor_order_holds_through_eviction_and_deletes(store: tidelog.Sto
 
 
 def test_TOP_3_state_counts_live_records_exactly(store: tidelog.Store) -> None:
+    """TOP-3: state counts live records exactly."""
     t = store.topic("t")
     t.append_many([b"aa", b"bbb", b"c"])
     t.delete(2)
@@ -70,6 +73,7 @@ def test_TOP_3_state_counts_live_records_exactly(store: tidelog.Store) -> None:
 
 
 def test_TOP_4_floors_never_decrease(store: tidelog.Store, clock: FakeClock) -> None:
+    """TOP-4: floors never decrease."""
     t = store.topic("t", cap_records=2, ttl_ms=50)
     prev = t.state()
     for i in range(12):
@@ -86,6 +90,7 @@ def test_TOP_4_floors_never_decrease(store: tidelog.Store, clock: FakeClock) -> 
 def test_TOP_5_records_are_byte_identical_and_ts_clamped(
     store: tidelog.Store, clock: FakeClock
 ) -> None:
+    """TOP-5: records are byte identical and ts clamped."""
     t = store.topic("t")
     t.append(b"\x00\xffpayload", tag="sensor-7", node="n1")
     clock.set(500)  # the injected clock steps backwards
@@ -96,6 +101,7 @@ def test_TOP_5_records_are_byte_identical_and_ts_clamped(
 
 
 def test_TOP_6_append_many_is_atomic(store: tidelog.Store) -> None:
+    """TOP-6: append many is atomic."""
     t = store.topic("t", cap_records=3, discard="reject")
     t.append_many([b"a", b"b"])
     with pytest.raises(tidelog.TopicFull):
@@ -108,6 +114,7 @@ def test_TOP_6_append_many_is_atomic(store: tidelog.Store) -> None:
 
 
 def test_TOP_7_read_bounds_order_and_node_filter(store: tidelog.Store) -> None:
+    """TOP-7: read bounds order and node filter."""
     t = store.topic("t")
     for i in range(6):
         t.append(bytes([i]), node="a" if i % 2 else "b")
@@ -122,6 +129,7 @@ def test_TOP_7_read_bounds_order_and_node_filter(store: tidelog.Store) -> None:
 
 
 def test_TOP_8_cursor_reading_sees_every_record_once(store: tidelog.Store) -> None:
+    """TOP-8: cursor reading sees every record once."""
     t = store.topic("t")
     t.append_many([bytes([i]) for i in range(20)])
     t.delete(tag="none-match")
@@ -139,6 +147,7 @@ def test_TOP_8_cursor_reading_sees_every_record_once(store: tidelog.Store) -> No
 
 
 def test_TOP_9_config_is_fixed_at_creation(store: tidelog.Store) -> None:
+    """TOP-9: config is fixed at creation."""
     store.topic("t", cap_records=5, durability="disk")
     assert store.topic("t").config.cap_records == 5  # keys not passed keep stored values
     assert store.topic("t", cap_records=5).config.durability == "disk"
@@ -152,6 +161,7 @@ def test_TOP_9_config_is_fixed_at_creation(store: tidelog.Store) -> None:
 
 
 def test_TOP_10_drop_and_recreate_is_a_new_incarnation(store: tidelog.Store) -> None:
+    """TOP-10: drop and recreate is a new incarnation."""
     old = store.topic("t")
     old.append(b"a")
     sub = old.subscribe("s")
@@ -171,6 +181,7 @@ def test_TOP_10_drop_and_recreate_is_a_new_incarnation(store: tidelog.Store) -> 
 
 
 def test_TMB_1_prefix_eviction_yields_a_tombstone_first(store: tidelog.Store) -> None:
+    """TMB-1: prefix eviction yields a tombstone first."""
     t = store.topic("t", cap_records=3)
     t.append_many([bytes([i]) for i in range(3)])
     t.append_many([b"x", b"y"])  # evicts 1, 2
@@ -191,6 +202,7 @@ def test_TMB_2_loss_ranges_are_model_level(scheme: str) -> None:
 
 
 def test_TMB_3_no_silent_loss_for_any_cursor(store: tidelog.Store) -> None:
+    """TMB-3: no silent loss for any cursor."""
     t = store.topic("t", cap_records=4)
     t.append_many([bytes([i]) for i in range(4)])
     t.delete(tag="zzz")
@@ -209,6 +221,7 @@ def test_TMB_3_no_silent_loss_for_any_cursor(store: tidelog.Store) -> None:
 
 
 def test_TMB_4_voluntary_deletes_read_silently(store: tidelog.Store) -> None:
+    """TMB-4: voluntary deletes read silently."""
     t = store.topic("t")
     t.append_many([b"a", b"b", b"c", b"d"])
     t.delete(3)
@@ -217,6 +230,7 @@ def test_TMB_4_voluntary_deletes_read_silently(store: tidelog.Store) -> None:
 
 
 def test_TMB_5_tombstone_counts_against_limit(store: tidelog.Store) -> None:
+    """TMB-5: tombstone counts against limit."""
     t = store.topic("t", cap_records=2)
     t.append_many([b"a", b"b"])
     t.append_many([b"c", b"d"])
@@ -228,6 +242,7 @@ def test_TMB_5_tombstone_counts_against_limit(store: tidelog.Store) -> None:
 
 
 def test_DEL_1_before_seq_is_clamped_to_existing_records(store: tidelog.Store) -> None:
+    """DEL-1: before seq is clamped to existing records."""
     t = store.topic("t")
     t.append_many([b"a", b"b", b"c"])
     assert t.delete(100) == 3
@@ -235,6 +250,7 @@ def test_DEL_1_before_seq_is_clamped_to_existing_records(store: tidelog.Store) -
 
 
 def test_DEL_2_exact_tag(store: tidelog.Store) -> None:
+    """DEL-2: exact tag."""
     t = store.topic("t")
     t.append(b"1", tag="a")
     t.append(b"2", tag="ab")
@@ -246,6 +262,7 @@ def test_DEL_2_exact_tag(store: tidelog.Store) -> None:
 
 
 def test_DEL_3_tag_glob(store: tidelog.Store) -> None:
+    """DEL-3: tag glob."""
     t = store.topic("t")
     for tag in ["sensor-1", "sensor-22", "pump-1", "Sensor-3", None]:
         t.append(b"x", tag=tag)
@@ -255,6 +272,7 @@ def test_DEL_3_tag_glob(store: tidelog.Store) -> None:
 
 
 def test_DEL_4_deletes_never_move_the_evict_floor(store: tidelog.Store) -> None:
+    """DEL-4: deletes never move the evict floor."""
     t = store.topic("t")
     t.append_many([b"a", b"b", b"c"])
     assert t.delete(tag="nothing") == 0
@@ -264,7 +282,7 @@ def test_DEL_4_deletes_never_move_the_evict_floor(store: tidelog.Store) -> None:
 
 
 def test_DEL_5_tag_deletes_use_the_index_not_a_scan() -> None:
-    """Engine-specific: the work done is proportional to matches, not to the topic size."""
+    """DEL-5: Engine-specific: the work done is proportional to matches, not to the topic size."""
     with tidelog.open("memory://", clock=FakeClock()) as s:
         t = s.topic("t")
         t.append_many([b"x"] * 50_000)
@@ -278,6 +296,7 @@ def test_DEL_5_tag_deletes_use_the_index_not_a_scan() -> None:
 
 
 def test_DEL_6_bad_delete_arguments_delete_nothing(store: tidelog.Store) -> None:
+    """DEL-6: bad delete arguments delete nothing."""
     t = store.topic("t")
     t.append(b"a", tag="x")
     for kwargs in ({}, {"tag": "x", "tag_glob": "x*"}, {"before_seq": 0}):
@@ -290,6 +309,7 @@ def test_DEL_6_bad_delete_arguments_delete_nothing(store: tidelog.Store) -> None
 
 
 def test_RET_1_caps_always_hold(store: tidelog.Store) -> None:
+    """RET-1: caps always hold."""
     t = store.topic("t", cap_records=3, cap_bytes=10)
     for i in range(8):
         t.append(bytes(i % 5))
@@ -298,6 +318,7 @@ def test_RET_1_caps_always_hold(store: tidelog.Store) -> None:
 
 
 def test_RET_2_discard_old_evicts_as_few_as_needed(store: tidelog.Store) -> None:
+    """RET-2: discard old evicts as few as needed."""
     t = store.topic("t", cap_bytes=6)
     t.append_many([b"aa", b"bb", b"cc"])
     t.append(b"ddd")  # must drop 2 records (4 bytes) to fit 3 more
@@ -305,6 +326,7 @@ def test_RET_2_discard_old_evicts_as_few_as_needed(store: tidelog.Store) -> None
 
 
 def test_RET_3_discard_reject_refuses_before_assigning_a_seq(store: tidelog.Store) -> None:
+    """RET-3: discard reject refuses before assigning a seq."""
     t = store.topic("t", cap_records=2, discard="reject")
     t.append_many([b"a", b"b"])
     with pytest.raises(tidelog.TopicFull):
@@ -315,6 +337,7 @@ def test_RET_3_discard_reject_refuses_before_assigning_a_seq(store: tidelog.Stor
 
 
 def test_RET_4_ttl_is_applied_lazily_at_every_op(store: tidelog.Store, clock: FakeClock) -> None:
+    """RET-4: ttl is applied lazily at every op."""
     t = store.topic("t", ttl_ms=100)
     t.append(b"a")
     clock.advance(50)
@@ -327,6 +350,7 @@ def test_RET_4_ttl_is_applied_lazily_at_every_op(store: tidelog.Store, clock: Fa
 
 
 def test_RET_5_oversized_records_and_batches(store: tidelog.Store) -> None:
+    """RET-5: oversized records and batches."""
     t = store.topic("t", cap_records=2, cap_bytes=8)
     with pytest.raises(tidelog.TooLarge):
         t.append(b"123456789")
@@ -336,6 +360,7 @@ def test_RET_5_oversized_records_and_batches(store: tidelog.Store) -> None:
 
 
 def test_RET_6_store_max_bytes(scheme: str) -> None:
+    """RET-6: store max bytes."""
     with tidelog.open(f"{scheme}://?max_bytes=10", clock=FakeClock()) as s:
         s.topic("a").append(b"123456")
         with pytest.raises(tidelog.StoreFull):
@@ -344,6 +369,7 @@ def test_RET_6_store_max_bytes(scheme: str) -> None:
 
 
 def test_RET_7_error_precedence(scheme: str) -> None:
+    """RET-7: error precedence."""
     with tidelog.open(f"{scheme}://?max_bytes=4&max_record_bytes=8", clock=FakeClock()) as s:
         t = s.topic("t", cap_records=1, cap_bytes=6, discard="reject")
         with pytest.raises(tidelog.TooLarge):
@@ -361,6 +387,7 @@ def test_RET_7_error_precedence(scheme: str) -> None:
 
 
 def test_SUB_1_registration_start_positions(store: tidelog.Store) -> None:
+    """SUB-1: registration start positions."""
     t = store.topic("t", trim="none")
     t.append_many([b"a", b"b", b"c"])
     t.delete(2)
@@ -375,6 +402,7 @@ def test_SUB_1_registration_start_positions(store: tidelog.Store) -> None:
 
 
 def test_SUB_2_hwm_advances_over_contiguous_resolved_seqs(store: tidelog.Store) -> None:
+    """SUB-2: hwm advances over contiguous resolved seqs."""
     t = store.topic("t", trim="none")
     s = t.subscribe("s")
     t.append_many([b"1", b"2", b"3", b"4", b"5"])
@@ -388,6 +416,7 @@ def test_SUB_2_hwm_advances_over_contiguous_resolved_seqs(store: tidelog.Store) 
 
 
 def test_SUB_3_ack_reject_commit(store: tidelog.Store) -> None:
+    """SUB-3: ack reject commit."""
     t = store.topic("t", trim="none")
     s = t.subscribe("s")
     t.append_many([b"1", b"2", b"3"])
@@ -400,6 +429,7 @@ def test_SUB_3_ack_reject_commit(store: tidelog.Store) -> None:
 
 
 def test_SUB_4_poll_order_cursor_and_redelivery_by_cursor(store: tidelog.Store) -> None:
+    """SUB-4: poll order cursor and redelivery by cursor."""
     t = store.topic("t", trim="none")
     s = t.subscribe("s")
     t.append_many([b"1", b"2", b"3", b"4"])
@@ -412,6 +442,7 @@ def test_SUB_4_poll_order_cursor_and_redelivery_by_cursor(store: tidelog.Store) 
 
 
 def test_SUB_5_trim_removes_what_every_subscriber_consumed(store: tidelog.Store) -> None:
+    """SUB-5: trim removes what every subscriber consumed."""
     t = store.topic("t")
     t.append_many([b"old1", b"old2"])
     a = t.subscribe("a", start="latest")  # registering never deletes existing data
@@ -427,6 +458,7 @@ def test_SUB_5_trim_removes_what_every_subscriber_consumed(store: tidelog.Store)
 
 
 def test_SUB_6_backpressure_refuses_eviction_of_unresolved(store: tidelog.Store) -> None:
+    """SUB-6: backpressure refuses eviction of unresolved."""
     t = store.topic("t", cap_records=2, retention="backpressure")
     s = t.subscribe("s")
     t.append_many([b"1", b"2"])
@@ -438,6 +470,7 @@ def test_SUB_6_backpressure_refuses_eviction_of_unresolved(store: tidelog.Store)
 
 
 def test_SUB_7_drop_oldest_gives_subscriber_a_tombstone(store: tidelog.Store) -> None:
+    """SUB-7: drop oldest gives subscriber a tombstone."""
     t = store.topic("t", cap_records=2, retention="drop_oldest")
     s = t.subscribe("s")
     t.append_many([b"1", b"2"])
@@ -449,6 +482,7 @@ def test_SUB_7_drop_oldest_gives_subscriber_a_tombstone(store: tidelog.Store) ->
 
 
 def test_SUB_8_unregister(store: tidelog.Store) -> None:
+    """SUB-8: unregister."""
     t = store.topic("t")
     s = t.subscribe("s")
     s.unregister()
@@ -458,6 +492,7 @@ def test_SUB_8_unregister(store: tidelog.Store) -> None:
 
 
 def test_SUB_9_restart_resets_the_cursor_to_the_hwm(scheme: str) -> None:
+    """SUB-9: restart resets the cursor to the hwm."""
     uri = f"{scheme}://sub9-{uuid.uuid4().hex[:8]}"
     clock = FakeClock()
     with tidelog.open(uri, clock=clock) as store:
@@ -475,6 +510,7 @@ def test_SUB_9_restart_resets_the_cursor_to_the_hwm(scheme: str) -> None:
 
 
 def test_QUE_1_reclaimed_jobs_come_before_fresh_ones(store: tidelog.Store) -> None:
+    """QUE-1: reclaimed jobs come before fresh ones."""
     t = store.topic("jobs")
     t.append_many([b"1", b"2", b"3", b"4"])
     a, b = t.claim("w", max=2)
@@ -486,6 +522,7 @@ def test_QUE_1_reclaimed_jobs_come_before_fresh_ones(store: tidelog.Store) -> No
 
 
 def test_QUE_2_one_lease_per_job(store: tidelog.Store, clock: FakeClock) -> None:
+    """QUE-2: one lease per job."""
     t = store.topic("jobs", lease_ms=100)
     t.append(b"j")
     (lease,) = t.claim("w1")
@@ -498,6 +535,7 @@ def test_QUE_2_one_lease_per_job(store: tidelog.Store, clock: FakeClock) -> None
 
 
 def test_QUE_3_complete_deletes_and_stale_leases_fail(store: tidelog.Store) -> None:
+    """QUE-3: complete deletes and stale leases fail."""
     t = store.topic("jobs")
     t.append_many([b"1", b"2"])
     (lease,) = t.claim("w")
@@ -509,6 +547,7 @@ def test_QUE_3_complete_deletes_and_stale_leases_fail(store: tidelog.Store) -> N
 
 
 def test_QUE_4_release_and_delayed_nack(store: tidelog.Store, clock: FakeClock) -> None:
+    """QUE-4: release and delayed nack."""
     t = store.topic("jobs")
     t.append_many([b"1", b"2"])
     a, b = t.claim("w", max=2)
@@ -522,6 +561,7 @@ def test_QUE_4_release_and_delayed_nack(store: tidelog.Store, clock: FakeClock) 
 def test_QUE_5_expiry_is_driven_by_the_injected_clock(
     store: tidelog.Store, clock: FakeClock
 ) -> None:
+    """QUE-5: expiry is driven by the injected clock."""
     t = store.topic("jobs", lease_ms=10)
     t.append(b"j")
     t.claim("w")
@@ -531,6 +571,7 @@ def test_QUE_5_expiry_is_driven_by_the_injected_clock(
 
 
 def test_QUE_6_delivery_counts(store: tidelog.Store, clock: FakeClock) -> None:
+    """QUE-6: delivery counts."""
     t = store.topic("jobs", lease_ms=10)
     t.append(b"j")
     counts = []
@@ -542,6 +583,7 @@ def test_QUE_6_delivery_counts(store: tidelog.Store, clock: FakeClock) -> None:
 
 
 def test_QUE_7_dead_letter_after_max_deliveries(store: tidelog.Store) -> None:
+    """QUE-7: dead letter after max deliveries."""
     t = store.topic("jobs", max_deliveries=2, dead_letter="jobs.dead")
     t.append(b"poison", tag="p")
     for _ in range(2):
@@ -556,6 +598,7 @@ def test_QUE_7_dead_letter_after_max_deliveries(store: tidelog.Store) -> None:
 
 
 def test_QUE_7_refused_dead_letter_parks_the_job(store: tidelog.Store) -> None:
+    """QUE-7: refused dead letter parks the job."""
     store.topic("dead", cap_records=1, discard="reject").append(b"full")
     t = store.topic("jobs", max_deliveries=1, dead_letter="dead")
     t.append(b"poison")
@@ -568,6 +611,7 @@ def test_QUE_7_refused_dead_letter_parks_the_job(store: tidelog.Store) -> None:
 
 
 def test_QUE_8_restart_ends_every_lease(scheme: str) -> None:
+    """QUE-8: restart ends every lease."""
     uri = f"{scheme}://que8-{uuid.uuid4().hex[:8]}"
     clock = FakeClock()
     with tidelog.open(uri, clock=clock) as store:
