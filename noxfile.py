@@ -245,6 +245,14 @@ def _run_crosshair(
         )
 
 
+def _pytest(session: nox.Session, seed: str, *args: str, **extra_env: str) -> None:
+    """pytest from the installed wheel (``-P``: ./tidelog must not shadow it), seeded."""
+    session.run(
+        "python", "-P", "-m", "pytest", "-n", "auto", f"--hypothesis-seed={seed}", *args,
+        env={**_test_env(seed), **extra_env},
+    )  # fmt: skip
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Full suite from the installed wheel, then a short bounded CrossHair pass (CI runs this)."""
@@ -254,17 +262,7 @@ def tests(session: nox.Session) -> None:
         f"tidelog: hypothesis seed {seed}; reproduce with TIDELOG_SEED={seed} python3 run.py tests",
         flush=True,
     )
-    session.run(
-        "python",
-        "-P",
-        "-m",
-        "pytest",
-        "-n",
-        "auto",
-        f"--hypothesis-seed={seed}",
-        *session.posargs,
-        env=_test_env(seed),
-    )
+    _pytest(session, seed, *session.posargs)
     if session.posargs:
         session.log("crosshair pass skipped: pytest was given arguments (a partial run)")
     elif os.environ.get("TIDELOG_SKIP_CROSSHAIR") == "1":
@@ -284,20 +282,14 @@ def stateful(session: nox.Session) -> None:
     20000) examples per machine, with a printed, reproducible seed. ARGS go to pytest."""
     _install_project(session, "test")
     seed = _seed(session)
-    env = _test_env(seed)
-    env["TIDELOG_STATEFUL_EXAMPLES"] = os.environ.get("TIDELOG_STATEFUL_EXAMPLES", "20000")
-    session.run(
-        "python",
-        "-P",
-        "-m",
-        "pytest",
-        "-n",
-        "auto",
-        f"--hypothesis-seed={seed}",
+    examples = os.environ.get("TIDELOG_STATEFUL_EXAMPLES", "20000")
+    _pytest(
+        session,
+        seed,
         "--hypothesis-show-statistics",
         "tests/stateful",
         *session.posargs,
-        env=env,
+        TIDELOG_STATEFUL_EXAMPLES=examples,
     )
 
 

@@ -6,22 +6,20 @@ Pure Python, no I/O, time only from an injected clock. Reachable as a (slow) bac
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 
 from tidelog.backend import COMMON_OPTIONS, StoreOptions
 from tidelog.clock import Clock
-from tidelog.errors import Locked
-from tidelog.names import check_topic_name
+from tidelog.named import NamedStores
 from tidelog.options import validate_options
 from tidelog.uri import URI
 
 from .log import ModelStore, QueueModel, SubModel, TopicModel
 
-__all__ = ["ModelStore", "TopicModel", "SubModel", "QueueModel", "open_backend"]
+__all__ = ["ModelStore", "TopicModel", "SubModel", "QueueModel", "open_backend", "forget"]
 
-_named: dict[str, ModelStore] = {}
-_named_lock = threading.Lock()
+_named: NamedStores[ModelStore] = NamedStores("model")
+forget = _named.forget
 
 
 def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> ModelStore:
@@ -30,14 +28,4 @@ def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> Model
     name = uri.location.strip("/") or None
     if name is None:
         return ModelStore(clock, opts)
-    check_topic_name(name, "store name")
-    with _named_lock:
-        store = _named.get(name)
-        if store is None:
-            store = _named[name] = ModelStore(clock, opts, name)
-            return store
-        if not store.closed:
-            raise Locked(f"model://{name} is already open in this process")
-        store.options = opts
-        store.restart(clock)
-        return store
+    return _named.open(name, opts, clock, lambda: ModelStore(clock, opts, name))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal, NamedTuple, get_args
 
 from tidelog.errors import BadArgument, Corrupt
 
@@ -53,16 +53,8 @@ Category = Literal[
 ]
 Policy = Literal["HALT", "DROP_AND_CONTINUE"]
 
-CATEGORIES: Final[tuple[Category, ...]] = (
-    "SCHEMA_MISMATCH",
-    "PARSE_ERROR",
-    "INTERNAL_ERROR",
-    "SECURITY_ERROR",
-    "WRITE_ERROR",
-    "PROTOCOL_VIOLATION",
-    "UNKNOWN",
-)
-POLICIES: Final[tuple[Policy, ...]] = ("HALT", "DROP_AND_CONTINUE")
+CATEGORIES: Final[tuple[Category, ...]] = get_args(Category)
+POLICIES: Final[tuple[Policy, ...]] = get_args(Policy)
 
 #: Error-frame status byte -> category (FSN-7, seed 003 §14.2). Anything else is UNKNOWN.
 _STATUS_CATEGORY: Final[Mapping[int, Category]] = {

@@ -231,6 +231,13 @@ class ModelStore(Backend):
     def _now(self) -> int:
         return self.clock.now_ms()
 
+    def _enter(self, ref: TopicRef) -> tuple[TopicModel, int]:
+        """Start a topic op: resolve the handle, read the clock once, apply time effects."""
+        t = self._topic(ref)
+        now = self._now()
+        self._tick(t, now)
+        return t, now
+
     def _record_history(self, t: TopicModel) -> None:
         """Crash model: remember the state after an acknowledged op (DUR-2..DUR-6)."""
         t.history.append(t.durable_copy())
@@ -401,9 +408,7 @@ class ModelStore(Backend):
         self, ref: TopicRef, payloads: Sequence[bytes], tag: str | None, node: str | None
     ) -> list[int]:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, now = self._enter(ref)
             return self._append(t, payloads, tag, node, now)
 
     def _append(
@@ -462,9 +467,7 @@ class ModelStore(Backend):
 
     def read(self, ref: TopicRef, after: int, limit: int, exclude_node: str | None) -> list[Item]:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             items: list[Item] = []
             pos = after
             tomb = read_tombstone(after, t.evict_floor)
@@ -486,18 +489,14 @@ class ModelStore(Backend):
 
     def state(self, ref: TopicRef) -> TopicState:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             return t.state()
 
     def delete(
         self, ref: TopicRef, before_seq: int | None, tag: str | None, tag_glob: str | None
     ) -> int:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             limit = t.head + 1 if before_seq is None else min(before_seq, t.head + 1)
             doomed = []
             for q in t.live_sorted():
@@ -519,9 +518,7 @@ class ModelStore(Backend):
     # ======================================================================================
     def subscribe(self, ref: TopicRef, name: str, start: str) -> None:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             if name in t.subs:
                 return
             hwm = t.earliest - 1 if start == "earliest" else t.head
@@ -536,9 +533,7 @@ class ModelStore(Backend):
 
     def poll(self, ref: TopicRef, name: str, limit: int) -> list[Item]:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             s = self._sub(t, name)
             items: list[Item] = []
             if s.gap is not None:
@@ -556,9 +551,7 @@ class ModelStore(Backend):
 
     def _resolve(self, ref: TopicRef, name: str, seq: int, outcome: str) -> bool:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             s = self._sub(t, name)
             if seq > t.head:
                 raise BadArgument(f"seq {seq} is above head_seq {t.head}")
@@ -577,9 +570,7 @@ class ModelStore(Backend):
 
     def commit(self, ref: TopicRef, name: str, seq: int) -> int:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             s = self._sub(t, name)
             if seq > t.head:
                 raise BadArgument(f"seq {seq} is above head_seq {t.head}")
@@ -593,24 +584,18 @@ class ModelStore(Backend):
 
     def hwm(self, ref: TopicRef, name: str) -> int:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             return self._sub(t, name).hwm
 
     def flush_subscriber(self, ref: TopicRef, name: str) -> None:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             s = self._sub(t, name)
             s.flushed_hwm = s.hwm
 
     def unregister(self, ref: TopicRef, name: str) -> None:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             self._sub(t, name)
             del t.subs[name]
             self._settle(t)
@@ -651,9 +636,7 @@ class ModelStore(Backend):
 
     def claim(self, ref: TopicRef, node: str, limit: int, lease_ms: int | None) -> list[Lease]:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, now = self._enter(ref)
             q = t.queue
             duration = lease_ms if lease_ms is not None else t.config.lease_ms
             max_deliveries = t.config.max_deliveries
@@ -697,9 +680,7 @@ class ModelStore(Backend):
 
     def complete(self, ref: TopicRef, seq: int, lease_id: int) -> None:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, _ = self._enter(ref)
             self._lease(t, seq, lease_id)
             t.queue.deliveries.pop(seq, None)
             if seq in t.records:
@@ -708,18 +689,14 @@ class ModelStore(Backend):
 
     def release(self, ref: TopicRef, seq: int, lease_id: int) -> None:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, now = self._enter(ref)
             self._lease(t, seq, lease_id)
             self._return_job(t, seq, now)
             self._record_history(t)
 
     def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None:
         with self.lock:
-            t = self._topic(ref)
-            now = self._now()
-            self._tick(t, now)
+            t, now = self._enter(ref)
             self._lease(t, seq, lease_id)
             if delay_ms == 0:
                 self._return_job(t, seq, now)

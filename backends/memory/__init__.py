@@ -9,24 +9,19 @@ persistent), so the crash rules DUR-2..DUR-6 do not bind it.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 
 from tidelog.backend import COMMON_OPTIONS, Capabilities, StoreOptions
 from tidelog.clock import Clock
-from tidelog.errors import Locked
-from tidelog.names import check_topic_name
+from tidelog.named import NamedStores
 from tidelog.options import validate_options
 from tidelog.uri import URI
 
 from ..common import Engine
 
-__all__ = ["MemoryBackend", "open_backend", "CAPABILITIES"]
+__all__ = ["MemoryBackend", "open_backend", "forget", "CAPABILITIES"]
 
 CAPABILITIES = Capabilities(persistent=False, crash_safe=False)
-
-_named: dict[str, MemoryBackend] = {}
-_named_lock = threading.Lock()
 
 
 class MemoryBackend(Engine):
@@ -40,25 +35,13 @@ class MemoryBackend(Engine):
         return out
 
 
+_named: NamedStores[MemoryBackend] = NamedStores("memory")
+forget = _named.forget
+
+
 def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> MemoryBackend:
     opts = StoreOptions(**validate_options(options, COMMON_OPTIONS, where="memory://"))
     name = uri.location.strip("/") or None
     if name is None:
         return MemoryBackend(clock, opts, None)
-    check_topic_name(name, "memory store name")
-    with _named_lock:
-        store = _named.get(name)
-        if store is None:
-            store = _named[name] = MemoryBackend(clock, opts, name)
-            return store
-        if not store.closed:
-            raise Locked(f"memory://{name} is already open in this process")
-        store.options = opts
-        store.restart(clock)
-        return store
-
-
-def forget(name: str) -> None:
-    """Discard a named in-memory store (tests use this to start clean)."""
-    with _named_lock:
-        _named.pop(name, None)
+    return _named.open(name, opts, clock, lambda: MemoryBackend(clock, opts, name))

@@ -124,9 +124,9 @@ def test_DUR_1_clean_restart_loses_only_ephemeral_records() -> None:
             assert st.count == (0 if cls == "ephemeral" else 2)
             if cls == "ephemeral":
                 assert store.topic(cls).read() == [Tombstone(1, 2)]
-    from tidelog.model import _named
+    from tidelog.model import forget
 
-    _named.pop("dur1", None)
+    forget("dur1")
 
 
 @settings(max_examples=60, deadline=None)

@@ -144,9 +144,9 @@ class LogMachine(RuleBasedStateMachine):
             with contextlib.suppress(TidelogError):
                 store.close()
         self.cleanup_sut(self.name)
-        from tidelog.model import _named
+        from tidelog.model import forget
 
-        _named.pop(self.name, None)
+        forget(self.name)
 
     # -- helpers ---------------------------------------------------------------------------
     def both(self, fn: Callable[[Store], Any]) -> Outcome:
