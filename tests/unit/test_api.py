@@ -52,6 +52,25 @@ def test_URI_1_third_party_scheme_by_registration() -> None:
         registry.unregister("acme")
 
 
+def test_URI_1_third_party_scheme_by_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """URI-1: a scheme published in the tidelog.backends entry-point group is found and loaded;
+    an entry point cannot shadow a built-in scheme."""
+    from importlib.metadata import EntryPoint
+
+    eps = [
+        EntryPoint("viaep", "tidelog.backends.memory:open_backend", registry.ENTRY_POINT_GROUP),
+        EntryPoint("memory", "no.such.module:factory", registry.ENTRY_POINT_GROUP),
+    ]
+    monkeypatch.setattr(
+        registry, "entry_points", lambda group: [e for e in eps if e.group == group]
+    )
+    assert "viaep" in registry.known_schemes()
+    with tidelog.open("viaep://") as store:
+        assert store.topic("t").append(b"x") == 1
+    with tidelog.open("memory://") as store:  # the built-in wins
+        assert store.capabilities.persistent is False
+
+
 def test_URI_2_options_validated_before_anything_is_created() -> None:
     """URI-2: options validated before anything is created."""
     name = f"uri2-{uuid.uuid4().hex[:8]}"
