@@ -3,15 +3,18 @@
 differ only in where bytes live.
 
 Every public op reads the clock once (``now``), applies the lazy time effects (RET-4, QUE-5) of
-its topic, checks everything that can fail before changing anything (ERR-2, RET-7), then mutates.
-One re-entrant lock per store serialises ops (CON-1); dead-lettering appends to another topic
-under the same lock.
+its topic, checks everything that can fail before changing anything (ERR-2, RET-7), then applies
+effects. Each effect is reported to the backend's ``Journal`` (if any) so a persistent backend can
+log it; recovery replays logged effects through the same ``apply_*`` methods. One re-entrant lock
+per store serialises ops (CON-1); waiting for durability happens after the lock is released, so
+concurrent writers share group commits.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from tidelog.backend import Backend, Capabilities, StoreOptions, TopicRef
 from tidelog.clock import Clock
@@ -32,20 +35,24 @@ from tidelog.records import Item, Lease, Tombstone, TopicState
 
 from .index import TopicLog
 from .jobs import JobQueue
+from .journal import Journal
 from .progress import Progress, SubState
 
 __all__ = ["Engine", "EngineTopic"]
 
+R = TypeVar("R")
+
 
 class EngineTopic:
-    """One topic incarnation: its log, its subscribers' progress and its job queue."""
+    """One topic incarnation: its log, its subscribers' progress and its job queue. ``tid`` (the
+    store-wide incarnation number) identifies it in logs and on disk."""
 
-    __slots__ = ("name", "config", "incarnation", "log", "progress", "jobs", "version")
+    __slots__ = ("name", "config", "tid", "log", "progress", "jobs", "version")
 
-    def __init__(self, name: str, config: TopicConfig, incarnation: int) -> None:
+    def __init__(self, name: str, config: TopicConfig, tid: int) -> None:
         self.name = name
         self.config = config
-        self.incarnation = incarnation
+        self.tid = tid
         self.log = TopicLog(name, config)
         self.progress = Progress()
         self.jobs = JobQueue()
@@ -55,15 +62,24 @@ class EngineTopic:
 class Engine(Backend):
     """A complete Backend over in-memory structures; storage backends extend it."""
 
-    def __init__(self, clock: Clock, options: StoreOptions, capabilities: Capabilities) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        options: StoreOptions,
+        capabilities: Capabilities,
+        journal: Journal | None = None,
+    ) -> None:
         self.clock = clock
         self.options = options
         self.capabilities = capabilities
+        self.journal = journal
         self.topics: dict[str, EngineTopic] = {}
+        self.by_id: dict[int, EngineTopic] = {}
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.closed = False
-        self._incarnations = 0
+        self.incarnations = 0
+        self._unpublished: list[EngineTopic] = []  # gated topics the current op appended to
 
     # -- lookups ---------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -73,7 +89,7 @@ class Engine(Backend):
     def _get(self, ref: TopicRef) -> EngineTopic:
         self._check_open()
         t = self.topics.get(ref.name)
-        if t is None or t.incarnation != ref.incarnation:
+        if t is None or t.tid != ref.incarnation:
             raise NoSuchTopic(f"topic {ref.name!r} does not exist (dropped?)")
         return t
 
@@ -90,16 +106,38 @@ class Engine(Backend):
         self._tick(t, now)
         return t, now
 
-    # -- lazy time effects (RET-4, QUE-5) --------------------------------------------------
-    def _tick(self, t: EngineTopic, now: int) -> None:
-        expired = t.log.expired(now)
-        if expired:
-            self._remove_involuntary(t, expired)
-        if t.jobs.leases or t.jobs.delayed:
-            for seq in t.jobs.expired(now):
-                self._return_job(t, seq, now)
-            for seq in t.jobs.ready(now):
-                self._return_job(t, seq, now)
+    def _run(
+        self, ref: TopicRef, op: Callable[[EngineTopic, int], R], *, durable: bool = True
+    ) -> R:
+        """Run ``op`` under the lock, then (outside it) wait until its effects are durable as
+        the topic's durability class requires. Reads pass ``durable=False``: their only effects
+        (lazy TTL/lease expiry) are re-derivable from time and need no wait."""
+        with self.lock:
+            t, now = self._enter(ref)
+            result = op(t, now)
+            ticket, touched = self._end_op(durable)
+        self._finish(ticket, touched)
+        return result
+
+    def _end_op(self, durable: bool) -> tuple[object | None, list[EngineTopic]]:
+        """Under the lock: submit the op's effects; returns what ``_finish`` needs."""
+        touched, self._unpublished = self._unpublished, []
+        ticket = self.journal.end_op(durable) if self.journal is not None else None
+        return ticket, touched
+
+    def _finish(self, ticket: object | None, touched: list[EngineTopic]) -> None:
+        """Outside the lock: wait until the op is durable, then make its appends readable
+        (fsync topics gate reads on durability; an op may append to several topics, e.g.
+        dead-lettering)."""
+        if ticket is not None:
+            assert self.journal is not None
+            self.journal.wait(ticket)
+        if touched:
+            with self.lock:
+                for t in touched:
+                    if t.log.visible < t.log.head:
+                        t.log.visible = t.log.head
+                        self._bump(t)
 
     def _bump(self, t: EngineTopic) -> None:
         t.version += 1
@@ -112,19 +150,79 @@ class Engine(Backend):
     def wait(self, ref: TopicRef, since: int, timeout: float) -> None:
         with self.changed:
             t = self.topics.get(ref.name)
-            if t is None or t.incarnation != ref.incarnation or t.version != since or self.closed:
+            if t is None or t.tid != ref.incarnation or t.version != since or self.closed:
                 return
             self.changed.wait(timeout)
 
-    # -- removal and settling --------------------------------------------------------------
-    def _remove_involuntary(self, t: EngineTopic, seqs: Sequence[int]) -> None:
+    # -- lazy time effects (RET-4, QUE-5) --------------------------------------------------
+    def _tick(self, t: EngineTopic, now: int) -> None:
+        expired = t.log.expired(now)
+        if expired:
+            self.apply_evict(t, expired[-1], "ttl")
+        if t.jobs.leases or t.jobs.delayed:
+            for seq in t.jobs.expired(now):
+                self._return_job(t, seq, now)
+            for seq in t.jobs.ready(now):
+                self._return_job(t, seq, now)
+
+    # ======================================================================================
+    # effects: every state change goes through these (live ops and WAL replay alike)
+    # ======================================================================================
+    def apply_create(self, name: str, config: TopicConfig, tid: int) -> EngineTopic:
+        t = EngineTopic(name, config, tid)
+        self.topics[name] = t
+        self.by_id[tid] = t
+        self.incarnations = max(self.incarnations, tid)
+        self.on_create(t)
+        if self.journal is not None:
+            self.journal.created(t)
+        return t
+
+    def on_create(self, t: EngineTopic) -> None:
+        """Hook for backends (e.g. to gate visibility on fsync topics)."""
+
+    def apply_drop(self, t: EngineTopic) -> None:
+        if self.journal is not None:
+            self.journal.dropped(t)
+        if self.topics.get(t.name) is t:
+            del self.topics[t.name]
+        self.by_id.pop(t.tid, None)
+        self.changed.notify_all()
+
+    def apply_append(
+        self, t: EngineTopic, payloads: Sequence[bytes], tag: str | None, node: str | None, ts: int
+    ) -> list[int]:
+        seqs = t.log.append(payloads, tag, node, ts)
+        if t.log.gate_visibility:
+            self._unpublished.append(t)
+        if self.journal is not None:
+            self.journal.appended(t, seqs[0], ts, tag, node, payloads)
+        self._bump(t)
+        return seqs
+
+    def apply_evict(self, t: EngineTopic, through: int, reason: str) -> None:
+        """Involuntary removal of every live seq <= through (TMB-1, SUB-7)."""
+        seqs = t.log.live_between(1, through)
+        if not seqs:
+            return
+        if self.journal is not None:
+            self.journal.evicted(t, through, reason)
         t.progress.note_involuntary(t.log, seqs)
         t.log.remove(seqs, involuntary=True)
         self._settle(t)
 
-    def _remove_voluntary(self, t: EngineTopic, seqs: Sequence[int]) -> None:
-        t.log.remove(seqs, involuntary=False)
-        self._settle(t)
+    def apply_remove(self, t: EngineTopic, seqs: Sequence[int], fate: str) -> None:
+        """Voluntary removal of live ``seqs`` (fate "deleted" or "trimmed")."""
+        live = [q for q in seqs if t.log.is_live(q)]
+        if not live:
+            return
+        if self.journal is not None:
+            self.journal.removed(t, live, fate)
+        t.log.remove(live, involuntary=False)
+        if fate != "trimmed":
+            self._settle(t)
+        else:
+            self._bump(t)
 
     def _settle(self, t: EngineTopic) -> None:
         """Advance hwms and ack-trim after any change; wakes waiters (producers blocked on
@@ -132,8 +230,43 @@ class Engine(Backend):
         if t.progress.subs:
             trimmed = t.progress.settle(t.log)
             if trimmed:
-                t.log.remove(trimmed, involuntary=False)
+                self.apply_remove(t, trimmed, "trimmed")
         self._bump(t)
+
+    def apply_register(self, t: EngineTopic, name: str, base: int) -> SubState:
+        s = t.progress.add(name, base)
+        if self.journal is not None:
+            self.journal.registered(t, name, base)
+        return s
+
+    def apply_unregister(self, t: EngineTopic, name: str) -> None:
+        if self.journal is not None:
+            self.journal.unregistered(t, name)
+        t.progress.subs.pop(name, None)
+        self._settle(t)
+
+    def apply_delivered(
+        self, t: EngineTopic, seq: int, lease_id: int, count: int, fresh: bool
+    ) -> None:
+        jobs = t.jobs
+        jobs.free.discard(seq)
+        jobs.delayed.pop(seq, None)
+        jobs.deliveries[seq] = count
+        jobs.next_lease_id = max(jobs.next_lease_id, lease_id + 1)
+        if fresh:
+            jobs.claim_cursor = max(jobs.claim_cursor, seq)
+        if self.journal is not None:
+            self.journal.delivered(t, seq, lease_id, count, fresh)
+
+    def apply_returned(self, t: EngineTopic, seq: int) -> None:
+        t.jobs.free.add(seq)
+        if self.journal is not None:
+            self.journal.returned(t, seq)
+
+    def apply_delayed(self, t: EngineTopic, seq: int, ready_at: int) -> None:
+        t.jobs.delay(seq, ready_at)
+        if self.journal is not None:
+            self.journal.delayed(t, seq, ready_at)
 
     # ======================================================================================
     # store
@@ -144,11 +277,13 @@ class Engine(Backend):
             t = self.topics.get(name)
             if t is not None:
                 t.config.check_matches(name, options)
-            elif not create:
+                return TopicRef(name, t.tid)
+            if not create:
                 raise NoSuchTopic(f"topic {name!r} does not exist")
-            else:
-                t = self._create(name, TopicConfig.from_options(name, options))
-            return TopicRef(name, t.incarnation)
+            t = self._create(name, TopicConfig.from_options(name, options))
+            ticket, touched = self._end_op(True)
+        self._finish(ticket, touched)
+        return TopicRef(name, t.tid)
 
     def _create(self, name: str, config: TopicConfig) -> EngineTopic:
         if config.durability not in self.capabilities.durability:
@@ -156,10 +291,7 @@ class Engine(Backend):
                 f"durability {config.durability!r} is not offered by this backend; "
                 f"choose from {', '.join(sorted(self.capabilities.durability))}"
             )
-        self._incarnations += 1
-        t = EngineTopic(name, config, self._incarnations)
-        self.topics[name] = t
-        return t
+        return self.apply_create(name, config, self.incarnations + 1)
 
     def topic_config(self, ref: TopicRef) -> TopicConfig:
         with self.lock:
@@ -173,9 +305,12 @@ class Engine(Backend):
     def drop_topic(self, name: str) -> None:
         with self.lock:
             self._check_open()
-            if self.topics.pop(name, None) is None:
+            t = self.topics.get(name)
+            if t is None:
                 raise NoSuchTopic(f"topic {name!r} does not exist")
-            self.changed.notify_all()
+            self.apply_drop(t)
+            ticket, touched = self._end_op(True)
+        self._finish(ticket, touched)
 
     def flush(self) -> None:
         with self.lock:
@@ -199,14 +334,16 @@ class Engine(Backend):
             now = clock.now_ms()
             for name in sorted(self.topics):
                 t = self.topics.get(name)
-                if t is None:
-                    continue
-                if t.config.durability == "ephemeral" and t.log.count:
-                    self._remove_involuntary(t, t.log.live_between(t.log.earliest, t.log.head))
-                for s in t.progress.subs.values():
-                    s.cursor = s.hwm
-                for seq in t.jobs.end_all_leases():
-                    self._return_job(t, seq, now)
+                if t is not None:
+                    self.restart_topic(t, now)
+
+    def restart_topic(self, t: EngineTopic, now: int) -> None:
+        if t.config.durability == "ephemeral" and t.log.count:
+            self.apply_evict(t, t.log.head, "lost")
+        for s in t.progress.subs.values():
+            s.cursor = s.hwm
+        for seq in t.jobs.end_all_leases():
+            self._return_job(t, seq, now)
 
     def describe(self) -> dict[str, object]:
         with self.lock:
@@ -228,7 +365,14 @@ class Engine(Backend):
     @staticmethod
     def _peek_state(t: EngineTopic) -> TopicState:
         log = t.log
-        return TopicState(log.head, log.earliest, log.evict_floor, log.count, log.nbytes)
+        if log.visible == log.head:
+            return TopicState(log.head, log.earliest, log.evict_floor, log.count, log.nbytes)
+        # fsync topic with an append in flight: report what readers can see
+        pending = log.live_between(log.visible + 1, log.head)
+        count = log.count - len(pending)
+        nbytes = log.nbytes - sum(len(log.record(q).payload) for q in pending)
+        earliest = min(log.earliest, log.visible + 1)
+        return TopicState(log.visible, earliest, log.evict_floor, count, nbytes)
 
     # ======================================================================================
     # topic log
@@ -236,9 +380,7 @@ class Engine(Backend):
     def append(
         self, ref: TopicRef, payloads: Sequence[bytes], tag: str | None, node: str | None
     ) -> list[int]:
-        with self.lock:
-            t, now = self._enter(ref)
-            return self._append(t, payloads, tag, node, now)
+        return self._run(ref, lambda t, now: self._append(t, payloads, tag, node, now))
 
     def _append(
         self, t: EngineTopic, payloads: Sequence[bytes], tag: str | None, node: str | None, now: int
@@ -281,48 +423,48 @@ class Engine(Backend):
                         f"has not resolved seq {blocked[1]}"
                     )
         ts = now if log.last_ts is None or now > log.last_ts else log.last_ts
-        seqs = log.append(payloads, tag, node, ts)
+        seqs = self.apply_append(t, payloads, tag, node, ts)
         if victims:
-            self._remove_involuntary(t, victims)
-        self._bump(t)
+            self.apply_evict(t, victims[-1], "cap")
         return seqs
 
     def read(self, ref: TopicRef, after: int, limit: int, exclude_node: str | None) -> list[Item]:
-        with self.lock:
-            t, _ = self._enter(ref)
-            return t.log.read(after, limit, exclude_node)
+        return self._run(ref, lambda t, now: t.log.read(after, limit, exclude_node), durable=False)
 
     def state(self, ref: TopicRef) -> TopicState:
-        with self.lock:
-            t, _ = self._enter(ref)
-            return self._peek_state(t)
+        return self._run(ref, lambda t, now: self._peek_state(t), durable=False)
 
     def delete(
         self, ref: TopicRef, before_seq: int | None, tag: str | None, tag_glob: str | None
     ) -> int:
-        with self.lock:
-            t, _ = self._enter(ref)
+        def op(t: EngineTopic, now: int) -> int:
             targets = t.log.delete_targets(before_seq, tag, tag_glob)
             if targets:
-                self._remove_voluntary(t, targets)
+                self.apply_remove(t, targets, "deleted")
             return len(targets)
+
+        return self._run(ref, op)
 
     # ======================================================================================
     # subscribers
     # ======================================================================================
     def subscribe(self, ref: TopicRef, name: str, start: str) -> None:
-        with self.lock:
-            t, _ = self._enter(ref)
-            if t.progress.register(t.log, name, start):
+        def op(t: EngineTopic, now: int) -> None:
+            if name not in t.progress.subs:
+                log = t.log
+                self.apply_register(
+                    t, name, log.earliest - 1 if start == "earliest" else log.visible
+                )
                 self._settle(t)
+
+        self._run(ref, op)
 
     def subscribers(self, ref: TopicRef) -> list[str]:
         with self.lock:
             return sorted(self._get(ref).progress.subs)
 
     def poll(self, ref: TopicRef, name: str, limit: int) -> list[Item]:
-        with self.lock:
-            t, _ = self._enter(ref)
+        def op(t: EngineTopic, now: int) -> list[Item]:
             s = self._sub(t, name)
             log = t.log
             items: list[Item] = []
@@ -331,7 +473,7 @@ class Engine(Backend):
                 s.cursor = max(s.cursor, s.gap[1])
                 s.gap = None
             cursor = max(s.cursor, s.hwm)
-            head, out = log.head, s.outcomes
+            head, out = log.visible, s.outcomes
             q = cursor + 1
             if q < log.earliest:  # seqs below earliest are not live: examined and skipped
                 q = log.earliest
@@ -344,17 +486,23 @@ class Engine(Backend):
             s.cursor = cursor
             return items
 
+        return self._run(ref, op, durable=False)
+
+    def _check_seq(self, t: EngineTopic, seq: int) -> None:
+        if seq > t.log.visible:
+            raise BadArgument(f"seq {seq} is above head_seq {t.log.visible}")
+
     def _resolve(self, ref: TopicRef, name: str, seq: int, outcome: str) -> bool:
-        with self.lock:
-            t, _ = self._enter(ref)
+        def op(t: EngineTopic, now: int) -> bool:
             s = self._sub(t, name)
-            if seq > t.log.head:
-                raise BadArgument(f"seq {seq} is above head_seq {t.log.head}")
+            self._check_seq(t, seq)
             if t.progress.resolved(t.log, s, seq):
                 return False
             s.outcomes[seq] = outcome
             self._settle(t)
             return True
+
+        return self._run(ref, op)
 
     def ack(self, ref: TopicRef, name: str, seq: int) -> bool:
         return self._resolve(ref, name, seq, "acked")
@@ -363,37 +511,39 @@ class Engine(Backend):
         return self._resolve(ref, name, seq, "rejected")
 
     def commit(self, ref: TopicRef, name: str, seq: int) -> int:
-        with self.lock:
-            t, _ = self._enter(ref)
+        def op(t: EngineTopic, now: int) -> int:
             s = self._sub(t, name)
-            log = t.log
-            if seq > log.head:
-                raise BadArgument(f"seq {seq} is above head_seq {log.head}")
+            self._check_seq(t, seq)
             if seq <= s.hwm:
                 return 0
-            pending = [q for q in log.live_between(s.hwm + 1, seq) if q not in s.outcomes]
+            pending = [q for q in t.log.live_between(s.hwm + 1, seq) if q not in s.outcomes]
             for q in pending:
                 s.outcomes[q] = "acked"
             self._settle(t)
             return len(pending)
 
+        return self._run(ref, op)
+
     def hwm(self, ref: TopicRef, name: str) -> int:
-        with self.lock:
-            t, _ = self._enter(ref)
-            return self._sub(t, name).hwm
+        return self._run(ref, lambda t, now: self._sub(t, name).hwm, durable=False)
 
     def flush_subscriber(self, ref: TopicRef, name: str) -> None:
-        with self.lock:
-            t, _ = self._enter(ref)
+        def op(t: EngineTopic, now: int) -> None:
             s = self._sub(t, name)
             s.flushed_hwm = s.hwm
+            self.persist_progress(t, name, s)
+
+        self._run(ref, op, durable=False)
+
+    def persist_progress(self, t: EngineTopic, name: str, s: SubState) -> None:
+        """Hook: make one subscriber's progress durable (file backend: progress file)."""
 
     def unregister(self, ref: TopicRef, name: str) -> None:
-        with self.lock:
-            t, _ = self._enter(ref)
+        def op(t: EngineTopic, now: int) -> None:
             self._sub(t, name)
-            del t.progress.subs[name]
-            self._settle(t)
+            self.apply_unregister(t, name)
+
+        self._run(ref, op)
 
     # ======================================================================================
     # queue mode
@@ -407,7 +557,7 @@ class Engine(Backend):
         at_limit = limit is not None and jobs.deliveries.get(seq, 0) >= limit
         if at_limit and self._dead_letter(t, seq, now):
             return
-        jobs.free.add(seq)
+        self.apply_returned(t, seq)
 
     def _dead_letter(self, t: EngineTopic, seq: int, now: int) -> bool:
         """QUE-7: move a job to the dead-letter topic; False (job stays parked) if refused."""
@@ -424,22 +574,22 @@ class Engine(Backend):
             return False
         t.jobs.free.discard(seq)
         t.jobs.deliveries.pop(seq, None)
-        self._remove_voluntary(t, [seq])
+        self.apply_remove(t, [seq], "deleted")
         return True
 
     def claim(self, ref: TopicRef, node: str, limit: int, lease_ms: int | None) -> list[Lease]:
-        with self.lock:
-            t, now = self._enter(ref)
+        def op(t: EngineTopic, now: int) -> list[Lease]:
             log, jobs = t.log, t.jobs
             deadline = now + (lease_ms if lease_ms is not None else t.config.lease_ms)
             max_deliveries = t.config.max_deliveries
             out: list[Lease] = []
+            self._bump(t)
 
-            def hand_out(seq: int) -> None:
+            def hand_out(seq: int, fresh: bool) -> None:
                 lease_id, deliveries = jobs.grant(seq, node, deadline)
+                self.apply_delivered(t, seq, lease_id, deliveries, fresh)
                 out.append(Lease(seq, lease_id, deadline, deliveries, log.record(seq)))
 
-            self._bump(t)
             for seq in sorted(jobs.free):  # QUE-1: reclaimed jobs first, lowest seq first
                 if len(out) == limit:
                     break
@@ -449,17 +599,18 @@ class Engine(Backend):
                 elif max_deliveries is not None and jobs.deliveries.get(seq, 0) >= max_deliveries:
                     self._dead_letter(t, seq, now)  # stays parked if refused; never handed out
                 else:
-                    jobs.free.discard(seq)
-                    hand_out(seq)
-            while len(out) < limit and jobs.claim_cursor < log.head:
+                    hand_out(seq, fresh=False)
+            while len(out) < limit and jobs.claim_cursor < log.visible:
                 nxt = max(jobs.claim_cursor + 1, log.earliest)
-                if nxt > log.head:
-                    jobs.claim_cursor = log.head
+                if nxt > log.visible:
+                    jobs.claim_cursor = log.visible
                     break
                 jobs.claim_cursor = nxt
                 if log.is_live(nxt):
-                    hand_out(nxt)
+                    hand_out(nxt, fresh=True)
             return out
+
+        return self._run(ref, op)
 
     def _end_lease(self, t: EngineTopic, seq: int, lease_id: int) -> None:
         if not t.jobs.end_lease(seq, lease_id):
@@ -469,26 +620,29 @@ class Engine(Backend):
             )
 
     def complete(self, ref: TopicRef, seq: int, lease_id: int) -> None:
-        with self.lock:
-            t, _ = self._enter(ref)
+        def op(t: EngineTopic, now: int) -> None:
             self._end_lease(t, seq, lease_id)
             t.jobs.deliveries.pop(seq, None)
             if t.log.is_live(seq):
-                self._remove_voluntary(t, [seq])
+                self.apply_remove(t, [seq], "deleted")
+
+        self._run(ref, op)
 
     def release(self, ref: TopicRef, seq: int, lease_id: int) -> None:
-        with self.lock:
-            t, now = self._enter(ref)
+        def op(t: EngineTopic, now: int) -> None:
             self._end_lease(t, seq, lease_id)
             self._return_job(t, seq, now)
             self._bump(t)
 
+        self._run(ref, op)
+
     def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None:
-        with self.lock:
-            t, now = self._enter(ref)
+        def op(t: EngineTopic, now: int) -> None:
             self._end_lease(t, seq, lease_id)
             if delay_ms == 0:
                 self._return_job(t, seq, now)
             else:
-                t.jobs.delay(seq, now + delay_ms)
+                self.apply_delayed(t, seq, now + delay_ms)
             self._bump(t)
+
+        self._run(ref, op)

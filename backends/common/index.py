@@ -1,23 +1,28 @@
 """The per-topic log index: seed 000 §1's base+offset vector, tag index and lazy front reclaim.
 
-Slot ``i`` holds seq ``base + i``. Each slot is a payload (None once the record is gone), a ts,
-a tag and a node, kept in parallel lists so reads are a tight loop with no per-record lookups.
-Dead slots stay in place (so indexing stays O(1)) until the dead prefix is popped in bulk.
+The newest records live in the *tail*: slot ``i`` holds seq ``base + i`` as a payload (None once
+the record is gone), a ts, a tag and a node, in parallel lists so reads are a tight loop with no
+per-record lookups. Older records may live in *sealed chunks* (read-only, e.g. mmap'd segment
+files of the file backend) that cover contiguous seq ranges below ``base``; a chunk answers the
+same per-slot questions through the small ``SealedChunk`` interface. The memory backend never
+seals, so its reads never leave the tail's fast path.
 
+Dead tail slots stay in place (so indexing stays O(1)) until the dead prefix is popped in bulk.
 This class knows nothing about subscribers or queues; it reports which seqs it removed and the
 engine tells the other parts.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-from collections.abc import Sequence
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterator, Sequence
 from fnmatch import fnmatchcase
+from typing import Protocol
 
 from tidelog.config import TopicConfig
 from tidelog.records import Item, Record, Tombstone
 
-__all__ = ["TopicLog", "glob_prefix"]
+__all__ = ["TopicLog", "SealedChunk", "glob_prefix"]
 
 _COMPACT_MIN = 4096  # pop the dead prefix only once it is this long and half the slots
 
@@ -30,6 +35,30 @@ def glob_prefix(pattern: str) -> str:
     return pattern
 
 
+class SealedChunk(Protocol):
+    """A read-only run of slots ``first_seq .. first_seq + count - 1`` below the tail."""
+
+    first_seq: int
+    count: int
+    live: int  # live slots left
+
+    def is_live(self, i: int) -> bool: ...
+
+    def first_live(self) -> int:
+        """Index of the first live slot (``count`` if none); implementations cache it."""
+
+    def kill(self, i: int) -> int:
+        """Mark slot ``i`` dead; return its payload size."""
+
+    def ts(self, i: int) -> int: ...
+
+    def node(self, i: int) -> str | None: ...
+
+    def record(self, i: int) -> Record: ...
+
+    def size(self, i: int) -> int: ...
+
+
 class TopicLog:
     """Records, floors and tags of one topic incarnation."""
 
@@ -37,13 +66,17 @@ class TopicLog:
         self.name = name
         self.config = config
         self.head = 0
+        self.visible = 0  # readers see seqs <= visible (fsync topics: what is durable)
+        self.gate_visibility = False  # True: the engine publishes seqs once durable
         self.evict_floor = 1
         self.count = 0
         self.nbytes = 0
         self.last_ts: int | None = None
         self.losses: list[tuple[int, int]] = []  # crash-loss ranges above the floor (TMB-2)
+        self.chunks: list[SealedChunk] = []
+        self._chunk_firsts: list[int] = []
         self.base = 1
-        self._first = 0  # index of the first live slot (== len(payloads) when none)
+        self._first = 0  # index of the first live tail slot (== len(payloads) when none)
         self.payloads: list[bytes | None] = []
         self.tss: list[int] = []
         self.tags: list[str | None] = []
@@ -52,37 +85,83 @@ class TopicLog:
         self.tag_keys: list[str] = []  # sorted distinct tags, for glob prefix ranges
         self.examined = 0  # slots/tag entries examined by deletes (DEL-5 instrumentation)
 
+    # -- locating slots ----------------------------------------------------------------------
+    def _chunk(self, seq: int) -> tuple[SealedChunk, int] | None:
+        j = bisect_right(self._chunk_firsts, seq) - 1
+        if j < 0:
+            return None
+        c = self.chunks[j]
+        i = seq - c.first_seq
+        return (c, i) if i < c.count else None
+
+    def _pieces(self, lo: int, hi: int) -> Iterator[tuple[SealedChunk | None, int, int]]:
+        """Slot ranges covering seqs [lo, hi]: (chunk, i0, i1) for sealed chunks and
+        (None, i0, i1) for the tail, indexes inclusive, in seq order."""
+        if self.chunks and lo < self.base:
+            j = max(bisect_right(self._chunk_firsts, lo) - 1, 0)
+            for c in self.chunks[j:]:
+                if c.first_seq > hi:
+                    return
+                i0 = max(lo - c.first_seq, 0)
+                i1 = min(hi - c.first_seq, c.count - 1)
+                if i0 <= i1:
+                    yield c, i0, i1
+        i0 = max(lo - self.base, self._first)
+        i1 = min(hi - self.base, len(self.payloads) - 1)
+        if i0 <= i1:
+            yield None, i0, i1
+
     # -- queries ---------------------------------------------------------------------------
     @property
     def earliest(self) -> int:
+        for c in self.chunks:
+            if c.live:
+                return c.first_seq + c.first_live()
         if self._first < len(self.payloads):
             return self.base + self._first
         return self.head + 1
 
     def is_live(self, seq: int) -> bool:
         i = seq - self.base
-        return 0 <= i < len(self.payloads) and self.payloads[i] is not None
+        if i >= 0:
+            return i < len(self.payloads) and self.payloads[i] is not None
+        found = self._chunk(seq)
+        return found is not None and found[0].is_live(found[1])
 
     def record(self, seq: int) -> Record:
         i = seq - self.base
-        payload = self.payloads[i]
-        assert payload is not None
-        return Record(seq, self.tss[i], self.tags[i], self.nodes[i], payload)
+        if i >= 0:
+            payload = self.payloads[i]
+            assert payload is not None
+            return Record(seq, self.tss[i], self.tags[i], self.nodes[i], payload)
+        found = self._chunk(seq)
+        assert found is not None
+        return found[0].record(found[1])
 
     def live_between(self, lo: int, hi: int) -> list[int]:
         """Live seqs in [lo, hi], ascending."""
-        p, base = self.payloads, self.base
-        start = max(lo - base, self._first)
-        stop = min(hi - base, len(p) - 1)
-        return [base + i for i in range(start, stop + 1) if p[i] is not None]
+        out: list[int] = []
+        for c, i0, i1 in self._pieces(lo, hi):
+            if c is None:
+                p, base = self.payloads, self.base
+                out += [base + i for i in range(i0, i1 + 1) if p[i] is not None]
+            elif c.live:
+                out += [c.first_seq + i for i in range(i0, i1 + 1) if c.is_live(i)]
+        return out
 
-    def next_live(self, seq: int) -> int | None:
-        """The smallest live seq >= seq, or None."""
-        p = self.payloads
-        for i in range(max(seq - self.base, self._first), len(p)):
-            if p[i] is not None:
-                return self.base + i
-        return None
+    def _live_from_start(self) -> Iterator[tuple[int, int, int]]:
+        """(seq, ts, payload size) of live records, oldest first."""
+        for c, i0, i1 in self._pieces(1, self.head):
+            if c is None:
+                p, t = self.payloads, self.tss
+                for i in range(i0, i1 + 1):
+                    payload = p[i]
+                    if payload is not None:
+                        yield self.base + i, t[i], len(payload)
+            elif c.live:
+                for i in range(i0, i1 + 1):
+                    if c.is_live(i):
+                        yield c.first_seq + i, c.ts(i), c.size(i)
 
     # -- append ----------------------------------------------------------------------------
     def append(
@@ -95,20 +174,27 @@ class TopicLog:
         self.tags.extend([tag] * n)
         self.nodes.extend([node] * n)
         self.head += n
+        if not self.gate_visibility:
+            self.visible = self.head
         self.count += n
         self.nbytes += sum(len(p) for p in payloads)
         self.last_ts = ts
         seqs = list(range(first, first + n))
         if tag is not None:
-            lst = self.tag_seqs.get(tag)
-            if lst is None:
-                self.tag_seqs[tag] = seqs[:]
-                insort(self.tag_keys, tag)
-            else:
-                if lst and lst[0] < self.base:  # drop entries for popped slots
-                    del lst[: bisect_left(lst, self.base)]
-                lst.extend(seqs)
+            self.index_tag(tag, seqs)
         return seqs
+
+    def index_tag(self, tag: str, seqs: list[int]) -> None:
+        """Add ascending ``seqs`` (all above any already indexed) to the tag index."""
+        lst = self.tag_seqs.get(tag)
+        if lst is None:
+            self.tag_seqs[tag] = seqs[:]
+            insort(self.tag_keys, tag)
+        else:
+            low = self.chunks[0].first_seq if self.chunks else self.base
+            if lst and lst[0] < low:  # drop entries for reclaimed slots
+                del lst[: bisect_left(lst, low)]
+            lst.extend(seqs)
 
     # -- retention planning (RET-1, RET-2, RET-4) ---------------------------------------------
     def eviction_plan(self, n: int, nbytes: int) -> list[int]:
@@ -116,17 +202,20 @@ class TopicLog:
         cap_r, cap_b = self.config.cap_records, self.config.cap_bytes
         count, total = self.count, self.nbytes
         victims: list[int] = []
-        p = self.payloads
-        i = self._first
-        while (cap_r is not None and count + n > cap_r) or (
-            cap_b is not None and total + nbytes > cap_b
+        if not (
+            (cap_r is not None and count + n > cap_r)
+            or (cap_b is not None and total + nbytes > cap_b)
         ):
-            payload = p[i]
-            if payload is not None:
-                victims.append(self.base + i)
-                count -= 1
-                total -= len(payload)
-            i += 1
+            return victims
+        for seq, _, size in self._live_from_start():
+            victims.append(seq)
+            count -= 1
+            total -= size
+            if not (
+                (cap_r is not None and count + n > cap_r)
+                or (cap_b is not None and total + nbytes > cap_b)
+            ):
+                break
         return victims
 
     def expired(self, now: int) -> list[int]:
@@ -135,13 +224,10 @@ class TopicLog:
         if ttl is None or self.count == 0:
             return []
         out: list[int] = []
-        p, t = self.payloads, self.tss
-        for i in range(self._first, len(p)):
-            if p[i] is None:
-                continue
-            if t[i] + ttl > now:
+        for seq, ts, _ in self._live_from_start():
+            if ts + ttl > now:
                 break
-            out.append(self.base + i)
+            out.append(seq)
         return out
 
     # -- removal ---------------------------------------------------------------------------
@@ -150,12 +236,17 @@ class TopicLog:
         p, base = self.payloads, self.base
         for q in seqs:
             i = q - base
-            payload = p[i]
-            assert payload is not None, f"seq {q} is not live"
+            if i >= 0:
+                payload = p[i]
+                assert payload is not None, f"seq {q} is not live"
+                self.nbytes -= len(payload)
+                p[i] = None
+                self.nodes[i] = None
+            else:
+                found = self._chunk(q)
+                assert found is not None and found[0].is_live(found[1]), f"seq {q} is not live"
+                self.nbytes -= found[0].kill(found[1])
             self.count -= 1
-            self.nbytes -= len(payload)
-            p[i] = None
-            self.nodes[i] = None
         if involuntary and seqs:
             self.evict_floor = max(self.evict_floor, max(seqs) + 1)
             floor = self.evict_floor
@@ -173,11 +264,71 @@ class TopicLog:
             self.base += i
             self._first = 0
 
+    def skip_to(self, hi: int) -> None:
+        """Advance the head to ``hi`` over seqs that never became live (lost in a crash): they
+        occupy dead tail slots so seq -> slot indexing stays exact."""
+        n = hi - self.head
+        if n <= 0:
+            return
+        if self.payloads:
+            self.payloads.extend([None] * n)
+            self.tss.extend([self.last_ts or 0] * n)
+            self.tags.extend([None] * n)
+            self.nodes.extend([None] * n)
+        else:
+            self.base = hi + 1
+        self.head = hi
+        self.visible = hi
+        self._advance_first()
+
     def add_loss(self, lo: int, hi: int) -> None:
         """DUR-3: seqs lo..hi were lost in a crash while older records survived."""
         if hi >= max(lo, self.evict_floor):
             self.losses.append((max(lo, self.evict_floor), hi))
             self.losses.sort()
+
+    # -- sealing (file backend) ---------------------------------------------------------------
+    def tail_slice(
+        self, through: int
+    ) -> tuple[int, list[bytes | None], list[int], list[str | None], list[str | None]]:
+        """The tail's slots from ``base`` through ``through``: (first_seq, payloads, tss, tags,
+        nodes), with None payloads for dead slots. Copies the lists (cheap: references)."""
+        n = through - self.base + 1
+        return (self.base, self.payloads[:n], self.tss[:n], self.tags[:n], self.nodes[:n])
+
+    def seal(self, chunk: SealedChunk) -> None:
+        """Replace the tail slots of seqs ``chunk.first_seq ..`` by ``chunk``. Slots that died
+        since the chunk was built (or were popped from the tail's dead prefix meanwhile) are
+        killed in it, so the chunk reflects the current state. Totals do not change: the
+        records only move."""
+        first, n = chunk.first_seq, chunk.count
+        for i in range(n):
+            j = first + i - self.base
+            if (j < 0 or self.payloads[j] is None) and chunk.is_live(i):
+                chunk.kill(i)
+        cut = first + n - self.base
+        if cut > 0:
+            del self.payloads[:cut], self.tss[:cut], self.tags[:cut], self.nodes[:cut]
+            self.base += cut
+            self._first = max(self._first - cut, 0)
+        self.add_chunk(chunk)
+        self._advance_first()
+
+    def add_chunk(self, chunk: SealedChunk) -> None:
+        """Attach a sealed chunk (recovery builds the log from chunks, then the tail)."""
+        j = bisect_left(self._chunk_firsts, chunk.first_seq)
+        self.chunks.insert(j, chunk)
+        self._chunk_firsts.insert(j, chunk.first_seq)
+        if not self.payloads:
+            self.base = max(self.base, chunk.first_seq + chunk.count)
+
+    def drop_dead_chunks(self) -> list[SealedChunk]:
+        """Detach and return sealed chunks with no live slot left (their files can go)."""
+        dead = [c for c in self.chunks if not c.live]
+        if dead:
+            self.chunks = [c for c in self.chunks if c.live]
+            self._chunk_firsts = [c.first_seq for c in self.chunks]
+        return dead
 
     # -- reads (TOP-7, TOP-8, TMB-1..5) ------------------------------------------------------
     def read(self, after: int, limit: int, exclude_node: str | None) -> list[Item]:
@@ -186,15 +337,15 @@ class TopicLog:
         if pos + 1 < self.evict_floor:
             items.append(Tombstone(pos + 1, self.evict_floor - 1))
             pos = self.evict_floor - 1
-        head = self.head
+        head = self.visible
         losses = [r for r in self.losses if r[1] > pos] if self.losses else []
         while pos < head and len(items) < limit:
             if losses and losses[0][0] <= pos + 1:
-                hi = losses.pop(0)[1]
+                hi = min(losses.pop(0)[1], head)
                 items.append(Tombstone(pos + 1, hi))
                 pos = hi
                 continue
-            seg_end = losses[0][0] - 1 if losses else head
+            seg_end = min(losses[0][0] - 1, head) if losses else head
             pos = self._scan(items, pos + 1, seg_end, limit, exclude_node)
         return items
 
@@ -203,11 +354,24 @@ class TopicLog:
     ) -> int:
         """Append live records with seq in [start, end] until ``limit`` items; return the last
         seq examined (so the caller resumes after it)."""
+        if self.chunks and start < self.base:
+            for c, i0, i1 in self._pieces(start, min(end, self.base - 1)):
+                assert c is not None
+                for i in range(i0, i1 + 1):
+                    if len(items) >= limit:
+                        return c.first_seq + i - 1
+                    if c.is_live(i) and (exclude is None or c.node(i) != exclude):
+                        items.append(c.record(i))
+            start = max(start, self.base)
+            if start > end:
+                return end
         base = self.base
         p, t, g, nd = self.payloads, self.tss, self.tags, self.nodes
         i = max(start - base, self._first)
         stop = min(end - base, len(p) - 1)
         room = limit - len(items)
+        if not room:
+            return start - 1
         append = items.append
         while i <= stop and room:
             payload = p[i]

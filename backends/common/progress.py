@@ -35,13 +35,10 @@ class Progress:
     def resolved(self, log: TopicLog, s: SubState, seq: int) -> bool:
         return seq <= s.hwm or seq in s.outcomes or not log.is_live(seq)
 
-    def register(self, log: TopicLog, name: str, start: str) -> bool:
-        """SUB-1. Returns False if the subscriber already existed (it resumes)."""
-        if name in self.subs:
-            return False
-        hwm = log.earliest - 1 if start == "earliest" else log.head
-        self.subs[name] = SubState(base=hwm, hwm=hwm, cursor=hwm, flushed_hwm=hwm)
-        return True
+    def add(self, name: str, base: int) -> SubState:
+        """SUB-1: a new subscriber starting at ``base`` (its hwm and cursor start there too)."""
+        s = self.subs[name] = SubState(base=base, hwm=base, cursor=base, flushed_hwm=base)
+        return s
 
     def note_involuntary(self, log: TopicLog, seqs: Sequence[int]) -> None:
         """SUB-7: before ``seqs`` (live, ascending) are evicted or lost, extend the gap of every

@@ -1,0 +1,61 @@
+"""What a storage backend hears from the engine: every durable state change, as an *effect*.
+
+The engine decides (caps, backpressure, TTL, dead-lettering...) and then applies effects; each
+applied effect is reported here, in order, under the engine lock. A persistent backend turns them
+into WAL frames; recovery replays them through the engine's ``apply_*`` methods. Effects never
+need re-deciding on replay (an eviction says which seqs went, not why), so recovery does not
+depend on state kept elsewhere, such as subscriber progress files.
+
+Subscriber outcomes (acks, rejects, gaps, cursors) are not effects: backends persist subscriber
+progress separately (Quiver progress files), at-least-once (spec DUR-9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .engine import EngineTopic
+
+__all__ = ["Journal"]
+
+
+class Journal(Protocol):
+    def created(self, t: EngineTopic) -> None: ...
+
+    def dropped(self, t: EngineTopic) -> None: ...
+
+    def appended(
+        self,
+        t: EngineTopic,
+        first_seq: int,
+        ts: int,
+        tag: str | None,
+        node: str | None,
+        payloads: Sequence[bytes],
+    ) -> None: ...
+
+    def evicted(self, t: EngineTopic, through: int, reason: str) -> None:
+        """Every live seq <= through was removed involuntarily (the oldest live prefix)."""
+
+    def removed(self, t: EngineTopic, seqs: Sequence[int], fate: str) -> None:
+        """Voluntary removal (fate "deleted" or "trimmed") of exactly these live seqs."""
+
+    def registered(self, t: EngineTopic, name: str, base: int) -> None: ...
+
+    def unregistered(self, t: EngineTopic, name: str) -> None: ...
+
+    def delivered(self, t: EngineTopic, seq: int, lease_id: int, count: int, fresh: bool) -> None:
+        """A job was leased: its delivery count is now ``count``."""
+
+    def returned(self, t: EngineTopic, seq: int) -> None:
+        """A job joined the reclaim freelist."""
+
+    def delayed(self, t: EngineTopic, seq: int, ready_at: int) -> None: ...
+
+    def end_op(self, wait: bool) -> object | None:
+        """The op's effects are complete: submit them. Returns a ticket to pass to ``wait``
+        (outside the engine lock) when the op must not return before they are durable."""
+
+    def wait(self, ticket: object) -> None: ...
