@@ -1,0 +1,216 @@
+"""The file-I/O seam: every byte a storage backend reads or writes goes through an ``FS``.
+
+Production uses ``OsFS`` (plain ``os`` calls). Crash tests substitute a recording implementation
+(``tidelog.conformance.crashfs.RecordingFS``) that keeps a durable and a volatile image and can
+produce every disk state a power loss may leave (spec/CRASH.md). Keeping the seam small is what
+makes that possible: positional reads/writes, explicit syncs, directory syncs, renames, and a
+read-only map of a file's current bytes.
+
+Paths are plain strings; the seam never changes the working directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import mmap
+import os
+from typing import Protocol
+
+from .errors import Locked, StorageError
+
+__all__ = ["FS", "Handle", "OsFS", "storage_error", "make_dirs"]
+
+
+class Handle(Protocol):
+    """An open file, always read-write unless opened with ``open_read``."""
+
+    path: str
+
+    def pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
+        """Write all of ``data`` at ``offset`` (extending the file if needed)."""
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """Up to ``size`` bytes at ``offset`` (fewer at end of file)."""
+
+    def size(self) -> int: ...
+
+    def truncate(self, size: int) -> None:
+        """Set the file's size (shrink, or extend with zeros)."""
+
+    def allocate(self, size: int) -> None:
+        """Reserve real blocks so the file is at least ``size`` bytes, zero-filled, without
+        a later write needing to grow it (posix_fallocate, or writing zeros)."""
+
+    def fdatasync(self) -> None: ...
+
+    def fsync(self) -> None: ...
+
+    def map(self) -> memoryview:
+        """A read-only view of the file's bytes at the time of the call (an mmap, or a copy):
+        it need not reflect later writes, so use it only for immutable (sealed) files. Valid
+        until the handle is closed."""
+
+    def lock(self) -> None:
+        """Take an exclusive advisory lock without blocking; raise ``Locked`` if held."""
+
+    def close(self) -> None: ...
+
+
+class FS(Protocol):
+    def open(self, path: str, *, create: bool = True) -> Handle:
+        """Open for reading and writing; create the file if missing and ``create``."""
+
+    def open_read(self, path: str) -> Handle: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def is_dir(self, path: str) -> bool: ...
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in a directory, sorted."""
+
+    def mkdir(self, path: str) -> None:
+        """Create a directory (and missing parents); no error if it exists."""
+
+    def rename(self, src: str, dst: str) -> None:
+        """Atomically replace ``dst`` with ``src`` (durable only after ``fsync_dir``; across
+        directories, fsync both)."""
+
+    def unlink(self, path: str) -> None: ...
+
+    def rmdir(self, path: str) -> None: ...
+
+    def fsync_dir(self, path: str) -> None:
+        """Make creations, renames and unlinks in directory ``path`` durable."""
+
+    def file_size(self, path: str) -> int: ...
+
+
+def make_dirs(fs: FS, path: str) -> None:
+    """Create ``path`` and any missing parents *durably*: after each new directory its parent is
+    fsynced, since a directory entry survives a crash only once its parent is synced
+    (spec/CRASH.md CRASH-4)."""
+    path = os.path.normpath(path)
+    if fs.is_dir(path):
+        return
+    parent = os.path.dirname(path) or "."
+    if parent != path:
+        make_dirs(fs, parent)
+    fs.mkdir(path)
+    fs.fsync_dir(parent)
+
+
+def storage_error(exc: OSError, what: str) -> StorageError:
+    """A typed error for an OS failure, naming what was being done (ERR-1: io_error)."""
+    detail = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    err = StorageError(f"{what}: {detail}")
+    err.errno = exc.errno
+    return err
+
+
+class _OsHandle:
+    __slots__ = ("path", "fd", "_maps")
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+        self._maps: list[mmap.mmap] = []
+
+    def pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self.fd, view, offset)
+            view = view[n:]
+            offset += n
+
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+
+    def allocate(self, size: int) -> None:
+        current = self.size()
+        if size <= current:
+            return
+        try:
+            os.posix_fallocate(self.fd, current, size - current)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            self.truncate(size)  # no real reservation on this file system (documented)
+
+    def fdatasync(self) -> None:
+        os.fdatasync(self.fd)
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+
+    def map(self) -> memoryview:
+        if self.size() == 0:
+            return memoryview(b"")
+        m = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+        self._maps.append(m)
+        return memoryview(m)
+
+    def lock(self) -> None:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Locked(f"{self.path} is locked by another process") from None
+
+    def close(self) -> None:
+        for m in self._maps:
+            with contextlib.suppress(BufferError):  # a view is still exported: freed with it
+                m.close()
+        self._maps.clear()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class OsFS:
+    """The real file system."""
+
+    def open(self, path: str, *, create: bool = True) -> Handle:
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        return _OsHandle(path, os.open(path, flags, 0o644))
+
+    def open_read(self, path: str) -> Handle:
+        return _OsHandle(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def mkdir(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def rmdir(self, path: str) -> None:
+        os.rmdir(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def file_size(self, path: str) -> int:
+        return os.stat(path).st_size
