@@ -1,0 +1,402 @@
+"""WAL files: a 64-byte file header, then XXH3-64-checksummed frames (spec/FORMATS.md WAL-1..).
+
+The frame is seed 000 §2.1 byte for byte. ``encode_append`` is on the append hot path (one call
+per record), so it is kept to one ``struct.pack``, one XXH3 call and one concatenation.
+``scan`` is on the recovery path and must survive anything a crash leaves behind: it never
+raises and never yields a frame whose checksum fails; it stops at the first frame it cannot
+trust and says why.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+import crc32c
+import xxhash
+
+from tidelog.errors import BadArgument
+
+from . import FormatCorrupt, dumps_body, loads_body
+
+__all__ = [
+    "MAGIC",
+    "VERSION",
+    "HEADER_SIZE",
+    "FRAME_HEADER_SIZE",
+    "FRAME_OVERHEAD",
+    "FrameType",
+    "HAS_TAG",
+    "HAS_NODE",
+    "DURABLE",
+    "BATCH_END",
+    "KNOWN_FLAGS",
+    "WalHeader",
+    "Frame",
+    "ScanResult",
+    "WalScanner",
+    "encode_header",
+    "decode_header",
+    "encode_append",
+    "encode_control",
+    "scan",
+    "split_batches",
+    "first_nonzero",
+    "file_name",
+    "parse_file_name",
+]
+
+MAGIC = b"TDLWAL01"
+VERSION = 1
+HEADER_SIZE = 64
+
+# magic | version | header_size | gen | shard | shard_count | created_ms | store_id | 4 reserved
+_HEADER = struct.Struct("<8sIIQIIQ16s4x")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_CRC_AT = _HEADER.size  # 60: the header CRC32C covers bytes [0, 60)
+
+# frame_len | type | flags | topic_id | seq | ts | node_len | tag_len | data_len
+_FRAME = struct.Struct("<IBBQQQHHI")
+FRAME_HEADER_SIZE = _FRAME.size  # 38
+FRAME_OVERHEAD = FRAME_HEADER_SIZE + 8  # 46: header + XXH3-64 trailer
+# frame_len counts everything after itself: the fixed part of that is 46 - 4 = 42 bytes.
+_LEN_FIXED = FRAME_OVERHEAD - 4
+
+# Above this payload size hashing in pieces beats copying the frame twice (measured: for 1 MiB
+# payloads the streaming form is ~18x faster; for 100 B payloads one concatenation is ~25% faster).
+_STREAM_AT = 4096
+
+
+class FrameType(IntEnum):
+    """Frame types (WAL-8). Numbers follow seed 000 §2.1 where the meaning matches."""
+
+    APPEND = 1
+    TOPIC_CREATE = 2
+    TOPIC_DROP = 3
+    REMOVE = 6
+    EVICT = 7
+    CHECKPOINT = 8
+    QUEUE = 10
+    HEAD_RESERVE = 11
+    SUB_REGISTER = 12
+    SUB_UNREGISTER = 13
+    LOSS = 14
+
+
+_KNOWN_TYPES = frozenset(int(t) for t in FrameType)
+_APPEND = int(FrameType.APPEND)
+
+HAS_TAG = 0x01
+HAS_NODE = 0x02
+DURABLE = 0x04
+BATCH_END = 0x08
+KNOWN_FLAGS = HAS_TAG | HAS_NODE | DURABLE | BATCH_END
+
+_FILE_NAME = re.compile(r"wal-([0-9a-f]{16})\.log")
+
+
+# --- file header ----------------------------------------------------------------------------------
+
+
+class WalHeader(NamedTuple):
+    gen: int
+    shard: int
+    shard_count: int
+    created_ms: int
+    store_id: bytes
+    version: int = VERSION
+    header_size: int = HEADER_SIZE
+
+
+def encode_header(
+    gen: int, shard: int, shard_count: int, created_ms: int, store_id: bytes
+) -> bytes:
+    """The 64-byte WAL file header (WAL-1)."""
+    if len(store_id) != 16:
+        raise BadArgument(f"store_id must be 16 bytes, got {len(store_id)}")
+    if not 0 <= shard < shard_count:
+        raise BadArgument(f"shard {shard} is not in range for shard_count {shard_count}")
+    head = _HEADER.pack(
+        MAGIC, VERSION, HEADER_SIZE, gen, shard, shard_count, created_ms, bytes(store_id)
+    )
+    return head + _U32.pack(crc32c.crc32c(head))
+
+
+def decode_header(buf: bytes | bytearray | memoryview) -> WalHeader:
+    """Parse and check a WAL file header (WAL-1); raise Corrupt naming the first problem."""
+    if len(buf) < HEADER_SIZE:
+        raise FormatCorrupt(
+            "WAL-1",
+            f"WAL header: file is {len(buf)} bytes, shorter than the {HEADER_SIZE}-byte header",
+        )
+    magic, version, header_size, gen, shard, count, created, store_id = _HEADER.unpack_from(buf)
+    if magic != MAGIC:
+        raise FormatCorrupt("WAL-1", f"WAL header: bad magic {bytes(magic)!r}, expected {MAGIC!r}")
+    # Version before CRC: a newer format may cover different bytes, so "unsupported version"
+    # is the more useful message for a file written by a newer tidelog.
+    if version != VERSION:
+        raise FormatCorrupt(
+            "WAL-1", f"WAL header: unsupported version {version} (this reader knows {VERSION})"
+        )
+    if header_size != HEADER_SIZE:
+        raise FormatCorrupt(
+            "WAL-1", f"WAL header: header_size {header_size}, expected {HEADER_SIZE}"
+        )
+    (stored,) = _U32.unpack_from(buf, _CRC_AT)
+    actual = crc32c.crc32c(memoryview(buf)[:_CRC_AT])
+    if stored != actual:
+        raise FormatCorrupt(
+            "WAL-1", f"WAL header: CRC32C mismatch (stored {stored:#010x}, computed {actual:#010x})"
+        )
+    if not 0 <= shard < count:
+        raise FormatCorrupt(
+            "WAL-1", f"WAL header: shard {shard} out of range for shard_count {count}"
+        )
+    return WalHeader(gen, shard, count, created, bytes(store_id), version, header_size)
+
+
+# --- frames ---------------------------------------------------------------------------------------
+
+
+class Frame(NamedTuple):
+    """One checksum-valid frame. ``offset`` is where its frame_len field starts and ``length``
+    the whole frame's size including that field, so ``offset + length`` is the next frame."""
+
+    type: int
+    flags: int
+    topic_id: int
+    seq: int
+    ts: int
+    node: str | None
+    tag: str | None
+    data: bytes
+    offset: int
+    length: int
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The parsed JSON body of a control frame (WAL-9); Corrupt if it is not a JSON object."""
+        if self.type == _APPEND:
+            raise TypeError("an APPEND frame carries a payload, not a JSON body")
+        return loads_body(self.data, f"WAL frame at offset {self.offset}", "WAL-9")
+
+    @property
+    def batch_end(self) -> bool:
+        return bool(self.flags & BATCH_END)
+
+    @property
+    def durable(self) -> bool:
+        return bool(self.flags & DURABLE)
+
+
+def _frame(
+    ftype: int,
+    flags: int,
+    topic_id: int,
+    seq: int,
+    ts: int,
+    nb: bytes,
+    tb: bytes,
+    data: bytes | bytearray | memoryview,
+) -> bytes:
+    n = len(data)
+    try:
+        head = _FRAME.pack(
+            _LEN_FIXED + len(nb) + len(tb) + n, ftype, flags, topic_id, seq, ts, len(nb), len(tb), n
+        )
+    except struct.error as exc:
+        raise BadArgument(f"WAL frame field out of range ({exc})") from None
+    if n < _STREAM_AT:
+        body = head + nb + tb + data
+        return body + _U64.pack(xxhash.xxh3_64_intdigest(body[4:]))
+    h = xxhash.xxh3_64(head[4:])
+    h.update(nb)
+    h.update(tb)
+    h.update(data)
+    return b"".join((head, nb, tb, data, _U64.pack(h.intdigest())))
+
+
+def encode_append(
+    topic_id: int,
+    seq: int,
+    ts: int,
+    tag: str | None,
+    node: str | None,
+    payload: bytes | bytearray | memoryview,
+    *,
+    batch_end: bool,
+    durable: bool,
+) -> bytes:
+    """One APPEND frame (WAL-3). ``tag``/``node`` None and "" differ: HAS_TAG/HAS_NODE say which
+    (WAL-6). ``batch_end`` marks the last frame of one op (WAL-7)."""
+    flags = (BATCH_END if batch_end else 0) | (DURABLE if durable else 0)
+    if tag is None:
+        tb = b""
+    else:
+        tb = tag.encode("utf-8")
+        flags |= HAS_TAG
+    if node is None:
+        nb = b""
+    else:
+        nb = node.encode("utf-8")
+        flags |= HAS_NODE
+    return _frame(_APPEND, flags, topic_id, seq, ts, nb, tb, payload)
+
+
+def encode_control(
+    ftype: int,
+    topic_id: int,
+    body: dict[str, Any],
+    *,
+    seq: int = 0,
+    ts: int = 0,
+    durable: bool = False,
+    batch_end: bool = True,
+) -> bytes:
+    """A control frame whose ``data`` is ``body`` as compact JSON (WAL-9). A control op is a
+    batch of its own unless the caller chains it into a multi-frame op (``batch_end=False``)."""
+    if ftype == _APPEND or not 0 <= ftype <= 255:
+        raise BadArgument(f"{ftype} is not a control frame type")
+    flags = (BATCH_END if batch_end else 0) | (DURABLE if durable else 0)
+    return _frame(ftype, flags, topic_id, seq, ts, b"", b"", dumps_body(body))
+
+
+# --- scanning -------------------------------------------------------------------------------------
+
+
+class ScanResult(NamedTuple):
+    """``status`` is "clean" (a zero frame_len or the end of the buffer) or "torn" (the frame at
+    ``end`` is incomplete or damaged; ``detail`` says how). ``unknown`` lists the offsets of
+    checksum-valid frames of unknown type (skipped by length, WAL-8)."""
+
+    frames: list[Frame]
+    end: int
+    status: str
+    detail: str
+    unknown: list[int]
+
+
+class _Stop(NamedTuple):
+    status: str
+    detail: str
+
+
+def _decode_at(mv: memoryview, pos: int) -> Frame | _Stop:
+    """The frame at ``pos``, or why the log ends there (WAL-4, WAL-5)."""
+    left = len(mv) - pos
+    if left == 0:
+        return _Stop("clean", "end of file")
+    if left < 4:
+        if not any(mv[pos:]):
+            return _Stop("clean", "zero padding at end of file")
+        return _Stop("torn", f"{left} bytes left, too few for a frame_len")
+    (frame_len,) = _U32.unpack_from(mv, pos)
+    if frame_len == 0:
+        return _Stop("clean", "zero frame_len")
+    if frame_len < _LEN_FIXED:
+        return _Stop("torn", f"frame_len {frame_len} is below the minimum {_LEN_FIXED}")
+    if frame_len > left - 4:
+        return _Stop("torn", f"frame_len {frame_len} overruns the file ({left - 4} bytes left)")
+    _, ftype, flags, topic_id, seq, ts, nl, tl, dl = _FRAME.unpack_from(mv, pos)
+    if _LEN_FIXED + nl + tl + dl != frame_len:
+        return _Stop(
+            "torn",
+            f"node_len {nl} + tag_len {tl} + data_len {dl} disagree with frame_len {frame_len}",
+        )
+    cs_at = pos + 4 + frame_len - 8
+    (stored,) = _U64.unpack_from(mv, cs_at)
+    if xxhash.xxh3_64_intdigest(mv[pos + 4 : cs_at]) != stored:
+        return _Stop("torn", "XXH3-64 checksum mismatch")
+    at = pos + FRAME_HEADER_SIZE
+    try:
+        node = str(mv[at : at + nl], "utf-8") if flags & HAS_NODE else None
+        tag = str(mv[at + nl : at + nl + tl], "utf-8") if flags & HAS_TAG else None
+    except UnicodeDecodeError:
+        return _Stop("torn", "tag or node is not valid UTF-8")
+    if (node is None and nl) or (tag is None and tl):
+        return _Stop("torn", "tag or node bytes present but HAS_TAG/HAS_NODE unset")
+    data = bytes(mv[at + nl + tl : cs_at])
+    return Frame(ftype, flags, topic_id, seq, ts, node, tag, data, pos, frame_len + 4)
+
+
+class WalScanner:
+    """Iterate the valid frames of a WAL image from ``start``; afterwards ``end``, ``status``,
+    ``detail`` and ``unknown`` describe where and why the log ended (as in ``ScanResult``).
+    For large files: frames are produced one at a time, nothing is accumulated."""
+
+    def __init__(self, buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE) -> None:
+        self._mv = memoryview(buf)
+        self.end = start
+        self.status = ""
+        self.detail = ""
+        self.unknown: list[int] = []
+
+    def __iter__(self) -> Iterator[Frame]:
+        mv = self._mv
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        pos = self.end
+        if pos > len(mv):
+            self.status, self.detail = "torn", f"start {pos} is past the end of the file"
+            return
+        while True:
+            got = _decode_at(mv, pos)
+            if isinstance(got, _Stop):
+                self.end, self.status, self.detail = pos, got.status, got.detail
+                return
+            if got.type not in _KNOWN_TYPES:
+                self.unknown.append(pos)
+            pos += got.length
+            self.end = pos
+            yield got
+
+
+def scan(buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE) -> ScanResult:
+    """Every valid frame from ``start`` up to the first zero frame_len, end of buffer, or frame
+    that cannot be trusted (WAL-4, WAL-5). Never raises on garbage."""
+    scanner = WalScanner(buf, start)
+    frames = list(scanner)
+    return ScanResult(frames, scanner.end, scanner.status, scanner.detail, scanner.unknown)
+
+
+def split_batches(frames: list[Frame]) -> tuple[list[list[Frame]], list[Frame]]:
+    """Group frames into ops (WAL-7): complete batches end with a BATCH_END frame; the trailing
+    frames without one (a torn batch) are returned separately, for replay to discard."""
+    batches: list[list[Frame]] = []
+    current: list[Frame] = []
+    for frame in frames:
+        current.append(frame)
+        if frame.flags & BATCH_END:
+            batches.append(current)
+            current = []
+    return batches, current
+
+
+def first_nonzero(buf: bytes | bytearray | memoryview, start: int) -> int | None:
+    """Offset of the first non-zero byte at or after ``start`` (None if all zero). After a
+    clean end the rest of a preallocated file should be zeros (WAL-4)."""
+    mv = memoryview(buf)
+    chunk = 1 << 20
+    for lo in range(start, len(mv), chunk):
+        piece = bytes(mv[lo : lo + chunk])
+        rest = piece.lstrip(b"\0")
+        if rest:
+            return lo + len(piece) - len(rest)
+    return None
+
+
+# --- names ----------------------------------------------------------------------------------------
+
+
+def file_name(gen: int) -> str:
+    """``wal-<gen:016x>.log`` (WAL-10)."""
+    return f"wal-{gen:016x}.log"
+
+
+def parse_file_name(name: str) -> int | None:
+    m = _FILE_NAME.fullmatch(name)
+    return int(m.group(1), 16) if m else None

@@ -1,0 +1,600 @@
+"""Offline checker for a file-backend store directory (spec/FORMATS.md).
+
+``verify_store`` reads every file of the layout through an ``FS`` and reports each problem with
+its path, byte offset and the FORMATS.md rule it breaks. Errors mean recovery would refuse the
+store or lose acknowledged data; warnings are states a crash or an older tidelog may leave that
+recovery handles (a torn WAL tail, a leftover temp file, a damaged but superseded snapshot).
+It never raises on garbage: a codec's ``Corrupt`` becomes a ``Problem``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from tidelog.fsio import FS
+
+from .format import (
+    LOCK_FILE,
+    LOCK_PID_FILE,
+    META_DIR,
+    TMP_SUFFIX,
+    TOPICS_DIR,
+    WAL_DIR,
+    FormatCorrupt,
+    parse_shard_dir_name,
+    parse_topic_dir_name,
+    wal,
+)
+from .format import progress as prg
+from .format import segment as seg
+from .format import snapshot as snap
+
+__all__ = ["Problem", "Report", "verify_store"]
+
+ERROR = "error"
+WARNING = "warning"
+_MAX_PER_FILE = 20  # repeated findings in one file are summarised after this many
+_PID = re.compile(r"[0-9]+\n")
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    offset: int | None  # byte offset in ``path``; None for a whole file or directory
+    rule: str
+    severity: str  # "error" | "warning"
+    message: str
+
+    def __str__(self) -> str:
+        where = self.path if self.offset is None else f"{self.path} @ {self.offset}"
+        return f"{self.severity}: {where}: [{self.rule}] {self.message}"
+
+
+@dataclass
+class Report:
+    root: str
+    problems: list[Problem] = field(default_factory=list)
+    files_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """No errors (warnings allowed)."""
+        return not self.errors
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == WARNING]
+
+
+class _Ctx:
+    """The FS, the report being filled, and small helpers every check shares."""
+
+    def __init__(self, fs: FS, root: str) -> None:
+        self.fs = fs
+        self.root = root
+        self.report = Report(root)
+        self.store_id: bytes | None = None
+
+    def add(self, severity: str, path: str, offset: int | None, rule: str, message: str) -> None:
+        self.report.problems.append(Problem(path, offset, rule, severity, message))
+
+    def error(self, path: str, offset: int | None, rule: str, message: str) -> None:
+        self.add(ERROR, path, offset, rule, message)
+
+    def warn(self, path: str, offset: int | None, rule: str, message: str) -> None:
+        self.add(WARNING, path, offset, rule, message)
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return self.fs.listdir(path)
+        except OSError as exc:
+            self.error(path, None, "LAY-2", f"cannot list directory: {exc}")
+            return []
+
+    def is_dir(self, path: str) -> bool:
+        try:
+            return self.fs.is_dir(path)
+        except OSError:
+            return False
+
+    def read(self, path: str, rule: str) -> bytes | None:
+        """The whole file, or None (with an error) if it cannot be read."""
+        try:
+            handle = self.fs.open_read(path)
+            try:
+                data = handle.pread(handle.size(), 0)
+            finally:
+                handle.close()
+        except OSError as exc:
+            self.error(path, None, rule, f"cannot read file: {exc}")
+            return None
+        self.report.files_checked += 1
+        return data
+
+    @contextmanager
+    def guard(self, path: str, rule: str) -> Iterator[None]:
+        """Turn a codec's Corrupt into an error; anything else unexpected too, so one bad file
+        never stops the rest of the check (verify must not raise on garbage)."""
+        try:
+            yield
+        except FormatCorrupt as exc:
+            self.error(path, None, exc.rule, exc.detail)
+        except Exception as exc:
+            self.error(path, None, rule, f"cannot check file: {exc!r}")
+
+
+def _join(*parts: str) -> str:
+    return posixpath.join(*parts)
+
+
+# --- root and lock files (LAY-1, LAY-2, LOCK-2) ---------------------------------------------------
+
+
+def _check_root(ctx: _Ctx) -> bool:
+    """LAY-1: the root is a directory with meta/; otherwise one error and nothing else."""
+    if not ctx.fs.exists(ctx.root):
+        ctx.error(ctx.root, None, "LAY-1", "no such file or directory")
+        return False
+    if not ctx.is_dir(ctx.root):
+        ctx.error(ctx.root, None, "LAY-1", "not a directory, so not a file-backend store")
+        return False
+    if not ctx.is_dir(_join(ctx.root, META_DIR)):
+        ctx.error(ctx.root, None, "LAY-1", "not a tidelog store: no meta/ directory")
+        return False
+    return True
+
+
+def _check_root_entries(ctx: _Ctx) -> None:
+    for name in ctx.listdir(ctx.root):
+        path = _join(ctx.root, name)
+        if name in (META_DIR, WAL_DIR, TOPICS_DIR) and ctx.is_dir(path):
+            continue
+        if name == LOCK_FILE:
+            continue
+        if name == LOCK_PID_FILE:
+            _check_pid_file(ctx, path)
+            continue
+        ctx.warn(path, None, "LAY-2", "unknown entry in the store root")
+
+
+def _check_pid_file(ctx: _Ctx, path: str) -> None:
+    """LOCK-2: empty (holder unknown) or a decimal PID and a newline."""
+    data = ctx.read(path, "LOCK-2")
+    if data and not _PID.fullmatch(data.decode("utf-8", "replace")):
+        ctx.warn(path, 0, "LOCK-2", f"expected '<pid>\\n', found {data[:40]!r}")
+
+
+# --- snapshots (SNAP-*) ---------------------------------------------------------------------------
+
+
+def _check_meta(ctx: _Ctx) -> bool:
+    """SNAP-1..4 over every snapshot; the newest valid one supplies the store id. False when
+    there is no snapshot file at all (LAY-1: not a store)."""
+    meta = _join(ctx.root, META_DIR)
+    found: dict[int, str] = {}
+    for name in ctx.listdir(meta):
+        path = _join(meta, name)
+        n = snap.parse_file_name(name)
+        if n is not None:
+            found[n] = path
+        elif (
+            name.endswith(TMP_SUFFIX) and snap.parse_file_name(name[: -len(TMP_SUFFIX)]) is not None
+        ):
+            _warn_tmp(ctx, path)
+        else:
+            ctx.warn(path, None, "LAY-2", "unknown file in meta/")
+    if not found:
+        ctx.error(meta, None, "LAY-1", "not a tidelog store: no snapshot in meta/")
+        return False
+    bad: dict[int, FormatCorrupt] = {}
+    valid: dict[int, dict[str, object]] = {}
+    for n, path in found.items():
+        result = _decode_snapshot(ctx, path, n)
+        if isinstance(result, FormatCorrupt):
+            bad[n] = result
+        elif result is not None:
+            valid[n] = result
+    _report_bad_snapshots(ctx, found, bad, max(valid) if valid else None)
+    if valid:
+        _take_store_id(ctx, found[max(valid)], valid[max(valid)])
+    return True
+
+
+def _decode_snapshot(ctx: _Ctx, path: str, n: int) -> dict[str, object] | FormatCorrupt | None:
+    data = ctx.read(path, "SNAP-1")
+    if data is None:
+        return None
+    try:
+        got, body = snap.decode_snapshot(data)
+    except FormatCorrupt as exc:
+        return exc
+    if got != n:
+        return FormatCorrupt("SNAP-1", f"header says snapshot {got}, the file name says {n}")
+    return body
+
+
+def _report_bad_snapshots(
+    ctx: _Ctx, found: dict[int, str], bad: dict[int, FormatCorrupt], best: int | None
+) -> None:
+    """SNAP-4: a damaged snapshot is harmless while a valid one remains (recovery takes the
+    highest valid n); with none valid the store cannot be opened."""
+    for n, exc in sorted(bad.items()):
+        if best is None:
+            ctx.error(found[n], None, exc.rule, f"{exc.detail}; no valid snapshot remains (SNAP-4)")
+        elif n > best:
+            ctx.warn(
+                found[n], None, exc.rule, f"{exc.detail}; recovery falls back to snapshot {best}"
+            )
+        else:
+            ctx.warn(found[n], None, exc.rule, f"{exc.detail}; superseded by snapshot {best}")
+
+
+def _take_store_id(ctx: _Ctx, path: str, body: dict[str, object]) -> None:
+    raw = body.get("store_id")
+    if isinstance(raw, str) and re.fullmatch(r"[0-9a-f]{32}", raw):
+        ctx.store_id = bytes.fromhex(raw)
+    else:
+        ctx.warn(path, None, "SNAP-3", "no 32-hex-digit store_id: WAL files not cross-checked")
+
+
+# --- WAL (WAL-*) ----------------------------------------------------------------------------------
+
+
+def _check_wal(ctx: _Ctx) -> None:
+    """Every shard's files in gen order; only the newest file of a shard may end torn."""
+    wal_dir = _join(ctx.root, WAL_DIR)
+    if not ctx.is_dir(wal_dir):
+        return
+    flat: dict[int, str] = {}
+    for name in ctx.listdir(wal_dir):
+        path = _join(wal_dir, name)
+        shard = parse_shard_dir_name(name)
+        if shard is not None and ctx.is_dir(path):
+            _check_wal_group(ctx, _wal_files(ctx, path), shard, sharded=True)
+        elif (gen := wal.parse_file_name(name)) is not None:
+            flat[gen] = path
+        else:
+            ctx.warn(path, None, "LAY-2", "unknown entry in wal/")
+    _check_wal_group(ctx, flat, 0, sharded=False)
+
+
+def _wal_files(ctx: _Ctx, shard_dir: str) -> dict[int, str]:
+    files: dict[int, str] = {}
+    for name in ctx.listdir(shard_dir):
+        path = _join(shard_dir, name)
+        gen = wal.parse_file_name(name)
+        if gen is None:
+            ctx.warn(path, None, "LAY-2", "unknown file in a WAL shard directory")
+        else:
+            files[gen] = path
+    return files
+
+
+def _check_wal_group(ctx: _Ctx, files: dict[int, str], shard: int, *, sharded: bool) -> None:
+    last = max(files, default=None)
+    for gen in sorted(files):
+        path = files[gen]
+        with ctx.guard(path, "WAL-1"):
+            _check_wal_file(ctx, path, gen, shard, sharded=sharded, is_last=gen == last)
+
+
+def _check_wal_file(
+    ctx: _Ctx, path: str, gen: int, shard: int, *, sharded: bool, is_last: bool
+) -> None:
+    data = ctx.read(path, "WAL-1")
+    if data is None:
+        return
+    if is_last and not any(data[: wal.HEADER_SIZE]):
+        # Created (and maybe preallocated) but the header never reached the disk.
+        ctx.warn(path, 0, "WAL-1", "newest WAL file has no header yet: it holds no frames")
+        return
+    header = wal.decode_header(data)
+    _check_wal_identity(ctx, path, header, gen, shard, sharded=sharded)
+    result = wal.scan(data)
+    _check_frames(ctx, path, result.frames, result.unknown)
+    _check_batches(ctx, path, result, is_last=is_last)
+    _check_wal_end(ctx, path, data, result, is_last=is_last)
+
+
+def _check_wal_identity(
+    ctx: _Ctx, path: str, header: wal.WalHeader, gen: int, shard: int, *, sharded: bool
+) -> None:
+    """WAL-10 name vs header; WAL-2 shard placement and store id (swapped or foreign files)."""
+    if header.gen != gen:
+        ctx.error(path, 16, "WAL-10", f"header gen {header.gen:#x} but the file name says {gen:#x}")
+    if sharded and (header.shard != shard or header.shard_count < 2):
+        ctx.error(
+            path,
+            24,
+            "WAL-2",
+            f"header shard {header.shard}/{header.shard_count} in shard-{shard:02d}/",
+        )
+    if not sharded and (header.shard, header.shard_count) != (0, 1):
+        ctx.error(
+            path, 24, "WAL-2", f"header shard {header.shard}/{header.shard_count} in flat wal/"
+        )
+    if ctx.store_id is not None and header.store_id != ctx.store_id:
+        ctx.error(
+            path,
+            40,
+            "WAL-2",
+            f"store_id {header.store_id.hex()} is not this store's (foreign file)",
+        )
+
+
+def _check_frames(ctx: _Ctx, path: str, frames: list[wal.Frame], unknown: list[int]) -> None:
+    """WAL-3 seqs, WAL-6 flags, WAL-8 unknown types, WAL-9 control bodies."""
+    reported = 0
+    unknown_at = set(unknown)
+    for frame in frames:
+        found = _frame_problem(frame, frame.offset in unknown_at)
+        if found is None:
+            continue
+        reported += 1
+        if reported > _MAX_PER_FILE:
+            ctx.warn(path, frame.offset, found[1], "further frame findings in this file omitted")
+            return
+        ctx.add(found[0], path, frame.offset, found[1], found[2])
+
+
+def _frame_problem(frame: wal.Frame, unknown: bool) -> tuple[str, str, str] | None:
+    if unknown:
+        return WARNING, "WAL-8", f"unknown frame type {frame.type}: replay skips it"
+    if frame.flags & ~wal.KNOWN_FLAGS:
+        return WARNING, "WAL-6", f"reserved flag bits set ({frame.flags:#04x})"
+    if frame.type == wal.FrameType.APPEND:
+        if frame.seq < 1:
+            return ERROR, "WAL-3", f"APPEND frame with seq {frame.seq} (seqs start at 1)"
+        return None
+    if frame.flags & (wal.HAS_TAG | wal.HAS_NODE):
+        return ERROR, "WAL-6", "control frame with a tag or node"
+    try:
+        frame.body  # noqa: B018  (parsing is the check)
+    except FormatCorrupt as exc:
+        return ERROR, exc.rule, exc.detail
+    return None
+
+
+def _check_batches(ctx: _Ctx, path: str, result: wal.ScanResult, *, is_last: bool) -> None:
+    """WAL-7: within one batch each topic's APPENDs have consecutive seqs; only the newest
+    file's log may end inside a batch (replay discards that torn batch)."""
+    batches, tail = wal.split_batches(result.frames)
+    for batch in batches + ([tail] if tail else []):
+        bad = _batch_seq_break(batch)
+        if bad is not None:
+            ctx.error(path, bad.offset, "WAL-7", f"APPEND seq {bad.seq} breaks its batch's run")
+    if not tail:
+        return
+    what = f"log ends inside a batch ({len(tail)} frames without BATCH_END)"
+    if is_last:
+        ctx.warn(path, tail[0].offset, "WAL-7", f"{what}: replay discards them (never acked)")
+    else:
+        ctx.error(path, tail[0].offset, "WAL-7", f"{what} in a WAL file that is not the newest")
+
+
+def _batch_seq_break(batch: list[wal.Frame]) -> wal.Frame | None:
+    """The first APPEND whose seq does not follow its topic's previous APPEND in the batch."""
+    last: dict[int, int] = {}
+    for frame in batch:
+        if frame.type != wal.FrameType.APPEND:
+            continue
+        prev = last.get(frame.topic_id)
+        if prev is not None and frame.seq != prev + 1:
+            return frame
+        last[frame.topic_id] = frame.seq
+    return None
+
+
+def _check_wal_end(
+    ctx: _Ctx, path: str, data: bytes, result: wal.ScanResult, *, is_last: bool
+) -> None:
+    """WAL-5: a torn frame is the expected crash tail only in a shard's newest file. WAL-4:
+    after a clean end the preallocated rest must be zeros."""
+    if result.status == "torn":
+        if is_last:
+            ctx.warn(
+                path,
+                result.end,
+                "WAL-5",
+                "torn tail: recovery truncates here, nothing acknowledged is lost "
+                f"({result.detail})",
+            )
+        else:
+            ctx.error(
+                path,
+                result.end,
+                "WAL-5",
+                f"damaged frame ({result.detail}) in a WAL file that is not the newest: "
+                "the frames after it would be lost",
+            )
+        return
+    stale = wal.first_nonzero(data, result.end)
+    if stale is not None:
+        ctx.warn(
+            path,
+            stale,
+            "WAL-4",
+            f"non-zero bytes after the end of the log at {result.end}: leftovers of an "
+            "unacknowledged write, to be zeroed before appending",
+        )
+
+
+# --- topics: segments (SEG-*) and progress files (PRG-*) -----------------------------------------
+
+
+def _check_topics(ctx: _Ctx) -> None:
+    topics = _join(ctx.root, TOPICS_DIR)
+    if not ctx.is_dir(topics):
+        return
+    for name in ctx.listdir(topics):
+        path = _join(topics, name)
+        topic_id = parse_topic_dir_name(name)
+        if topic_id is None or not ctx.is_dir(path):
+            ctx.warn(path, None, "LAY-2", "unknown entry in topics/")
+            continue
+        _check_topic_dir(ctx, path, topic_id)
+
+
+def _check_topic_dir(ctx: _Ctx, path: str, topic_id: int) -> None:
+    pairs: dict[int, set[str]] = {}
+    for name in ctx.listdir(path):
+        file_path = _join(path, name)
+        parsed = seg.parse_name(name)
+        if parsed is not None:
+            pairs.setdefault(parsed[0], set()).add(parsed[1])
+        elif prg.parse_file_name(name) is not None:
+            with ctx.guard(file_path, "PRG-1"):
+                _check_progress(ctx, file_path)
+        elif name.endswith(TMP_SUFFIX) and prg.parse_file_name(name[: -len(TMP_SUFFIX)]):
+            _warn_tmp(ctx, file_path)
+        else:
+            ctx.warn(file_path, None, "LAY-2", "unknown file in a topic directory")
+    _check_segments(ctx, path, topic_id, pairs)
+
+
+def _check_segments(ctx: _Ctx, path: str, topic_id: int, pairs: dict[int, set[str]]) -> None:
+    """SEG-7: every .data has its .idx and vice versa; segments do not overlap."""
+    prev_last: int | None = None
+    for first_seq in sorted(pairs):
+        kinds = pairs[first_seq]
+        if kinds != {"data", "idx"}:
+            have = seg.data_name(first_seq) if "data" in kinds else seg.idx_name(first_seq)
+            missing = seg.idx_name(first_seq) if "data" in kinds else seg.data_name(first_seq)
+            ctx.error(_join(path, have), None, "SEG-7", f"{missing} is missing")
+            continue
+        if prev_last is not None and first_seq <= prev_last:
+            ctx.error(
+                _join(path, seg.data_name(first_seq)),
+                None,
+                "SEG-7",
+                f"starts at seq {first_seq}, inside the previous segment (ends at {prev_last})",
+            )
+        with ctx.guard(_join(path, seg.data_name(first_seq)), "SEG-1"):
+            last = _check_segment(ctx, path, topic_id, first_seq)
+            prev_last = last if last is not None else prev_last
+
+
+def _check_segment(ctx: _Ctx, path: str, topic_id: int, first_seq: int) -> int | None:
+    """One .data/.idx pair; returns the segment's last seq when it is known."""
+    data_path = _join(path, seg.data_name(first_seq))
+    idx_path = _join(path, seg.idx_name(first_seq))
+    data = ctx.read(data_path, "SEG-1")
+    idx_bytes = ctx.read(idx_path, "SEG-4")
+    if data is None or idx_bytes is None:
+        return None
+    header = _check_data_header(ctx, data_path, data, topic_id, first_seq)
+    index = _read_index(ctx, idx_path, idx_bytes, topic_id, first_seq)
+    if header is None:
+        return index.last_seq if index else None
+    scanned = seg.scan_data(data)
+    if scanned.problem is not None:
+        p = scanned.problem
+        ctx.error(data_path, p.offset, p.rule, p.detail)
+    if index is None:
+        return first_seq + len(scanned.frames) - 1
+    _compare_index(ctx, idx_path, idx_bytes, index, scanned)
+    return index.last_seq
+
+
+def _check_data_header(
+    ctx: _Ctx, path: str, data: bytes, topic_id: int, first_seq: int
+) -> seg.SegmentHeader | None:
+    """SEG-1: a valid header naming this topic and the file name's first seq."""
+    try:
+        header = seg.decode_data_header(data)
+    except FormatCorrupt as exc:
+        ctx.error(path, 0, exc.rule, exc.detail)
+        return None
+    if header.topic_id != topic_id:
+        ctx.error(path, 16, "SEG-1", f"topic_id {header.topic_id:#x} in topic dir {topic_id:016x}")
+    if header.first_seq != first_seq:
+        ctx.error(path, 24, "SEG-1", f"first_seq {header.first_seq}, file name says {first_seq}")
+    return header
+
+
+def _read_index(
+    ctx: _Ctx, path: str, data: bytes, topic_id: int, first_seq: int
+) -> seg.SegmentIndex | None:
+    """SEG-4, SEG-6: header, size and footer; the pair's topic and first seq."""
+    try:
+        return seg.read_index(data, topic_id=topic_id, first_seq=first_seq)
+    except FormatCorrupt as exc:
+        ctx.error(path, None, exc.rule, exc.detail)
+        return None
+
+
+_FIELDS = {"offsets": "offset", "lengths": "length", "tss": "ts", "flags": "flags"}
+
+
+def _compare_index(
+    ctx: _Ctx, path: str, raw: bytes, index: seg.SegmentIndex, scanned: seg.DataScan
+) -> None:
+    """SEG-5: entry i describes the i-th frame of the .data exactly, and pads are zero."""
+    frames = scanned.frames
+    n = min(index.count, len(frames))
+    actual = {
+        "offsets": array(index.offsets.typecode, [f.offset for f in frames[:n]]),
+        "lengths": array(index.lengths.typecode, [f.length for f in frames[:n]]),
+        "tss": array(index.tss.typecode, [f.ts for f in frames[:n]]),
+        "flags": array("B", [f.flags for f in frames[:n]]),
+    }
+    for name, label in _FIELDS.items():
+        column = getattr(index, name)[:n]
+        if column != actual[name]:  # one C-level comparison; look closer only on a mismatch
+            i = next(i for i in range(n) if column[i] != actual[name][i])
+            at = seg.HEADER_SIZE + i * seg.ENTRY_SIZE
+            ctx.error(
+                path,
+                at,
+                "SEG-5",
+                f"entry {i}: {label} {column[i]}, the frame's is {actual[name][i]}",
+            )
+    body = raw[seg.HEADER_SIZE : seg.HEADER_SIZE + index.count * seg.ENTRY_SIZE]
+    if any(body[17::20]) or any(body[18::20]) or any(body[19::20]):
+        ctx.error(path, None, "SEG-5", "non-zero pad bytes in index entries")
+    if scanned.problem is None and index.count != len(frames):
+        ctx.error(path, 12, "SEG-5", f"count {index.count}, but the .data holds {len(frames)}")
+
+
+def _check_progress(ctx: _Ctx, path: str) -> None:
+    """PRG-1..PRG-6: the file decodes; decoder warnings (unknown flags, trailing bytes) pass on."""
+    data = ctx.read(path, "PRG-1")
+    if data is None:
+        return
+    progress = prg.decode_progress(data)
+    for message in progress.warnings:
+        ctx.warn(path, None, "PRG-2", message)
+
+
+def _warn_tmp(ctx: _Ctx, path: str) -> None:
+    ctx.warn(
+        path,
+        None,
+        "LAY-3",
+        "leftover temporary file of an interrupted atomic write: harmless, never read",
+    )
+
+
+# --- entry point ----------------------------------------------------------------------------------
+
+
+def verify_store(fs: FS, root: str) -> Report:
+    """Check the store directory ``root`` (spec/FORMATS.md); never raises on bad content."""
+    ctx = _Ctx(fs, root)
+    if not _check_root(ctx):
+        return ctx.report
+    if not _check_meta(ctx):
+        return ctx.report  # no snapshot at all: not a store, one clear error is enough
+    _check_wal(ctx)
+    _check_topics(ctx)
+    _check_root_entries(ctx)
+    return ctx.report
