@@ -1,6 +1,7 @@
 """Nox sessions for tidelog. Usually reached through ``python3 run.py SESSION [ARGS]``.
 
   tests      build + install the wheel (not editable), pytest -n auto, then a short CrossHair pass
+  crash      a long crash campaign (many workloads, sampled states, SIGKILLs), seeded
   stateful   a long stateful campaign (TIDELOG_STATEFUL_EXAMPLES, default 20000), seeded
   crosshair  CrossHair (PEP 316 contracts) over every module of tidelog.model, bounded in time
   lint       ruff check + mypy (strict on tidelog and tidelog.model) on the installed layout
@@ -291,6 +292,21 @@ def stateful(session: nox.Session) -> None:
         *session.posargs,
         TIDELOG_STATEFUL_EXAMPLES=examples,
     )
+
+
+@nox.session
+def crash(session: nox.Session) -> None:
+    """A long crash campaign: many seeded random workloads with many sampled crash states each,
+    and many SIGKILLs of a live writer (TIDELOG_CRASH_WORKLOADS, TIDELOG_CRASH_SAMPLES,
+    TIDELOG_SIGKILL_RUNS override the sizes). The printed seed reproduces it."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    sizes = {
+        "TIDELOG_CRASH_WORKLOADS": os.environ.get("TIDELOG_CRASH_WORKLOADS", "60"),
+        "TIDELOG_CRASH_SAMPLES": os.environ.get("TIDELOG_CRASH_SAMPLES", "40"),
+        "TIDELOG_SIGKILL_RUNS": os.environ.get("TIDELOG_SIGKILL_RUNS", "200"),
+    }
+    _pytest(session, seed, "-s", "tests/crash", *session.posargs, **sizes)
 
 
 @nox.session

@@ -1,15 +1,35 @@
-"""tidelog.backends.file: not implemented yet (see the project's open issues)."""
+"""tidelog.backends.file: the ``file://`` backend (WAL + group commit + segments + snapshots).
+
+``file:///abs/dir`` or ``file://./rel/dir`` (see tidelog.uri). Byte layouts: spec/FORMATS.md.
+Crash behaviour: spec/SPEC.md §7 and spec/CRASH.md.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
-from tidelog.clock import Clock
-from tidelog.errors import NotAvailable
+from tidelog.api import Store
+from tidelog.clock import Clock, SystemClock
+from tidelog.errors import BadURI
+from tidelog.fsio import FS, OsFS
 from tidelog.uri import URI
 
-__all__ = ["open_backend"]
+from .options import FileOptions, parse_file_options
+from .store import CAPABILITIES, FileBackend
+
+__all__ = ["FileBackend", "FileOptions", "open_backend", "open_store", "CAPABILITIES"]
 
 
-def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> object:
-    raise NotAvailable("the file:// backend is not available yet in this version of tidelog")
+def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> FileBackend:
+    if not uri.location:
+        raise BadURI("file:// needs a directory, e.g. file:///var/lib/app/buf or file://./buf")
+    store_options, file_options = parse_file_options(options)
+    return FileBackend(OsFS(), os.path.abspath(uri.location), clock, store_options, file_options)
+
+
+def open_store(fs: FS, root: str, clock: Clock | None = None, **options: object) -> Store:
+    """Open a file store through an explicit FS (crash tests pass a RecordingFS)."""
+    store_options, file_options = parse_file_options(options)
+    backend = FileBackend(fs, root, clock or SystemClock(), store_options, file_options)
+    return Store(backend, f"file://{root}")

@@ -24,8 +24,6 @@ def test_URI_1_schemes_and_registry() -> None:
     with pytest.raises(tidelog.UnknownScheme, match="known schemes"):
         tidelog.open("nosuch://x")
     with pytest.raises(tidelog.NotAvailable):
-        tidelog.open("file:///tmp/x")
-    with pytest.raises(tidelog.NotAvailable):
         tidelog.open("blockdev:///tmp/img")
     with pytest.raises(ValueError, match="built in"):
         registry.register("memory", "x:y")

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
@@ -115,7 +116,8 @@ def test_inspect_one_topic_and_missing_topic(uri: str) -> None:
         ("not-a-uri", "bad_uri"),
         ("memory://x#frag", "bad_uri"),
         ("nosuchscheme://x", "unknown_scheme"),
-        ("file:///tmp/tidelog-cli-test", "not_available"),
+        ("file://", "bad_uri"),
+        ("file:///tmp/tidelog-cli-test?wal_shards=0", "bad_option"),
         ("blockdev:///tmp/tidelog-cli-test.img", "not_available"),
         ("memory://?bogus=1", "bad_option"),
         ("memory://../x", "bad_name"),
@@ -326,3 +328,42 @@ def test_version() -> None:
     assert result.exit_code == 0
     assert tidelog.__version__ in result.stdout
     assert tidelog.__version__ in run("--version").stdout
+
+
+def test_inspect_and_tail_a_file_store(tmp_path: Path) -> None:
+    """DUR-1: a file store written by one process is read back by the CLI after reopen."""
+    uri = f"file://{tmp_path / 'store'}"
+    with tidelog.open(uri) as store:
+        t = store.topic("events", cap_records=2)
+        for payload in (b"a", b"b", b"c"):
+            t.append(payload)
+        t.subscribe("exp", start="earliest")
+    result = run("inspect", uri, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["topics"]["events"]["state"]["head_seq"] == 3
+    assert report["describe"]["backend"] == "file"
+    result = run("tail", uri, "events", "--json")
+    items = [json.loads(line) for line in result.stdout.splitlines()]
+    assert items[0] == {"type": "tombstone", "gap_from": 1, "gap_to": 1}
+
+
+def test_verify_reports_corruption_with_file_offset_and_rule(tmp_path: Path) -> None:
+    """SEG-2: a flipped byte in a sealed segment is reported (file, offset, rule) and verify
+    exits 1; reading the record raises Corrupt and never returns the damaged bytes."""
+    root = tmp_path / "store"
+    with tidelog.open(f"file://{root}") as store:
+        store.topic("t").append_many([b"p" * 100] * 5)
+    assert run("verify", str(root)).exit_code == 0
+    seg = next((root / "topics").glob("*/seg-*.data"))
+    data = bytearray(seg.read_bytes())
+    data[60] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    result = run("verify", f"file://{root}", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    (problem,) = report["problems"]
+    assert problem["rule"] == "SEG-2" and problem["path"] == str(seg)
+    assert problem["offset"] == 32
+    with tidelog.open(f"file://{root}") as store, pytest.raises(tidelog.Corrupt, match="seg-"):
+        store.topic("t").read()

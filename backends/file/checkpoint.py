@@ -1,0 +1,227 @@
+"""Checkpoints: WAL -> sealed segments + an atomic metadata snapshot (seed 000 §3.1, §5).
+
+1. Under the engine lock, capture at one instant: every topic's unsealed tail (references, no
+   copy), the metadata body, and each WAL shard's current position (every effect so far has been
+   submitted: ops end under the same lock). Detach sealed chunks with no live record left.
+2. Outside the lock, write the tails as segment files (data + idx, fdatasync, directory fsync),
+   then snapshot n+1 (tmp, fsync, rename, directory fsync).
+3. Under the lock, swap each tail prefix for its new sealed chunk (slots that died meanwhile are
+   killed in the chunk: the live state in memory stays authoritative).
+4. Retire: WAL files before the snapshot's replay position, older snapshots (only the newest is
+   kept: older ones may name segments this checkpoint deletes), segment files of detached chunks,
+   directories of dropped topics.
+
+A crash anywhere leaves either the old snapshot (whose WAL and segments are all still there) or
+the new one (whose segments were durable before it was written).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tidelog.fsio import make_dirs
+
+from ..common.engine import EngineTopic
+from .chunk import SegChunk
+from .format import segment as segfmt
+from .format import snapshot as snapfmt
+from .journal import ranges
+from .progressfiles import topic_dir
+
+if TYPE_CHECKING:
+    from .store import FileBackend
+
+__all__ = ["checkpoint"]
+
+
+@dataclass
+class _Tail:
+    tid: int
+    first: int
+    payloads: list[bytes | None]
+    tss: list[int]
+    tags: list[str | None]
+    nodes: list[str | None]
+    chunks: list[SegChunk] = field(default_factory=list)
+
+
+@dataclass
+class _Capture:
+    body: dict[str, Any]
+    tails: list[_Tail]
+    detached: list[SegChunk]
+    dropped: list[EngineTopic]
+    positions: dict[str, tuple[int, int]]
+
+
+def checkpoint(b: FileBackend) -> int:
+    """Run one checkpoint; returns the new snapshot number."""
+    with b.checkpoint_lock:
+        with b.lock:
+            cap = _capture(b)
+        for tail in cap.tails:
+            _write_segments(b, tail)
+        n = b.snapshot_n + 1
+        write_snapshot(b, n, cap.body)
+        with b.lock:
+            for tail in cap.tails:
+                t = b.by_id.get(tail.tid)
+                for chunk in tail.chunks:
+                    if t is not None:
+                        t.log.seal(chunk)
+            b.snapshot_n = n
+        _retire(b, n, cap)
+        return n
+
+
+def _capture(b: FileBackend) -> _Capture:
+    topics: list[dict[str, Any]] = []
+    tails: list[_Tail] = []
+    detached: list[SegChunk] = []
+    for t in sorted(b.by_id.values(), key=lambda x: x.tid):
+        log = t.log
+        detached += log.drop_dead_chunks()  # type: ignore[arg-type]
+        dead: list[list[int]] = []
+        for c in log.chunks:
+            dead += c.dead_ranges()  # type: ignore[attr-defined]
+        firsts = [c.first_seq for c in log.chunks]
+        if t.config.durability != "ephemeral" and log.payloads and log.head >= log.base:
+            first, payloads, tss, tags, nodes = log.tail_slice(log.head)
+            tail = _Tail(t.tid, first, payloads, tss, tags, nodes)
+            tails.append(tail)
+            firsts += [lo for lo, _ in _split(b, tail)]
+            dead += ranges([first + i for i, p in enumerate(payloads) if p is None])
+        ceiling = b.ceilings.get(t.tid, log.head)
+        jobs = t.jobs
+        topics.append(
+            {
+                "id": t.tid,
+                "name": t.name,
+                "incarnation": t.tid,
+                "config": t.config.to_dict(),
+                "head": log.head,
+                "evict_floor": log.evict_floor,
+                "last_ts": log.last_ts,
+                "ceiling": max(ceiling, log.head) if not b.closing else log.head,
+                "losses": [[lo, hi] for lo, hi in log.losses],
+                "segments": firsts,
+                "dead": dead,
+                "subscribers": [
+                    {"name": n, "base": s.base} for n, s in sorted(t.progress.subs.items())
+                ],
+                "queue": {
+                    "cursor": jobs.claim_cursor,
+                    "next_lease_id": jobs.next_lease_id,
+                    "deliveries": sorted([s, n] for s, n in jobs.deliveries.items()),
+                    "delayed": sorted([s, r] for s, r in jobs.delayed.items()),
+                    "returned": sorted(jobs.free),
+                },
+            }
+        )
+    positions = {b.stream_key(s.shard): s.position() for s in b.shards}
+    body = {
+        "version": 1,
+        "store_id": b.store_id.hex(),
+        "next_topic_id": b.incarnations + 1,
+        "incarnations": b.incarnations,
+        "clean": b.closing,
+        "wal": {
+            "shards": len(b.shards),
+            "replay_from": {k: [g, o] for k, (g, o) in positions.items()},
+        },
+        "topics": topics,
+    }
+    dropped, b.dropped_tids = b.dropped_tids, []
+    return _Capture(body, tails, detached, dropped, positions)
+
+
+def _split(b: FileBackend, tail: _Tail) -> list[tuple[int, int]]:
+    """The tail cut into segments of at most segment_max_records / segment_max_bytes."""
+    out: list[tuple[int, int]] = []
+    max_records, max_bytes = b.fopts.segment_max_records, b.fopts.segment_max_bytes
+    start, size = 0, 0
+    for i, p in enumerate(tail.payloads):
+        grow = segfmt.RECORD_OVERHEAD + (len(p) if p is not None else 0)
+        if i > start and (i - start >= max_records or size + grow > max_bytes):
+            out.append((tail.first + start, i - start))
+            start, size = i, 0
+        size += grow
+    out.append((tail.first + start, len(tail.payloads) - start))
+    return out
+
+
+def _write_segments(b: FileBackend, tail: _Tail) -> None:
+    directory = topic_dir(b.root, tail.tid)
+    make_dirs(b.fs, directory)
+    for first, count in _split(b, tail):
+        builder = segfmt.SegmentBuilder(tail.tid, first)
+        for i in range(first - tail.first, first - tail.first + count):
+            p = tail.payloads[i]
+            if p is None:  # removed before sealing: an empty placeholder, dead in the snapshot
+                builder.add(tail.first + i, tail.tss[i], None, None, b"")
+            else:
+                builder.add(tail.first + i, tail.tss[i], tail.tags[i], tail.nodes[i], p)
+        data, idx = builder.finish()
+        data_path = os.path.join(directory, segfmt.data_name(first))
+        for path, content in (
+            (data_path, data),
+            (os.path.join(directory, segfmt.idx_name(first)), idx),
+        ):
+            h = b.fs.open(path)
+            try:
+                h.truncate(0)
+                h.pwrite(content, 0)
+                h.fdatasync()
+            finally:
+                h.close()
+        index = segfmt.read_index(idx, topic_id=tail.tid, first_seq=first)
+        chunk = SegChunk(data_path, b.fs.open_read(data_path), index)
+        for i in range(count):
+            if tail.payloads[first - tail.first + i] is None:
+                chunk.kill(i)
+        tail.chunks.append(chunk)
+    b.fs.fsync_dir(directory)
+
+
+def write_snapshot(b: FileBackend, n: int, body: dict[str, Any]) -> None:
+    meta = os.path.join(b.root, "meta")
+    path = os.path.join(meta, snapfmt.file_name(n))
+    tmp = path + ".tmp"
+    h = b.fs.open(tmp)
+    try:
+        h.truncate(0)
+        h.pwrite(snapfmt.encode_snapshot(n, body), 0)
+        h.fsync()
+    finally:
+        h.close()
+    b.fs.rename(tmp, path)
+    b.fs.fsync_dir(meta)
+
+
+def _retire(b: FileBackend, n: int, cap: _Capture) -> None:
+    for shard in b.shards:
+        shard.flush(sync=True)
+        gen, _ = cap.positions[b.stream_key(shard.shard)]
+        shard.retire_before(gen)
+    b.retire_foreign_streams()
+    meta = os.path.join(b.root, "meta")
+    for name in b.fs.listdir(meta):
+        old = snapfmt.parse_file_name(name)
+        if (old is not None and old < n) or name.endswith(".tmp"):
+            b.fs.unlink(os.path.join(meta, name))
+    for chunk in cap.detached:
+        chunk.close()
+        for path in (chunk.path, chunk.path[: -len(".data")] + ".idx"):
+            if b.fs.exists(path):
+                b.fs.unlink(path)
+    for t in cap.dropped:
+        for c in t.log.chunks:
+            c.close()  # type: ignore[attr-defined]
+        directory = topic_dir(b.root, t.tid)
+        if b.fs.exists(directory):
+            for name in b.fs.listdir(directory):
+                b.fs.unlink(os.path.join(directory, name))
+            b.fs.rmdir(directory)
+    b.fs.fsync_dir(meta)

@@ -1,0 +1,124 @@
+"""A sealed segment as a ``SealedChunk`` of the engine's topic log: mmap'd ``.data`` plus the
+decoded ``.idx`` columns, and an in-memory dead-slot map.
+
+Reads verify each record's checksum (SEG-2): a mismatch in a sealed file is corruption and raises
+``Corrupt`` naming the file and offset; it is never skipped and never returned as data.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from tidelog.errors import Corrupt
+from tidelog.fsio import Handle
+from tidelog.records import Record
+
+from .format import segment as segfmt
+from .format.segment import SegmentIndex
+
+__all__ = ["SegChunk"]
+
+_LABELS = struct.Struct("<HH")  # node_len, tag_len inside a record frame
+_LABELS_AT = 4 + 1 + 8 + 8  # after frame_len, flags, seq, ts
+_LABELED = segfmt.HAS_TAG | segfmt.HAS_NODE
+
+
+class SegChunk:
+    def __init__(self, path: str, handle: Handle, index: SegmentIndex) -> None:
+        self.path = path
+        self.handle = handle
+        self.index = index
+        self.data = handle.map()
+        self.first_seq = index.first_seq
+        self.count = index.count
+        self.dead = bytearray(index.count)
+        self.live = index.count
+        self._first = 0
+        self.nbytes = (
+            sum(index.lengths)
+            - segfmt.RECORD_OVERHEAD * index.count
+            - sum(self._label_bytes(i) for i in range(index.count) if index.flags[i] & _LABELED)
+        )
+
+    # -- SealedChunk -------------------------------------------------------------------------
+    def is_live(self, i: int) -> bool:
+        return not self.dead[i]
+
+    def first_live(self) -> int:
+        i = self._first
+        if self.dead[i : i + 1] == b"\x01":
+            found = self.dead.find(0, i)
+            i = self.count if found < 0 else found
+            self._first = i
+        return i
+
+    def kill(self, i: int) -> int:
+        if self.dead[i]:
+            return 0
+        self.dead[i] = 1
+        self.live -= 1
+        size = self.size(i)
+        self.nbytes -= size
+        return size
+
+    def ts(self, i: int) -> int:
+        return int(self.index.tss[i])
+
+    def size(self, i: int) -> int:
+        length = int(self.index.lengths[i]) - segfmt.RECORD_OVERHEAD
+        if self.index.flags[i] & _LABELED:
+            length -= self._label_bytes(i)
+        return length
+
+    def node(self, i: int) -> str | None:
+        if not self.index.flags[i] & segfmt.HAS_NODE:
+            return None
+        return self.record(i).node
+
+    def tag(self, i: int) -> str | None:
+        if not self.index.flags[i] & segfmt.HAS_TAG:
+            return None
+        return self.record(i).tag
+
+    def record(self, i: int) -> Record:
+        try:
+            seq, ts, tag, node, payload = segfmt.read_record(
+                self.data,
+                int(self.index.offsets[i]),
+                int(self.index.lengths[i]),
+                self.first_seq + i,
+            )
+        except Corrupt as exc:
+            raise Corrupt(f"{self.path}: {exc.message}") from None
+        return Record(seq, ts, tag, node, bytes(payload))
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _label_bytes(self, i: int) -> int:
+        off = int(self.index.offsets[i]) + _LABELS_AT
+        if off + 4 > len(self.data):
+            raise Corrupt(f"{self.path}: record {self.first_seq + i} lies outside the file")
+        node_len, tag_len = _LABELS.unpack_from(self.data, off)
+        return int(node_len) + int(tag_len)
+
+    def mark_dead(self, lo: int, hi: int) -> None:
+        """Seqs lo..hi (clipped to this chunk) were removed before the last snapshot."""
+        for seq in range(max(lo, self.first_seq), min(hi, self.first_seq + self.count - 1) + 1):
+            self.kill(seq - self.first_seq)
+
+    def dead_ranges(self) -> list[list[int]]:
+        """Dead seqs as [[lo, hi], ...] runs, found with bytearray.find (C speed)."""
+        out: list[list[int]] = []
+        i, n, d = 0, self.count, self.dead
+        while i < n:
+            start = d.find(1, i)
+            if start < 0:
+                break
+            end = d.find(0, start)
+            end = n if end < 0 else end
+            out.append([self.first_seq + start, self.first_seq + end - 1])
+            i = end
+        return out
+
+    def close(self) -> None:
+        self.data.release()
+        self.handle.close()

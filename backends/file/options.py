@@ -1,0 +1,55 @@
+"""``file://`` URI options (spec URI-2, URI-3): parsed and checked before anything is created."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tidelog.backend import COMMON_OPTIONS, StoreOptions
+from tidelog.errors import BadOption
+from tidelog.options import parse_bool, parse_choice, parse_int, parse_size, validate_options
+
+__all__ = ["FileOptions", "parse_file_options"]
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    wal_shards: int = 1
+    wal_file_bytes: int = 64 << 20
+    prealloc: str = "fallocate"
+    commit_interval_ms: int = 10
+    head_reserve: int = 4096
+    checkpoint_bytes: int = 32 << 20
+    segment_max_records: int = 100_000
+    segment_max_bytes: int = 64 << 20
+    progress_flush_ms: int = 100
+    create: bool = True
+    background: bool = True  # false: no maintenance thread (deterministic I/O for crash tests)
+
+
+def _segment_bytes(key: str, value: object) -> int:
+    n = parse_size(key, value, minimum=4 << 10)
+    if n >= 1 << 32:  # .idx offsets are u32 (SEG-5)
+        raise BadOption(f"option {key}={value!r}: must be below 4GiB (segment offsets are u32)")
+    return n
+
+
+_FILE_OPTIONS = {
+    "wal_shards": lambda k, v: parse_int(k, v, minimum=1, maximum=64),
+    "wal_file_bytes": lambda k, v: parse_size(k, v, minimum=64 << 10),
+    "prealloc": lambda k, v: parse_choice(k, v, ("fallocate", "zero", "none")),
+    "commit_interval_ms": lambda k, v: parse_int(k, v, minimum=1, maximum=60_000),
+    "head_reserve": lambda k, v: parse_int(k, v, minimum=1),
+    "checkpoint_bytes": lambda k, v: parse_size(k, v, minimum=4 << 10),
+    "segment_max_records": lambda k, v: parse_int(k, v, minimum=1),
+    "segment_max_bytes": lambda k, v: _segment_bytes(k, v),
+    "progress_flush_ms": lambda k, v: parse_int(k, v, minimum=1),
+    "create": parse_bool,
+    "background": parse_bool,
+}
+
+
+def parse_file_options(options: Mapping[str, object]) -> tuple[StoreOptions, FileOptions]:
+    parsed = validate_options(options, {**COMMON_OPTIONS, **_FILE_OPTIONS}, where="file://")
+    common = {k: parsed.pop(k) for k in list(parsed) if k in COMMON_OPTIONS}
+    return StoreOptions(**common), FileOptions(**parsed)

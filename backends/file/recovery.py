@@ -1,0 +1,324 @@
+"""Opening a file store: snapshot + sealed segments + progress files + WAL replay (seed 000 §4).
+
+1. Load the newest valid snapshot (an older one if the newest is damaged; none = a new store).
+2. Rebuild every topic from it: config, floors, sealed segments (.idx columns, mmap'd .data),
+   dead ranges, subscribers with their progress files, queue state.
+3. Replay every WAL directory from the snapshot's replay position, op batch by op batch (a batch
+   without its BATCH_END frame is a torn op and is discarded whole). The first torn frame ends the
+   log: the file is truncated there and nothing after it is used. Valid frames in a later file
+   after a torn one mean real corruption (files are synced before the next is written): refuse.
+4. Crash rules: reserved seqs above the recovered head become a loss range (disk, DUR-3) or a lost
+   prefix (ephemeral, DUR-5); leases held at the crash end (QUE-8); cursors reset (SUB-9).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from tidelog.config import TopicConfig
+from tidelog.errors import Corrupt
+
+from ..common.engine import EngineTopic
+from .chunk import SegChunk
+from .format import segment as segfmt
+from .format import snapshot as snapfmt
+from .format import wal as walfmt
+from .format.wal import FrameType
+from .progressfiles import read_progress, topic_dir
+
+if TYPE_CHECKING:
+    from .store import FileBackend
+
+__all__ = ["load_snapshot", "rebuild", "replay_wal", "list_streams", "lose"]
+
+
+# -- snapshot --------------------------------------------------------------------------------
+def load_snapshot(b: FileBackend) -> tuple[int, dict[str, Any]] | None:
+    meta = os.path.join(b.root, "meta")
+    found = sorted(
+        (n, name) for name in b.fs.listdir(meta) if (n := snapfmt.parse_file_name(name)) is not None
+    )
+    errors = []
+    for n, name in reversed(found):
+        path = os.path.join(meta, name)
+        h = b.fs.open_read(path)
+        try:
+            data = h.pread(h.size(), 0)
+        finally:
+            h.close()
+        try:
+            got, body = snapfmt.decode_snapshot(data)
+        except Corrupt as exc:
+            errors.append(f"{path}: {exc.message}")
+            continue
+        if got != n:
+            errors.append(f"{path}: header says snapshot {got}")
+            continue
+        b.warnings += errors
+        return n, body
+    if errors:
+        raise Corrupt("no valid snapshot: " + "; ".join(errors) + " (SNAP)")
+    return None
+
+
+# -- topics from the snapshot ------------------------------------------------------------------
+def rebuild(b: FileBackend, body: dict[str, Any]) -> None:
+    b.store_id = bytes.fromhex(body["store_id"])
+    b.incarnations = int(body.get("incarnations", 0))
+    for entry in body["topics"]:
+        t = b.apply_create(entry["name"], TopicConfig(**entry["config"]), int(entry["id"]))
+        log = t.log
+        for first in entry["segments"]:
+            log.add_chunk(open_chunk(b, t.tid, int(first)))
+        for lo, hi in entry["dead"]:
+            for c in log.chunks:
+                c.mark_dead(lo, hi)  # type: ignore[attr-defined]
+        log.count = sum(c.live for c in log.chunks)
+        log.nbytes = sum(c.nbytes for c in log.chunks)  # type: ignore[attr-defined]
+        log.head = log.visible = int(entry["head"])
+        log.base = log.head + 1
+        log.evict_floor = int(entry["evict_floor"])
+        log.last_ts = entry["last_ts"]
+        log.losses = [(int(lo), int(hi)) for lo, hi in entry["losses"]]
+        b.ceilings[t.tid] = int(entry.get("ceiling", log.head))
+        _index_tags(t)
+        for sub in entry["subscribers"]:
+            register(b, t, sub["name"], int(sub["base"]))
+        q = entry["queue"]
+        jobs = t.jobs
+        jobs.claim_cursor = int(q["cursor"])
+        jobs.next_lease_id = int(q["next_lease_id"])
+        jobs.deliveries = {int(s): int(n) for s, n in q["deliveries"]}
+        for s, ready in q["delayed"]:
+            jobs.delay(int(s), int(ready))
+        jobs.free = {int(s) for s in q["returned"]}
+
+
+def open_chunk(b: FileBackend, tid: int, first: int) -> SegChunk:
+    directory = topic_dir(b.root, tid)
+    data_path = os.path.join(directory, segfmt.data_name(first))
+    idx_path = os.path.join(directory, segfmt.idx_name(first))
+    try:
+        h = b.fs.open_read(idx_path)
+    except FileNotFoundError:
+        raise Corrupt(
+            f"{idx_path}: missing, yet the snapshot lists segment {first} (SEG)"
+        ) from None
+    try:
+        index = segfmt.read_index(h.pread(h.size(), 0), topic_id=tid, first_seq=first)
+    except Corrupt as exc:
+        raise Corrupt(f"{idx_path}: {exc.message}") from None
+    finally:
+        h.close()
+    try:
+        data = b.fs.open_read(data_path)
+    except FileNotFoundError:
+        raise Corrupt(f"{data_path}: missing; the snapshot lists segment {first} (SEG)") from None
+    if data.size() < index.data_size:
+        data.close()
+        raise Corrupt(f"{data_path}: {data.size()} bytes, the index needs {index.data_size} (SEG)")
+    return SegChunk(data_path, data, index)
+
+
+def _index_tags(t: EngineTopic) -> None:
+    """Rebuild the tag index from the sealed records that carry a tag (seed 000 §4 step 2)."""
+    per_tag: dict[str, list[int]] = {}
+    for c in t.log.chunks:
+        flags = c.index.flags  # type: ignore[attr-defined]
+        for i in range(c.count):
+            if flags[i] & segfmt.HAS_TAG and c.is_live(i):
+                tag = c.tag(i)  # type: ignore[attr-defined]
+                if tag is not None:
+                    per_tag.setdefault(tag, []).append(c.first_seq + i)
+    for tag, seqs in per_tag.items():
+        t.log.index_tag(tag, seqs)
+
+
+def register(b: FileBackend, t: EngineTopic, name: str, base: int) -> None:
+    """A subscriber known from the snapshot or the WAL, with its last written progress."""
+    s = t.progress.add(name, base)
+    saved = read_progress(b.fs, b.root, t.tid, name)
+    if saved is not None:
+        s.hwm = max(saved.hwm, base)
+        s.outcomes = {q: "acked" for q in saved.outcomes if q > s.hwm}
+        s.gap = saved.gap
+        s.base = saved.base if saved.base <= s.hwm else base
+    s.cursor = s.flushed_hwm = s.hwm
+    b.progress_written[(t.tid, name)] = b.progress_key(s)
+
+
+# -- WAL replay --------------------------------------------------------------------------------
+def replay_wal(b: FileBackend, replay_from: dict[str, list[int]]) -> dict[str, int]:
+    """Replay every WAL stream; returns the highest file gen seen per stream key."""
+    highest: dict[str, int] = {}
+    for key, directory in list_streams(b):
+        start_gen, start_off = replay_from.get(key, [0, walfmt.HEADER_SIZE])
+        gens = sorted(
+            g for name in b.fs.listdir(directory) if (g := walfmt.parse_file_name(name)) is not None
+        )
+        highest[key] = max(gens, default=0)
+        torn_at: str | None = None
+        for gen in gens:
+            if gen < start_gen:
+                continue
+            path = os.path.join(directory, walfmt.file_name(gen))
+            offset = start_off if gen == start_gen else walfmt.HEADER_SIZE
+            try:
+                end, frames, torn = _scan_file(b, path, offset)
+            except _NoHeader as exc:
+                if gen != gens[-1]:
+                    raise Corrupt(f"{exc.message}, and newer WAL files follow it (WAL)") from None
+                b.discards.append(path)
+                b.warnings.append(f"{path}: never completed (no valid header): removed")
+                continue
+            if torn_at is not None:
+                if frames:
+                    raise Corrupt(
+                        f"{path}: valid frames after the torn tail at {torn_at}: the "
+                        "log is damaged in the middle, not torn (WAL)"
+                    )
+                continue
+            for batch in frames:
+                apply_batch(b, batch)
+            b.replayed_batches += len(frames)
+            if torn:
+                torn_at = f"{path} offset {end}"
+                b.warnings.append(f"{path}: torn tail at offset {end} discarded (recovery)")
+            if torn or gen == gens[-1]:
+                # nothing will be appended to this file again (new writes start a new file);
+                # cutting it at its end leaves no stale bytes after the last valid op (WAL-4)
+                b.truncations.append((path, end))
+    return highest
+
+
+def list_streams(b: FileBackend) -> list[tuple[str, str]]:
+    """(key, directory) of every WAL stream on disk: "flat" for ``wal/``, "NN" per shard."""
+    base = os.path.join(b.root, "wal")
+    streams = [("flat", base)]
+    for name in b.fs.listdir(base):
+        if name.startswith("shard-") and b.fs.is_dir(os.path.join(base, name)):
+            streams.append((name[6:], os.path.join(base, name)))
+    return streams
+
+
+def _scan_file(
+    b: FileBackend, path: str, offset: int
+) -> tuple[int, list[list[walfmt.Frame]], bool]:
+    """(end of the last complete op batch, complete batches, torn?) of one WAL file."""
+    h = b.fs.open_read(path)
+    try:
+        data = h.pread(h.size(), 0)
+    finally:
+        h.close()
+    try:
+        header = walfmt.decode_header(data)
+    except Corrupt as exc:
+        raise _NoHeader(f"{path}: {exc.message}") from None
+    if header.store_id != b.store_id:
+        raise Corrupt(
+            f"{path}: belongs to another store (store_id {header.store_id.hex()}, "
+            f"this store is {b.store_id.hex()}) (WAL)"
+        )
+    result = walfmt.scan(data, offset)
+    batches, torn_batch = walfmt.split_batches(result.frames)
+    end = batches[-1][-1].offset + batches[-1][-1].length if batches else offset
+    torn = result.status == "torn" or bool(torn_batch)
+    return end, batches, torn
+
+
+class _NoHeader(Corrupt):
+    """A WAL file without a valid header. Frames are written only after the header is durable,
+    so such a file never held a frame: harmless if it is the newest of its stream (a crash while
+    it was being created), corruption anywhere else."""
+
+
+def apply_batch(b: FileBackend, frames: list[walfmt.Frame]) -> None:
+    """Apply one op's frames (journal off: replay does not log again)."""
+    appends: list[walfmt.Frame] = []
+    for f in frames:
+        if f.type == FrameType.APPEND:
+            appends.append(f)
+            continue
+        if appends:
+            _apply_appends(b, appends)
+            appends = []
+        _apply_control(b, f)
+    if appends:
+        _apply_appends(b, appends)
+
+
+def _apply_appends(b: FileBackend, frames: list[walfmt.Frame]) -> None:
+    t = b.by_id.get(frames[0].topic_id)
+    if t is None:
+        return  # the topic was dropped before the snapshot that absorbed this op
+    fresh = [f for f in frames if f.seq > t.log.head]
+    if not fresh:
+        return
+    if fresh[0].seq != t.log.head + 1:
+        raise Corrupt(f"WAL: topic {t.name!r} jumps from seq {t.log.head} to {fresh[0].seq}")
+    f0 = fresh[0]
+    b.apply_append(t, [f.data for f in fresh], f0.tag, f0.node, f0.ts)
+
+
+def _apply_control(b: FileBackend, f: walfmt.Frame) -> None:
+    tid = f.topic_id
+    t = b.by_id.get(tid)
+    kind = f.type
+    if kind == FrameType.TOPIC_CREATE:
+        if t is None:
+            body = f.body
+            old = b.topics.get(body["name"])
+            if old is not None and old.tid < tid:
+                b.apply_drop(old)  # its drop is in another shard's stream
+            b.apply_create(body["name"], TopicConfig(**body["config"]), tid)
+        return
+    if t is None:
+        return  # effects of a topic dropped before the snapshot
+    if kind == FrameType.TOPIC_DROP:
+        b.apply_drop(t)
+    elif kind == FrameType.EVICT:
+        b.apply_evict(t, f.seq, f.body["reason"])
+    elif kind == FrameType.REMOVE:
+        body = f.body
+        seqs = [q for lo, hi in body["ranges"] for q in range(lo, hi + 1)]
+        b.apply_remove(t, seqs, body["fate"])
+    elif kind == FrameType.SUB_REGISTER:
+        body = f.body
+        if body["name"] not in t.progress.subs:
+            register(b, t, body["name"], int(body["base"]))
+    elif kind == FrameType.SUB_UNREGISTER:
+        if f.body["name"] in t.progress.subs:
+            b.apply_unregister(t, f.body["name"])
+    elif kind == FrameType.QUEUE:
+        _apply_queue(b, t, f.body)
+    elif kind == FrameType.HEAD_RESERVE:
+        b.ceilings[tid] = max(b.ceilings.get(tid, 0), f.seq)
+    elif kind == FrameType.LOSS:
+        lose(b, t, int(f.body["lo"]), f.seq, log=False)
+
+
+def _apply_queue(b: FileBackend, t: EngineTopic, body: dict[str, Any]) -> None:
+    op = body["op"]
+    if op == "delivered":
+        b.apply_delivered(t, body["seq"], body["lease_id"], body["count"], body["fresh"])
+    elif op == "returned":
+        b.apply_returned(t, body["seq"])
+    elif op == "delayed":
+        b.apply_delayed(t, body["seq"], body["ready_at"])
+
+
+def lose(b: FileBackend, t: EngineTopic, lo: int, hi: int, *, log: bool) -> None:
+    """Seqs lo..hi were lost in a crash: raise the head over them and record a loss range, so
+    readers get a tombstone and no seq is reused (DUR-3)."""
+    if hi <= t.log.head:
+        return  # already part of the snapshot
+    lo = max(lo, t.log.head + 1)
+    for s in t.progress.subs.values():
+        if s.hwm < hi:  # SUB-7: every lost seq above the hwm was unresolved
+            g = (max(lo, s.hwm + 1), hi)
+            s.gap = g if s.gap is None else (min(s.gap[0], g[0]), max(s.gap[1], g[1]))
+    t.log.skip_to(hi)
+    t.log.add_loss(lo, hi)
+    if log and b.journal is not None:
+        b.journal.loss(t, lo, hi)  # type: ignore[attr-defined]

@@ -1,0 +1,334 @@
+"""The ``file://`` backend: the engine + WAL shards + segments + snapshots + progress files.
+
+Lifecycle: lock the directory (LOCK-1), recover (recovery.py), start the WAL shards and a
+maintenance thread (progress files, checkpoints). ``close`` applies the ephemeral restart rule,
+writes a final checkpoint (so reopening is fast and exact) and releases everything. Any I/O
+failure poisons the store: every later op raises the StorageError until it is reopened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Any
+
+from tidelog.backend import Capabilities, StoreOptions
+from tidelog.clock import Clock
+from tidelog.errors import Closed, Corrupt, StorageError, TidelogError
+from tidelog.fsio import FS, Handle, make_dirs, storage_error
+
+from ..common.engine import Engine, EngineTopic
+from ..common.progress import SubState
+from . import lockfile
+from .checkpoint import checkpoint, write_snapshot
+from .format import wal as walfmt
+from .journal import WalJournal
+from .options import FileOptions
+from .progressfiles import remove_progress, write_progress
+from .recovery import list_streams, load_snapshot, lose, rebuild, replay_wal
+from .wal import WalOptions, WalShard
+
+__all__ = ["FileBackend", "CAPABILITIES"]
+
+CAPABILITIES = Capabilities(persistent=True, crash_safe=True)
+
+
+class FileBackend(Engine):
+    def __init__(
+        self, fs: FS, root: str, clock: Clock, options: StoreOptions, fopts: FileOptions
+    ) -> None:
+        super().__init__(clock, options, CAPABILITIES)
+        self.fs = fs
+        self.root = root
+        self.fopts = fopts
+        self.store_id = b""
+        self.snapshot_n = 0
+        self.shards: list[WalShard] = []
+        self.ceilings: dict[int, int] = {}
+        self.progress_written: dict[tuple[int, str], tuple[Any, ...]] = {}
+        self.dropped_tids: list[EngineTopic] = []
+        self.warnings: list[str] = []
+        self.truncations: list[tuple[str, int]] = []
+        self.discards: list[str] = []
+        self.checkpoint_lock = threading.Lock()
+        self.closing = False
+        self.clean_open = False
+        self.replayed_batches = 0
+        self._wal_at_checkpoint = 0
+        self._stop = threading.Event()
+        self._maintenance: threading.Thread | None = None
+        self._lock_handle: Handle | None = None
+        self._open()
+
+    # -- opening -----------------------------------------------------------------------------
+    def _open(self) -> None:
+        fs, root = self.fs, self.root
+        if not fs.is_dir(root):
+            if not self.fopts.create:
+                raise StorageError(f"store directory {root} does not exist (create=false)")
+            make_dirs(fs, root)
+        self._lock_handle = lockfile.acquire(fs, root)
+        try:
+            with self.lock:  # recovery applies effects like ops do: under the engine lock
+                self._recover()
+        except BaseException:
+            self._release()
+            raise
+        if self.fopts.background:
+            self._maintenance = threading.Thread(
+                target=self._maintain, daemon=True, name="tidelog-maintenance"
+            )
+            self._maintenance.start()
+
+    def _recover(self) -> None:
+        fs, root = self.fs, self.root
+        for d in ("meta", "wal", "topics"):
+            make_dirs(fs, os.path.join(root, d))
+        found = load_snapshot(self)
+        if found is None:
+            if any(
+                name
+                for _, d in list_streams(self)
+                for name in fs.listdir(d)
+                if walfmt.parse_file_name(name) is not None
+            ):
+                raise Corrupt(
+                    f"{root}: WAL files but no snapshot: not a store this version "
+                    "wrote, or its metadata was removed (SNAP)"
+                )
+            self.store_id = os.urandom(16)
+            body: dict[str, Any] = {
+                "version": 1,
+                "store_id": self.store_id.hex(),
+                "next_topic_id": 1,
+                "incarnations": 0,
+                "wal": {"shards": 0, "replay_from": {}},
+                "topics": [],
+            }
+            write_snapshot(self, 0, body)
+        else:
+            self.snapshot_n, body = found
+            rebuild(self, body)
+        replay_from = body["wal"]["replay_from"]
+        highest = replay_wal(self, replay_from)
+        # a clean close wrote the snapshot with every restart rule applied and nothing after it
+        self.clean_open = bool(body.get("clean")) and not self.replayed_batches
+        for path, end in self.truncations:
+            h = fs.open(path)
+            try:
+                h.truncate(end)
+                h.fsync()
+            finally:
+                h.close()
+        for path in self.discards:
+            fs.unlink(path)
+            fs.fsync_dir(os.path.dirname(path))
+        self._start_shards(highest)
+        self._after_crash()
+
+    def _start_shards(self, highest: dict[str, int]) -> None:
+        n = self.fopts.wal_shards
+        wopts = WalOptions(
+            self.fopts.wal_file_bytes, self.fopts.prealloc, self.fopts.commit_interval_ms
+        )
+        top = max(highest.values(), default=0)
+        for shard in range(n):
+            self.shards.append(
+                WalShard(self.fs, self.root, shard, n, self.store_id, wopts, first_gen=top + 1)
+            )
+        journal = WalJournal(self.shards, self.fopts.head_reserve)
+        journal.ceilings = self.ceilings
+        self.journal = journal
+
+    def _after_crash(self) -> None:
+        """Crash rules after replay (DUR-3, DUR-5, QUE-8, SUB-9), logged like any op."""
+        now = self.clock.now_ms()
+        with self.lock:
+            for name in sorted(self.topics):
+                t = self.topics[name]
+                log = t.log
+                log.visible = log.head
+                if not self.clean_open:
+                    self._crash_rules(t)
+                for s in t.progress.subs.values():
+                    s.hwm = min(s.hwm, log.head)
+                    s.cursor = s.hwm
+                jobs = t.jobs
+                held = sorted(
+                    q
+                    for q, n in jobs.deliveries.items()
+                    if n and log.is_live(q) and q not in jobs.free and q not in jobs.delayed
+                )
+                for seq in held:  # leases held when the process stopped end now
+                    self._return_job(t, seq, now)
+                self._settle(t)
+            ticket, touched = self._end_op(True)
+        self._finish(ticket, touched)
+
+    def _crash_rules(self, t: EngineTopic) -> None:
+        """Seqs reserved beyond the recovered head were maybe used: they become a loss range
+        (disk, DUR-3) and nothing of an ephemeral topic's records survives (DUR-5)."""
+        log = t.log
+        ceiling = self.ceilings.get(t.tid, log.head)
+        cls = t.config.durability
+        if cls in ("disk", "ephemeral") and ceiling > log.head:
+            lose(self, t, log.head + 1, ceiling, log=True)
+        if cls == "ephemeral" and log.evict_floor <= log.head:
+            log.evict_floor = log.head + 1
+            log.losses = []
+
+    def on_create(self, t: EngineTopic) -> None:
+        # fsync topics: a record is readable only once durable, so a seq lost before its
+        # append returned was never seen by anyone (TOP-1, DUR-2)
+        t.log.gate_visibility = t.config.durability == "fsync"
+
+    def apply_drop(self, t: EngineTopic) -> None:
+        super().apply_drop(t)
+        self.dropped_tids.append(t)
+        for name in list(t.progress.subs):
+            self.progress_written.pop((t.tid, name), None)
+
+    def apply_unregister(self, t: EngineTopic, name: str) -> None:
+        super().apply_unregister(t, name)
+        if self.journal is not None:  # live op, not replay: the file goes too
+            remove_progress(self.fs, self.root, t.tid, name)
+        self.progress_written.pop((t.tid, name), None)
+
+    @staticmethod
+    def stream_key(shard: int) -> str:
+        return "flat" if shard == 0 else f"{shard:02d}"
+
+    def retire_foreign_streams(self) -> None:
+        """WAL directories of another shard layout: absorbed by the checkpoint just written."""
+        n = len(self.shards)
+        mine = {"flat"} if n == 1 else {f"{s:02d}" for s in range(n)}
+        for key, directory in list_streams(self):
+            if key in mine:
+                continue
+            for name in self.fs.listdir(directory):
+                if walfmt.parse_file_name(name) is not None:
+                    self.fs.unlink(os.path.join(directory, name))
+            self.fs.fsync_dir(directory)
+
+    # -- checks ------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise Closed("store is closed")
+        for shard in self.shards:
+            if shard.failed is not None:
+                raise StorageError(
+                    f"store {self.root} failed and must be reopened: {shard.failed.message}"
+                )
+
+    # -- progress files (DUR-9) ----------------------------------------------------------------
+    @staticmethod
+    def progress_key(s: SubState) -> tuple[Any, ...]:
+        return (s.hwm, frozenset(q for q in s.outcomes if q > s.hwm), s.base, s.gap)
+
+    def persist_progress(self, t: EngineTopic, name: str, s: SubState) -> None:
+        key = self.progress_key(s)
+        if self.progress_written.get((t.tid, name)) != key:
+            try:
+                write_progress(self.fs, self.root, t.tid, name, s)
+            except OSError as exc:
+                raise storage_error(exc, f"progress file of {t.name}/{name}") from None
+            self.progress_written[(t.tid, name)] = key
+
+    def _write_all_progress(self) -> None:
+        with self.lock:
+            for t in list(self.by_id.values()):
+                for name, s in list(t.progress.subs.items()):
+                    self.persist_progress(t, name, s)
+
+    def flush(self) -> None:
+        """DUR-7: every acknowledged op durable: WAL synced, progress files written."""
+        super().flush()
+        for shard in self.shards:
+            shard.flush(sync=True)
+        self._write_all_progress()
+
+    # -- maintenance -------------------------------------------------------------------------
+    def _maintain(self) -> None:
+        interval = max(self.fopts.progress_flush_ms, 10) / 1000.0
+        while not self._stop.wait(interval):
+            try:
+                self._write_all_progress()
+                submitted = sum(s.submitted for s in self.shards)
+                if submitted - self._wal_at_checkpoint >= self.fopts.checkpoint_bytes:
+                    self._wal_at_checkpoint = submitted
+                    checkpoint(self)
+            except TidelogError as exc:
+                self.warnings.append(f"maintenance: {exc}")
+            except OSError as exc:
+                self.warnings.append(f"maintenance: {storage_error(exc, 'checkpoint')}")
+
+    def checkpoint(self) -> int:
+        """Run a checkpoint now (the maintenance thread does this by WAL volume)."""
+        self._check_open()
+        return checkpoint(self)
+
+    def abandon(self) -> None:
+        """Stop every thread and drop every handle without writing anything: what a killed
+        process leaves behind (crash tests)."""
+        self._stop.set()
+        for shard in self.shards:
+            shard.abandon()
+        self.shards = []
+        with self.lock:
+            self.closed = True
+        self._release()
+
+    # -- closing -----------------------------------------------------------------------------
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closing = True
+            for name in sorted(self.topics):  # DUR-1: ephemeral records end with the process
+                t = self.topics[name]
+                if t.config.durability == "ephemeral" and t.log.count:
+                    self.apply_evict(t, t.log.head, "lost")
+        self._stop.set()
+        if self._maintenance is not None:
+            self._maintenance.join()
+        try:
+            if all(s.failed is None for s in self.shards):
+                checkpoint(self)
+                self._write_all_progress()
+        finally:
+            with self.lock:
+                super().close()
+            self._release()
+
+    def _release(self) -> None:
+        for shard in self.shards:
+            with contextlib.suppress(TidelogError):
+                shard.close()
+        self.shards = []
+        for t in self.by_id.values():
+            for c in t.log.chunks:
+                c.close()  # type: ignore[attr-defined]
+        if self._lock_handle is not None:
+            self._lock_handle.close()
+            self._lock_handle = None
+
+    def describe(self) -> dict[str, object]:
+        out = super().describe()
+        with self.lock:
+            out.update(
+                {
+                    "backend": "file",
+                    "root": self.root,
+                    "snapshot": self.snapshot_n,
+                    "wal": {
+                        "shards": len(self.shards),
+                        "submitted_bytes": sum(s.submitted for s in self.shards),
+                        "writes": sum(s.stats["writes"] for s in self.shards),
+                        "fdatasyncs": sum(s.stats["fdatasyncs"] for s in self.shards),
+                    },
+                    "segments": {t.name: len(t.log.chunks) for t in self.by_id.values()},
+                    "warnings": list(self.warnings),
+                }
+            )
+        return out

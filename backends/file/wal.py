@@ -1,0 +1,260 @@
+"""One WAL shard: an ordered stream of frames over preallocated files, with group commit.
+
+Placement is decided at submit time: each op's frames (one contiguous chunk) get a (file gen,
+offset) under the shard lock, so a checkpoint can name an exact replay position. Writing is
+leader/follower group commit: the first caller that needs durability becomes the leader, writes
+every pending chunk with one pwrite per file and calls fdatasync once, then wakes the followers
+whose chunks that covered. A lone writer is never delayed (no thread hand-off); concurrent
+writers share fdatasyncs. A background committer writes and syncs chunks that nobody waits for
+(``disk``/``memory`` classes) within ``commit_interval_ms``.
+
+A file is made durable before the next one receives a byte, so recovery never sees a frame in
+file N+1 while file N has a torn tail. Any I/O failure poisons the shard: every later submit or
+wait raises the stored ``StorageError`` (the page cache state is unknown after a failed fsync;
+only recovery can tell what is on disk).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from tidelog.errors import StorageError
+from tidelog.fsio import FS, Handle, make_dirs, storage_error
+
+from .format import wal as walfmt
+
+__all__ = ["WalShard", "WalOptions", "wal_dir", "wal_file_name"]
+
+HEADER_SIZE = 64
+
+
+@dataclass(frozen=True)
+class WalOptions:
+    file_bytes: int = 64 << 20
+    prealloc: str = "fallocate"  # "fallocate" | "zero" | "none"
+    commit_interval_ms: int = 10
+
+
+def wal_dir(root: str, shard: int, shard_count: int) -> str:
+    return (
+        os.path.join(root, "wal")
+        if shard_count == 1
+        else os.path.join(root, "wal", f"shard-{shard:02d}")
+    )
+
+
+def wal_file_name(gen: int) -> str:
+    return f"wal-{gen:016x}.log"
+
+
+class WalShard:
+    def __init__(
+        self,
+        fs: FS,
+        root: str,
+        shard: int,
+        shard_count: int,
+        store_id: bytes,
+        options: WalOptions,
+        first_gen: int,
+    ) -> None:
+        self.fs = fs
+        self.dir = wal_dir(root, shard, shard_count)
+        self.shard = shard
+        self.shard_count = shard_count
+        self.store_id = store_id
+        self.options = options
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.pending: list[tuple[int, int, bytes, int]] = []  # gen, offset, data, stream end
+        self.submitted = 0  # stream positions: bytes of frames submitted / written / synced
+        self.written = 0
+        self.synced = 0
+        self.leading = False
+        self.failed: StorageError | None = None
+        self.gen = first_gen  # gen of the file receiving new placements
+        self.offset = HEADER_SIZE
+        self.files: dict[int, Handle] = {}
+        self.stats = {"writes": 0, "fdatasyncs": 0, "bytes": 0}
+        make_dirs(self.fs, self.dir)
+        self._open_file(first_gen)
+        self._stop = False
+        self._thread = threading.Thread(
+            target=self._committer, name=f"tidelog-wal-{shard}", daemon=True
+        )
+        self._thread.start()
+
+    # -- files -----------------------------------------------------------------------------
+    def _open_file(self, gen: int) -> Handle:
+        """Create, preallocate and make durable a new WAL file (header first)."""
+        path = os.path.join(self.dir, wal_file_name(gen))
+        h = self.fs.open(path)
+        header = walfmt.encode_header(
+            gen, self.shard, self.shard_count, time.time_ns() // 1_000_000, self.store_id
+        )
+        h.pwrite(header, 0)
+        size = self.options.file_bytes
+        if self.options.prealloc == "zero":
+            zero = bytes(1 << 20)
+            for off in range(HEADER_SIZE, size, len(zero)):
+                h.pwrite(zero[: min(len(zero), size - off)], off)
+        elif self.options.prealloc == "fallocate":
+            h.allocate(size)
+        h.fsync()
+        self.fs.fsync_dir(self.dir)
+        self.files[gen] = h
+        return h
+
+    # -- submitting ------------------------------------------------------------------------
+    def submit(self, data: bytes) -> int:
+        """Place one op's frames; returns the stream position that covers them."""
+        with self.lock:
+            if self.failed is not None:
+                raise self.failed
+            if self.offset + len(data) > self.options.file_bytes and self.offset > HEADER_SIZE:
+                self.gen += 1  # rotate: the chunk starts the next file (frames never split)
+                self.offset = HEADER_SIZE
+            self.submitted += len(data)
+            self.pending.append((self.gen, self.offset, data, self.submitted))
+            self.offset += len(data)
+            return self.submitted
+
+    def position(self) -> tuple[int, int]:
+        """(gen, offset) just after the last submitted frame: where replay would resume."""
+        with self.lock:
+            return self.gen, self.offset
+
+    def wait_synced(self, pos: int) -> None:
+        """Block until every frame up to stream position ``pos`` is on stable storage."""
+        with self.lock:
+            while self.synced < pos:
+                if self.failed is not None:
+                    raise self.failed
+                if self.leading:
+                    self.cond.wait()
+                else:
+                    self._lead(sync=True)
+            if self.failed is not None and self.synced < pos:
+                raise self.failed
+
+    def flush(self, sync: bool) -> None:
+        """Write everything pending (and fdatasync it if ``sync``); used at close and flush()."""
+        with self.lock:
+            while self.leading:
+                self.cond.wait()
+            if self.failed is not None:
+                raise self.failed
+            if self.pending or (sync and self.synced < self.written):
+                self._lead(sync=sync)
+            if self.failed is not None:
+                raise self.failed
+
+    def _lead(self, sync: bool) -> None:
+        """Called with the lock held and no leader: write (and sync) all pending chunks."""
+        self.leading = True
+        batch, self.pending = self.pending, []
+        self.lock.release()
+        try:
+            end = self._write(batch, sync)
+            error = None
+        except OSError as exc:
+            error = storage_error(exc, f"WAL shard {self.shard}")
+            end = 0
+        finally:
+            self.lock.acquire()
+        self.leading = False
+        if error is not None:
+            self.failed = error
+        else:
+            self.written = max(self.written, end or self.written)
+            if sync:
+                self.synced = self.written
+        self.cond.notify_all()
+
+    def _write(self, batch: list[tuple[int, int, bytes, int]], sync: bool) -> int:
+        """One pwrite per run of chunks in the same file; a file is synced before the next file
+        gets its first byte."""
+        end = 0
+        i = 0
+        while i < len(batch):
+            gen, offset = batch[i][0], batch[i][1]
+            j = i
+            while j + 1 < len(batch) and batch[j + 1][0] == gen:
+                j += 1
+            h = self.files.get(gen) or self._prepare(gen)
+            data = b"".join(c[2] for c in batch[i : j + 1])
+            h.pwrite(data, offset)
+            self.stats["writes"] += 1
+            self.stats["bytes"] += len(data)
+            end = batch[j][3]
+            if j + 1 < len(batch) or sync:
+                h.fdatasync()
+                self.stats["fdatasyncs"] += 1
+            i = j + 1
+        return end
+
+    def _prepare(self, gen: int) -> Handle:
+        """The previous file is complete: make it durable, then open the next one."""
+        prev = self.files.get(gen - 1)
+        if prev is not None:
+            prev.fdatasync()
+            self.stats["fdatasyncs"] += 1
+        return self._open_file(gen)
+
+    # -- background committer -------------------------------------------------------------
+    def _committer(self) -> None:
+        interval = self.options.commit_interval_ms / 1000.0
+        while True:
+            with self.lock:
+                self.cond.wait(interval)
+                if self._stop:
+                    return
+                if (
+                    self.failed is None
+                    and not self.leading
+                    and (self.pending or self.synced < self.written)
+                ):
+                    self._lead(sync=True)
+
+    def close(self) -> None:
+        try:
+            self.flush(sync=True)
+        finally:
+            with self.lock:
+                self._stop = True
+                self.cond.notify_all()
+            self._thread.join(timeout=5)
+            for h in self.files.values():
+                h.close()
+            self.files.clear()
+
+    def abandon(self) -> None:
+        """Stop the committer and close files without writing what is pending (crash tests)."""
+        with self.lock:
+            self._stop = True
+            self.pending = []
+            self.cond.notify_all()
+        self._thread.join(timeout=5)
+        for h in self.files.values():
+            h.close()
+        self.files.clear()
+
+    def retire_before(self, gen: int) -> list[int]:
+        """Delete files older than ``gen`` (a durable checkpoint absorbed them)."""
+        removed = []
+        with self.lock:
+            old = sorted(g for g in self.files if g < gen)
+            for g in old:
+                self.files.pop(g).close()
+        for name in self.fs.listdir(self.dir):
+            if name.startswith("wal-") and name.endswith(".log"):
+                g = int(name[4:-4], 16)
+                if g < gen:
+                    self.fs.unlink(os.path.join(self.dir, name))
+                    removed.append(g)
+        if removed:
+            self.fs.fsync_dir(self.dir)
+        return removed
