@@ -252,6 +252,11 @@ class LogMachine(RuleBasedStateMachine):
         }
         self.leases = []
         self.stale = []  # handles of the closed store: they raise 'closed' (DUR-8)
+        event("reopen")
+        self.after_reopen()
+
+    def after_reopen(self) -> None:
+        """Hook: backends label what the reopen exercised (e.g. replayed WAL, sealed segments)."""
 
     # -- rules: log ------------------------------------------------------------------------
     @rule(
