@@ -1,0 +1,196 @@
+"""File-backend specifics beyond the shared semantics: the store lock, group commit, segment
+sealing and dropping, recovery of a torn WAL tail, and option validation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import tidelog
+from tidelog import FakeClock
+from tidelog.backends.file import FileBackend
+
+
+def backend(store: tidelog.Store) -> FileBackend:
+    b = store._backend
+    assert isinstance(b, FileBackend)
+    return b
+
+
+def test_LOCK_1_second_opener_fails_naming_the_holder(tmp_path: Path) -> None:
+    """LOCK-1, LOCK-2: a second process opening the same directory gets `locked` with the PID."""
+    uri = f"file://{tmp_path / 's'}"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, tidelog; s = tidelog.open(sys.argv[1]); print('held', flush=True); "
+            "sys.stdin.read()",
+            uri,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(tidelog.Locked, match=f"pid {holder.pid}"):
+            tidelog.open(uri)
+    finally:
+        holder.kill()
+        holder.wait()
+    with tidelog.open(uri) as store:  # the kernel released the lock when the holder died
+        store.topic("t").append(b"x")
+
+
+def test_LOCK_3_lock_files_stay_after_close(tmp_path: Path) -> None:
+    """LOCK-3: neither .lock nor .lock.pid is removed on close; the next opener reuses them."""
+    root = tmp_path / "s"
+    tidelog.open(f"file://{root}").close()
+    assert (root / ".lock").exists() and (root / ".lock.pid").read_text() == f"{os.getpid()}\n"
+    tidelog.open(f"file://{root}").close()
+
+
+def test_group_commit_shares_fdatasyncs_between_writers(tmp_path: Path) -> None:
+    """WAL-11, DUR-2 group commit: concurrent fsync appends share fdatasyncs; a lone writer pays
+    exactly one per append and is never made to wait for company."""
+    with tidelog.open(f"file://{tmp_path / 's'}?background=false") as store:
+        t = store.topic("t", durability="fsync")
+        shard = backend(store).shards[0]
+        before = shard.stats["fdatasyncs"]
+        for _ in range(20):
+            t.append(b"lone")
+        assert shard.stats["fdatasyncs"] - before == 20
+
+        before = shard.stats["fdatasyncs"]
+        n_threads, each = 8, 40
+
+        def writer() -> None:
+            for _ in range(each):
+                t.append(b"x" * 100)
+
+        threads = [threading.Thread(target=writer) for _ in range(n_threads)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        syncs = shard.stats["fdatasyncs"] - before
+        assert t.state().head_seq == 20 + n_threads * each
+        assert syncs < n_threads * each, f"{syncs} fdatasyncs for {n_threads * each} appends"
+
+
+def test_disk_class_is_written_by_the_committer(tmp_path: Path) -> None:
+    """DUR-3, WAL-11, WAL-12: a disk append returns before any fdatasync (only the first one
+    waits, for its durable seq reservation); the committer writes and syncs it within
+    commit_interval_ms."""
+    with tidelog.open(f"file://{tmp_path / 's'}?commit_interval_ms=5") as store:
+        t = store.topic("t", durability="disk", trim="none")
+        shard = backend(store).shards[0]
+        t.append(b"first")  # the first append makes a durable head reservation
+        synced = shard.synced
+        t.append(b"second")
+        assert shard.synced == synced  # acknowledged without waiting
+        deadline = time.monotonic() + 5
+        while shard.synced < shard.submitted and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert shard.synced == shard.submitted
+
+
+def test_segments_are_sealed_and_dropped_whole(tmp_path: Path) -> None:
+    """SEG-1, RET-2, WAL-13: checkpoints seal the tail into segments (then read from the mmap);
+    cap eviction advances the floor at once and drops a segment's files only when all its
+    records are gone."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?background=false&segment_max_records=4"
+    clock = FakeClock()
+    with tidelog.open(uri, clock=clock) as store:
+        t = store.topic("t", cap_records=6)
+        t.append_many([bytes([i]) for i in range(6)])
+        backend(store).checkpoint()
+        files = sorted(p.name for p in root.glob("topics/*/seg-*.data"))
+        assert files == ["seg-00000000000000000001.data", "seg-00000000000000000005.data"]
+        t.append_many([b"a", b"b", b"c"])  # evicts seqs 1-3: segment 1 still holds seq 4
+        assert t.state().evict_floor == 4
+        backend(store).checkpoint()
+        assert list(root.glob("topics/*/seg-00000000000000000001.data")), "seq 4 still lives"
+        t.append(b"d")  # evicts 4: segment 1 is empty now
+        backend(store).checkpoint()
+        names = sorted(p.name for p in root.glob("topics/*/seg-*.data"))
+        assert "seg-00000000000000000001.data" not in names
+        assert [r.payload for r in t.read() if isinstance(r, tidelog.Record)] == [  # type: ignore[union-attr]
+            b"\x04",
+            b"\x05",
+            b"a",
+            b"b",
+            b"c",
+            b"d",
+        ]
+    with tidelog.open(uri, clock=clock) as store:
+        assert store.topic("t").state().evict_floor == 5
+
+
+def test_WAL_5_torn_tail_is_truncated_and_reported(tmp_path: Path) -> None:
+    """WAL-5: garbage after the last complete op is a torn tail: recovery discards it, keeps
+    everything before it, and new appends continue after the last kept seq."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?background=false&prealloc=none"
+    store = tidelog.open(uri)
+    store.topic("t").append_many([b"kept-1", b"kept-2"])
+    b = backend(store)
+    b.abandon()  # like SIGKILL: nothing more is written
+    wal = next(root.glob("wal/wal-*.log"))
+    with wal.open("ab") as f:
+        f.write(b"\x40\x00\x00\x00" + os.urandom(30))  # a frame that claims 64 bytes, torn
+    with tidelog.open(uri) as store:
+        t = store.topic("t")
+        assert [r.payload for r in t.read()] == [b"kept-1", b"kept-2"]  # type: ignore[union-attr]
+        assert any("torn tail" in w for w in backend(store).warnings)
+        assert t.append(b"next") == 3
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "wal_shards=0",
+        "prealloc=maybe",
+        "segment_max_bytes=5GiB",
+        "wal_file_bytes=1",
+        "colour=red",
+        "create=perhaps",
+    ],
+)
+def test_URI_2_file_options_are_validated(tmp_path: Path, bad: str) -> None:
+    """URI-2: a bad file:// option is refused before the directory is created."""
+    root = tmp_path / "never"
+    with pytest.raises(tidelog.BadOption):
+        tidelog.open(f"file://{root}?{bad}")
+    assert not root.exists()
+
+
+def test_missing_directory_with_create_false(tmp_path: Path) -> None:
+    """ERR-1: a missing store directory with create=false is a clear typed error."""
+    with pytest.raises(tidelog.StorageError, match="does not exist"):
+        tidelog.open(f"file://{tmp_path / 'missing'}?create=false")
+
+
+def test_wal_shards_and_changing_the_shard_count(tmp_path: Path) -> None:
+    """WAL-10: topics spread over shards; reopening with another shard count replays every
+    stream, and the next checkpoint retires the old layout."""
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}?wal_shards=3&background=false") as store:
+        for i in range(6):
+            store.topic(f"t{i}").append(bytes([i]))
+        assert len({p.parent.name for p in root.glob("wal/shard-*/wal-*.log")}) == 3
+        backend(store).abandon()
+    with tidelog.open(f"file://{root}?wal_shards=1&background=false") as store:
+        assert [store.topic(f"t{i}").read()[0].payload for i in range(6)] == [  # type: ignore[union-attr]
+            bytes([i]) for i in range(6)
+        ]
+        backend(store).checkpoint()
+        assert not list(root.glob("wal/shard-*/wal-*.log"))
