@@ -1157,8 +1157,8 @@ def defined_rules() -> set[str]:
 
 def cited_rules() -> set[str]:
     cited: set[str] = set()
-    for name in ("test_file_format.py", "test_verify.py"):
-        tree = ast.parse((Path(__file__).parent / name).read_text(encoding="utf-8"))
+    for path in sorted(Path(__file__).parent.parent.rglob("test_*.py")):  # every test file
+        tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
                 text = node.name.replace("_", "-").upper() + " " + (ast.get_docstring(node) or "")
