@@ -27,6 +27,7 @@ from ..common.engine import EngineTopic
 from .chunk import SegChunk
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
+from .format import wal as walfmt
 from .journal import ranges
 from .progressfiles import topic_dir
 
@@ -71,6 +72,8 @@ def checkpoint(b: FileBackend) -> int:
                 for chunk in tail.chunks:
                     if t is not None:
                         t.log.seal(chunk)
+                    else:  # dropped meanwhile: its directory goes at the next checkpoint
+                        chunk.close()
             b.snapshot_n = n
         _retire(b, n, cap)
         return n
@@ -202,6 +205,8 @@ def write_snapshot(b: FileBackend, n: int, body: dict[str, Any]) -> None:
 
 def _retire(b: FileBackend, n: int, cap: _Capture) -> None:
     for shard in b.shards:
+        # WAL-8: an informational mark of where this checkpoint happened (replay skips it)
+        shard.submit(walfmt.encode_control(walfmt.FrameType.CHECKPOINT, 0, {"snapshot": n}))
         shard.flush(sync=True)
         gen, _ = cap.positions[b.stream_key(shard.shard)]
         shard.retire_before(gen)

@@ -246,8 +246,8 @@ class WalShard:
         """Delete files older than ``gen`` (a durable checkpoint absorbed them)."""
         removed = []
         with self.lock:
-            old = sorted(g for g in self.files if g < gen)
-            for g in old:
+            # list(): a leader may open the next file concurrently (it never touches old gens)
+            for g in sorted(g for g in list(self.files) if g < gen):
                 self.files.pop(g).close()
         for name in self.fs.listdir(self.dir):
             if name.startswith("wal-") and name.endswith(".log"):

@@ -26,6 +26,16 @@ OPTIONS = dict(
 ROOT = "/data/store"
 
 
+def report(test: str, states: int) -> None:
+    """Print, and append to $TIDELOG_CRASH_REPORT (the nox crash session sums it), how many
+    crash states a test recovered and checked."""
+    print(f"{test}: {states} crash states checked")
+    path = os.environ.get("TIDELOG_CRASH_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{test}\t{states}\n")
+
+
 def open_file_store(fs: RecordingFS, clock: Clock) -> object:
     return open_store(fs, ROOT, clock, **OPTIONS)
 
@@ -41,7 +51,7 @@ def test_DUR_2_fsync_appends_every_crash_point_exhaustive() -> None:
     run = CrashRun(open_file_store, ops)
     n = run.check(every_point(run), torn="garbage")
     assert n > 300
-    print(f"crash states checked: {n}")
+    report("exhaustive", n)
 
 
 def every_point(run: CrashRun) -> list[int]:
@@ -67,7 +77,7 @@ def test_DUR_3_DUR_4_weaker_classes_lose_only_a_suffix() -> None:
     run = CrashRun(open_file_store, ops)
     n = run.check(every_point(run), torn="garbage")
     assert n > 100
-    print(f"crash states checked: {n}")
+    report("exhaustive", n)
 
 
 def test_DUR_9_subscriber_progress_and_checkpoints() -> None:
@@ -88,7 +98,7 @@ def test_DUR_9_subscriber_progress_and_checkpoints() -> None:
     run = CrashRun(open_file_store, ops)
     n = run.check(every_point(run), torn="linear")
     assert n > 200
-    print(f"crash states checked: {n}")
+    report("exhaustive", n)
 
 
 def test_CRASH_7_wal_rotation() -> None:
@@ -102,7 +112,7 @@ def test_CRASH_7_wal_rotation() -> None:
     n = 0
     for at in run.fs.checkpoints():
         n += run.check([at], mode="sample", seed=at, limit=8, torn="all")
-    print(f"crash states checked: {n}")
+    report("exhaustive", n)
     assert n > 20
 
 
@@ -157,5 +167,5 @@ def test_CRASH_7_random_workloads_sampled(workload: int) -> None:
             n += run.check([at], mode="sample", seed=seed + at, limit=per_point, torn="all")
         except AssertionError as exc:
             raise AssertionError(f"[workload seed {seed}, crash point {at}] {exc}") from None
-    print(f"workload seed {seed}: {n} crash states checked")
+    report(f"workload seed {seed}", n)
     assert n > 0
