@@ -501,5 +501,15 @@ def version_cmd() -> None:
     click.echo(f"tidelog {tidelog.__version__}")
 
 
+# Commands of optional parts register themselves on ``main`` when their module is importable
+# (each area owns its module: tidelog/cli_<area>.py).
+for _module in ("tidelog.cli_blockdev", "tidelog.cli_forward", "tidelog.cli_spark"):
+    try:
+        __import__(_module)
+    except ModuleNotFoundError as _exc:
+        if _exc.name != _module:
+            raise
+
+
 if __name__ == "__main__":  # pragma: no cover - `python -m tidelog.cli`
     main()

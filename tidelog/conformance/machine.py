@@ -56,7 +56,8 @@ payloads = st.binary(max_size=12)
 
 
 @st.composite
-def topic_configs(draw: Any, durability: frozenset[str], name: str) -> dict[str, Any]:
+def topic_configs(draw: Any, caps: Capabilities, name: str) -> dict[str, Any]:
+    durability = caps.durability
     cfg: dict[str, Any] = {"durability": draw(st.sampled_from(sorted(durability)))}
     if draw(st.integers(0, 3)):
         cfg["cap_records"] = draw(st.integers(1, 6))
@@ -68,7 +69,7 @@ def topic_configs(draw: Any, durability: frozenset[str], name: str) -> dict[str,
     cfg["retention"] = draw(st.sampled_from(["backpressure", "drop_oldest"]))
     cfg["trim"] = draw(st.sampled_from(["acked", "none"]))
     cfg["lease_ms"] = draw(st.sampled_from(DURATIONS))
-    if name != "dlq" and draw(st.integers(0, 2)) == 0:
+    if caps.queue and caps.multi_topic and name != "dlq" and draw(st.integers(0, 2)) == 0:
         cfg["max_deliveries"] = draw(st.integers(1, 3))
         cfg["dead_letter"] = "dlq"
     return cfg
@@ -135,6 +136,8 @@ class LogMachine(RuleBasedStateMachine):
         self.sut = tidelog.open(self.uri, clock=self.clock)
         caps = self.capabilities or self.sut.capabilities
         self.caps = caps
+        # CAP-2: a single-topic backend is exercised on one topic name
+        self.topic_names = TOPICS if caps.multi_topic else TOPICS[:1]
         self.handles: dict[str, tuple[Topic, Topic]] = {}
         self.stale: list[tuple[Topic, Topic]] = []
         self.leases: list[tuple[str, Lease]] = []
@@ -191,28 +194,32 @@ class LogMachine(RuleBasedStateMachine):
     # -- rules: store ----------------------------------------------------------------------
     @initialize(data=st.data())
     def first_topics(self, data: st.DataObject) -> None:
-        for name in TOPICS[:2]:
+        for name in self.topic_names[:2]:
             self.create_topic(name, data)
 
     def pick(self, data: st.DataObject) -> str:
         """Mostly an existing topic; sometimes any name (missing topics must fail alike)."""
         if self.handles and data.draw(st.integers(0, 9)) > 0:
             return data.draw(st.sampled_from(sorted(self.handles)))
-        return data.draw(st.sampled_from(TOPICS))
+        return data.draw(st.sampled_from(self.topic_names))
 
-    @rule(name=st.sampled_from(TOPICS), data=st.data())
-    def create_topic(self, name: str, data: st.DataObject) -> None:
+    @rule(data=st.data())
+    def create_topic_rule(self, data: st.DataObject) -> None:
         """TOP-9: create, or verify config of an existing topic."""
-        cfg = data.draw(topic_configs(self.caps.durability, name))
+        self.create_topic(data.draw(st.sampled_from(self.topic_names)), data)
+
+    def create_topic(self, name: str, data: st.DataObject) -> None:
+        cfg = data.draw(topic_configs(self.caps, name))
         if name in self.handles and data.draw(st.booleans()):
             cfg = {}  # plain lookup of an existing topic
         out = self.both(lambda s: s.topic(name, **cfg).name)
         if out.code is None:
             self.handles[name] = (self.model.topic(name), self.sut.topic(name))
 
-    @rule(name=st.sampled_from(TOPICS), data=st.data())
-    def drop_topic(self, name: str, data: st.DataObject) -> None:
+    @rule(data=st.data())
+    def drop_topic(self, data: st.DataObject) -> None:
         """TOP-10 (drawn rarely: most steps should work on live topics)."""
+        name = data.draw(st.sampled_from(self.topic_names))
         if data.draw(st.integers(0, 3)):
             return
         self.both(lambda s: s.drop_topic(name))
@@ -293,6 +300,7 @@ class LogMachine(RuleBasedStateMachine):
         exclude = data.draw(st.sampled_from((None, *NODES)))
         self.on_topic(name, lambda t: t.read(after=after, limit=limit, exclude_node=exclude))
 
+    @precondition(lambda self: self.caps.deletes)
     @rule(data=st.data())
     def delete(self, data: st.DataObject) -> None:
         """DEL-1..DEL-4, DEL-6."""
@@ -340,15 +348,17 @@ class LogMachine(RuleBasedStateMachine):
         self.on_sub(name, sub, lambda s: (getattr(s, kind)(seq), s.hwm))
 
     @precondition(lambda self: self.caps.subscribers)
-    @rule(name=st.sampled_from(TOPICS), sub=st.sampled_from(SUBS))
-    def unregister(self, name: str, sub: str) -> None:
+    @rule(data=st.data(), sub=st.sampled_from(SUBS))
+    def unregister(self, data: st.DataObject, sub: str) -> None:
         """SUB-8."""
+        name = self.pick(data)
         self.on_sub(name, sub, lambda s: s.unregister())
 
     @precondition(lambda self: self.caps.subscribers)
-    @rule(name=st.sampled_from(TOPICS), sub=st.sampled_from(SUBS))
-    def flush_subscriber(self, name: str, sub: str) -> None:
+    @rule(data=st.data(), sub=st.sampled_from(SUBS))
+    def flush_subscriber(self, data: st.DataObject, sub: str) -> None:
         """SUB-9."""
+        name = self.pick(data)
         self.on_sub(name, sub, lambda s: s.flush())
 
     # -- rules: queue ----------------------------------------------------------------------
