@@ -313,8 +313,10 @@ def crash(session: nox.Session) -> None:
     if os.path.exists(report):
         with open(report, encoding="utf-8") as f:
             counts = [int(line.split("\t")[1]) for line in f if "\t" in line]
-        session.log(f"crash campaign: {sum(counts)} crash states recovered and checked "
-                    f"over {len(counts)} workloads (seed {seed})")
+        session.log(
+            f"crash campaign: {sum(counts)} crash states recovered and checked "
+            f"over {len(counts)} workloads (seed {seed})"
+        )
 
 
 @nox.session

@@ -88,6 +88,7 @@ class TopicModel:
     last_ts: int | None = None
     subs: dict[str, SubModel] = field(default_factory=dict)
     queue: QueueModel = field(default_factory=QueueModel)
+    producers: dict[str, int] = field(default_factory=dict)  # TOP-11: id -> last sequence
     # crash model: states after each acknowledged op, and how many of them are surely durable
     history: list[TopicModel] = field(default_factory=list, repr=False)
     durable_len: int = 0
@@ -405,11 +406,22 @@ class ModelStore(Backend):
     # topic log
     # ======================================================================================
     def append(
-        self, ref: TopicRef, payloads: Sequence[bytes], tag: str | None, node: str | None
+        self,
+        ref: TopicRef,
+        payloads: Sequence[bytes],
+        tag: str | None,
+        node: str | None,
+        producer: tuple[str, int] | None = None,
     ) -> list[int]:
         with self.lock:
             t, now = self._enter(ref)
-            return self._append(t, payloads, tag, node, now)
+            if producer is not None and producer[1] <= t.producers.get(producer[0], 0):
+                return []  # TOP-11: already applied
+            seqs = self._append(t, payloads, tag, node, now)
+            if producer is not None:
+                t.producers[producer[0]] = producer[1]
+                t.history[-1] = t.durable_copy()  # the mark is part of the same op
+            return seqs
 
     def _append(
         self, t: TopicModel, payloads: Sequence[bytes], tag: str | None, node: str | None, now: int

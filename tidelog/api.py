@@ -31,6 +31,17 @@ def _int(value: object, what: str, minimum: int | None = None) -> int:
     return value
 
 
+def _producer(value: object) -> tuple[str, int]:
+    """TOP-11: (producer id, producer sequence >= 1)."""
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise BadArgument(f"producer must be (id, sequence), got {value!r}")
+    pid, seq = value
+    if not isinstance(pid, str) or not pid or len(pid.encode("utf-8", "replace")) > 200:
+        raise BadArgument(f"producer id must be a non-empty string of at most 200 bytes: {pid!r}")
+    _int(seq, "producer sequence", 1)
+    return pid, seq
+
+
 def _payload(value: object) -> bytes:
     if isinstance(value, bytes):
         return value
@@ -150,25 +161,38 @@ class Topic:
         return self._append((data,), tag, node)[0]
 
     def append_many(
-        self, payloads: Iterable[bytes], *, tag: str | None = None, node: str | None = None
+        self,
+        payloads: Iterable[bytes],
+        *,
+        tag: str | None = None,
+        node: str | None = None,
+        producer: tuple[str, int] | None = None,
     ) -> list[int]:
-        """Append records atomically, returning their consecutive seqs (spec TOP-6)."""
+        """Append records atomically, returning their consecutive seqs (spec TOP-6). With
+        ``producer=(id, n)`` the batch is applied at most once per producer sequence: a retry
+        of an already applied ``n`` returns ``[]`` (spec TOP-11)."""
         if isinstance(payloads, (bytes, bytearray, memoryview, str)):
             raise BadArgument("append_many takes an iterable of payloads, not one payload")
         data = [_payload(p) for p in payloads]
         check_label(tag, "tag")
         check_label(node, "node")
+        if producer is not None:
+            _producer(producer)
         if not data:
             self._store._live()
             return []
-        return self._append(data, tag, node)
+        return self._append(data, tag, node, producer)
 
     def _append(
-        self, data: list[bytes] | tuple[bytes, ...], tag: str | None, node: str | None
+        self,
+        data: list[bytes] | tuple[bytes, ...],
+        tag: str | None,
+        node: str | None,
+        producer: tuple[str, int] | None = None,
     ) -> list[int]:
         backend = self._store._live()
         try:
-            return backend.append(self._ref, data, tag, node)
+            return backend.append(self._ref, data, tag, node, producer)
         except Backpressure as first:
             wait_ms = backend.topic_config(self._ref).backpressure_wait_ms
             if wait_ms <= 0:
@@ -176,7 +200,7 @@ class Topic:
 
             def attempt() -> tuple[bool, list[int] | Backpressure]:
                 try:
-                    return True, self._store._live().append(self._ref, data, tag, node)
+                    return True, self._store._live().append(self._ref, data, tag, node, producer)
                 except Backpressure as exc:
                     return False, exc
 

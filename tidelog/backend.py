@@ -89,7 +89,12 @@ class Backend(ABC):
     # -- topic log ---------------------------------------------------------------------------
     @abstractmethod
     def append(
-        self, ref: TopicRef, payloads: Sequence[bytes], tag: str | None, node: str | None
+        self,
+        ref: TopicRef,
+        payloads: Sequence[bytes],
+        tag: str | None,
+        node: str | None,
+        producer: tuple[str, int] | None = None,
     ) -> list[int]: ...
 
     @abstractmethod

@@ -47,7 +47,7 @@ class EngineTopic:
     """One topic incarnation: its log, its subscribers' progress and its job queue. ``tid`` (the
     store-wide incarnation number) identifies it in logs and on disk."""
 
-    __slots__ = ("name", "config", "tid", "log", "progress", "jobs", "version")
+    __slots__ = ("name", "config", "tid", "log", "progress", "jobs", "version", "producers")
 
     def __init__(self, name: str, config: TopicConfig, tid: int) -> None:
         self.name = name
@@ -57,6 +57,7 @@ class EngineTopic:
         self.progress = Progress()
         self.jobs = JobQueue()
         self.version = 0  # moves on every change; readers waiting for data sleep on it (CON-3)
+        self.producers: dict[str, int] = {}  # TOP-11: producer id -> last applied sequence
 
 
 class Engine(Backend):
@@ -199,6 +200,12 @@ class Engine(Backend):
             self.journal.appended(t, seqs[0], ts, tag, node, payloads)
         self._bump(t)
         return seqs
+
+    def apply_produced(self, t: EngineTopic, pid: str, seq: int) -> None:
+        """TOP-11: remember a producer's sequence, in the same op as its records."""
+        t.producers[pid] = max(t.producers.get(pid, 0), seq)
+        if self.journal is not None:
+            self.journal.produced(t, pid, seq)
 
     def apply_evict(self, t: EngineTopic, through: int, reason: str) -> None:
         """Involuntary removal of every live seq <= through (TMB-1, SUB-7)."""
@@ -378,9 +385,22 @@ class Engine(Backend):
     # topic log
     # ======================================================================================
     def append(
-        self, ref: TopicRef, payloads: Sequence[bytes], tag: str | None, node: str | None
+        self,
+        ref: TopicRef,
+        payloads: Sequence[bytes],
+        tag: str | None,
+        node: str | None,
+        producer: tuple[str, int] | None = None,
     ) -> list[int]:
-        return self._run(ref, lambda t, now: self._append(t, payloads, tag, node, now))
+        def op(t: EngineTopic, now: int) -> list[int]:
+            if producer is not None and producer[1] <= t.producers.get(producer[0], 0):
+                return []  # TOP-11: already applied
+            seqs = self._append(t, payloads, tag, node, now)
+            if producer is not None:
+                self.apply_produced(t, producer[0], producer[1])
+            return seqs
+
+        return self._run(ref, op)
 
     def _append(
         self, t: EngineTopic, payloads: Sequence[bytes], tag: str | None, node: str | None, now: int

@@ -36,6 +36,9 @@ class Journal(Protocol):
         payloads: Sequence[bytes],
     ) -> None: ...
 
+    def produced(self, t: EngineTopic, pid: str, seq: int) -> None:
+        """TOP-11: producer ``pid`` applied sequence ``seq`` (same op as its records)."""
+
     def evicted(self, t: EngineTopic, through: int, reason: str) -> None:
         """Every live seq <= through was removed involuntarily (the oldest live prefix)."""
 

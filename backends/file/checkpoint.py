@@ -114,6 +114,7 @@ def _capture(b: FileBackend) -> _Capture:
                 "subscribers": [
                     {"name": n, "base": s.base} for n, s in sorted(t.progress.subs.items())
                 ],
+                "producers": dict(sorted(t.producers.items())),
                 "queue": {
                     "cursor": jobs.claim_cursor,
                     "next_lease_id": jobs.next_lease_id,

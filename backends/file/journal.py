@@ -95,6 +95,10 @@ class WalJournal:
             durable = t.config.durability == "fsync"
             self._add(t, ("append", t.tid, first_seq, ts, tag, node, payloads, durable))
 
+    def produced(self, t: EngineTopic, pid: str, seq: int) -> None:
+        if self._logged(t):
+            self._control(t, FrameType.PRODUCER, {"pid": pid, "seq": seq})
+
     def evicted(self, t: EngineTopic, through: int, reason: str) -> None:
         if self._logged(t):
             self._control(t, FrameType.EVICT, {"reason": reason}, seq=through)

@@ -93,6 +93,7 @@ def rebuild(b: FileBackend, body: dict[str, Any]) -> None:
         for s, ready in q["delayed"]:
             jobs.delay(int(s), int(ready))
         jobs.free = {int(s) for s in q["returned"]}
+        t.producers = {str(p): int(n) for p, n in entry.get("producers", {}).items()}
 
 
 def open_chunk(b: FileBackend, tid: int, first: int) -> SegChunk:
@@ -181,7 +182,10 @@ def replay_wal(b: FileBackend, replay_from: dict[str, list[int]]) -> dict[str, i
                 continue
             for batch in frames:
                 apply_batch(b, batch)
-            b.replayed_batches += len(frames)
+            # a batch of only CHECKPOINT marks carries no effect: the store is still "clean"
+            b.replayed_batches += sum(
+                1 for batch in frames if any(f.type != FrameType.CHECKPOINT for f in batch)
+            )
             if torn:
                 torn_at = f"{path} offset {end}"
                 b.warnings.append(f"{path}: torn tail at offset {end} discarded (recovery)")
@@ -294,6 +298,8 @@ def _apply_control(b: FileBackend, f: walfmt.Frame) -> None:
         _apply_queue(b, t, f.body)
     elif kind == FrameType.HEAD_RESERVE:
         b.ceilings[tid] = max(b.ceilings.get(tid, 0), f.seq)
+    elif kind == FrameType.PRODUCER:
+        b.apply_produced(t, f.body["pid"], int(f.body["seq"]))
     elif kind == FrameType.LOSS:
         lose(b, t, int(f.body["lo"]), f.seq, log=False)
 

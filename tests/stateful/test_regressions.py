@@ -42,11 +42,17 @@ def run(scenario: Scenario, uri: str, clock: FakeClock) -> dict[str, object]:
 
 def compare(scenario: Scenario, tmp_path: Path) -> None:
     name = "r" + uuid.uuid4().hex[:10]
-    results = {}
-    for uri in (f"model://{name}", f"memory://{name}", f"file://{tmp_path / name}"):
-        results[uri.split(":")[0]] = run(scenario, uri, FakeClock(1_000_000))
-    assert results["memory"] == results["model"]
-    assert results["file"] == results["model"]
+    results: dict[str, dict[str, object]] = {}
+    for uri in (
+        f"model://{name}",
+        f"memory://{name}",
+        f"file://{tmp_path / name}",
+        f"file://{tmp_path / name}-bg?checkpoint_bytes=4KiB&progress_flush_ms=5",
+    ):
+        results[uri] = run(scenario, uri, FakeClock(1_000_000))
+    expected = results[f"model://{name}"]
+    for uri, got in results.items():
+        assert got == expected, f"{uri} differs from the model"
 
 
 def test_ephemeral_topic_with_its_last_record_deleted_survives_a_clean_restart(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -621,3 +622,31 @@ def test_QUE_8_restart_ends_every_lease(scheme: str) -> None:
     with tidelog.open(uri, clock=clock) as store:
         got = store.topic("jobs").claim("w", max=2)
         assert [(x.seq, x.deliveries) for x in got] == [(1, 2), (2, 2)]
+
+
+def test_TOP_11_idempotent_producer_batches(store: tidelog.Store) -> None:
+    """TOP-11: a producer's batch is applied at most once per sequence; retries return []."""
+    t = store.topic("t")
+    assert t.append_many([b"a", b"b"], producer=("p", 1)) == [1, 2]
+    assert t.append_many([b"a", b"b"], producer=("p", 1)) == []  # retry: nothing appended
+    assert t.append_many([b"c"], producer=("q", 1)) == [3]  # producers are independent
+    assert t.append_many([b"d"], producer=("p", 5)) == [4]  # gaps are allowed
+    assert t.append_many([b"x"], producer=("p", 3)) == []  # older than the mark
+    assert t.state().head_seq == 4
+    for bad in (("", 1), ("p", 0), ("p",), ("p", "1"), "p"):
+        with pytest.raises(tidelog.BadArgument):
+            t.append_many([b"y"], producer=bad)  # type: ignore[arg-type]
+
+
+def test_TOP_11_producer_marks_survive_restart(tmp_path: Path) -> None:
+    """TOP-11: a file store remembers producer marks across a restart and across a crash."""
+    uri = f"file://{tmp_path / 's'}"
+    with tidelog.open(uri) as s:
+        assert s.topic("t").append_many([b"a"], producer=("sender-1", 7)) == [1]
+    with tidelog.open(uri) as s:
+        assert s.topic("t").append_many([b"a"], producer=("sender-1", 7)) == []
+        s.topic("t").append_many([b"b"], producer=("sender-1", 8))
+        s._backend.abandon()  # type: ignore[attr-defined]  # as if killed: WAL replay only
+    with tidelog.open(uri) as s:
+        assert s.topic("t").append_many([b"b"], producer=("sender-1", 8)) == []
+        assert [r.payload for r in s.topic("t").read()] == [b"a", b"b"]  # type: ignore[union-attr]

@@ -278,10 +278,26 @@ class LogMachine(RuleBasedStateMachine):
         """TOP-1, TOP-6, RET-2, RET-3, RET-5, RET-7, SUB-6."""
         self.on_topic(self.pick(data), lambda t: t.append(payload, tag=tag, node=node))
 
-    @rule(data=st.data(), batch=st.lists(payloads, max_size=5), tag=st.sampled_from(TAGS))
-    def append_many(self, data: st.DataObject, batch: list[bytes], tag: str | None) -> None:
-        """TOP-6: all-or-nothing batches."""
-        self.on_topic(self.pick(data), lambda t: t.append_many(batch, tag=tag))
+    @rule(
+        data=st.data(),
+        batch=st.lists(payloads, max_size=5),
+        tag=st.sampled_from(TAGS),
+        producer=st.sampled_from([None, None, ("p0", 1), ("p0", 2), ("p0", 3), ("p1", 1)]),
+    )
+    def append_many(
+        self,
+        data: st.DataObject,
+        batch: list[bytes],
+        tag: str | None,
+        producer: tuple[str, int] | None,
+    ) -> None:
+        """TOP-6: all-or-nothing batches; TOP-11: idempotent producer batches (retries of an
+        applied sequence return [] and append nothing)."""
+        out = self.on_topic(
+            self.pick(data), lambda t: t.append_many(batch, tag=tag, producer=producer)
+        )
+        if producer is not None and batch and out.value == []:
+            event("append_many: duplicate producer batch refused")
 
     @rule(data=st.data(), n=st.integers(1, 4), tag=st.sampled_from(TAGS))
     def append_burst(self, data: st.DataObject, n: int, tag: str | None) -> None:

@@ -85,6 +85,7 @@ class FrameType(IntEnum):
     SUB_REGISTER = 12
     SUB_UNREGISTER = 13
     LOSS = 14
+    PRODUCER = 15
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
