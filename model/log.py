@@ -413,11 +413,19 @@ class ModelStore(Backend):
         node: str | None,
         producer: tuple[str, int] | None = None,
     ) -> list[int]:
+        return self.append_records(ref, [(p, tag, node) for p in payloads], producer)
+
+    def append_records(
+        self,
+        ref: TopicRef,
+        records: Sequence[tuple[bytes, str | None, str | None]],
+        producer: tuple[str, int] | None = None,
+    ) -> list[int]:
         with self.lock:
             t, now = self._enter(ref)
             if producer is not None and producer[1] <= t.producers.get(producer[0], 0):
                 return []  # TOP-11: already applied
-            seqs = self._append(t, payloads, tag, node, now)
+            seqs = self._append_records(t, records, now)
             if producer is not None:
                 t.producers[producer[0]] = producer[1]
                 t.history[-1] = t.durable_copy()  # the mark is part of the same op
@@ -426,7 +434,13 @@ class ModelStore(Backend):
     def _append(
         self, t: TopicModel, payloads: Sequence[bytes], tag: str | None, node: str | None, now: int
     ) -> list[int]:
+        return self._append_records(t, [(p, tag, node) for p in payloads], now)
+
+    def _append_records(
+        self, t: TopicModel, records: Sequence[tuple[bytes, str | None, str | None]], now: int
+    ) -> list[int]:
         c = t.config
+        payloads = [r[0] for r in records]
         n, nbytes = len(payloads), sum(len(p) for p in payloads)
         # RET-7 order: too_large, too_large (caps), store_full, topic_full, backpressure
         for p in payloads:
@@ -468,7 +482,7 @@ class ModelStore(Backend):
                         )
         ts = clamp_ts(now, t.last_ts)
         seqs = list(range(t.head + 1, t.head + n + 1))
-        for q, p in zip(seqs, payloads):
+        for q, (p, tag, node) in zip(seqs, records):
             t.records[q] = Record(q, ts, tag, node, bytes(p))
         t.head += n
         t.last_ts = ts

@@ -126,6 +126,10 @@ class Store:
     def describe(self) -> dict[str, object]:
         return self._live().describe()
 
+    def refresh(self) -> None:
+        """Read-only stores: catch up with what the writing process appended (FORMATS XPR-1)."""
+        self._live().refresh()
+
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<tidelog.Store {self._uri} ({state})>"
@@ -182,6 +186,26 @@ class Topic:
             self._store._live()
             return []
         return self._append(data, tag, node, producer)
+
+    def append_records(
+        self,
+        records: Iterable[tuple[bytes, str | None, str | None]],
+        *,
+        producer: tuple[str, int] | None = None,
+    ) -> list[int]:
+        """Append ``(payload, tag, node)`` records atomically, each with its own labels; the
+        seqs are consecutive (spec TOP-6, TOP-11 for ``producer``)."""
+        rows: list[tuple[bytes, str | None, str | None]] = []
+        for rec in records:
+            if not (isinstance(rec, tuple) and len(rec) == 3):
+                raise BadArgument(f"records are (payload, tag, node) tuples, got {rec!r:.80}")
+            rows.append((_payload(rec[0]), check_label(rec[1], "tag"), check_label(rec[2], "node")))
+        if producer is not None:
+            _producer(producer)
+        backend = self._store._live()
+        if not rows:
+            return []
+        return backend.append_records(self._ref, rows, producer)
 
     def _append(
         self,

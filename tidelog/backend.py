@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import DURABILITY_CLASSES, TopicConfig
+from .errors import NotAvailable
 from .options import parse_size
 from .records import Item, Lease, TopicState
 
@@ -97,6 +98,15 @@ class Backend(ABC):
         producer: tuple[str, int] | None = None,
     ) -> list[int]: ...
 
+    def append_records(
+        self,
+        ref: TopicRef,
+        records: Sequence[tuple[bytes, str | None, str | None]],
+        producer: tuple[str, int] | None = None,
+    ) -> list[int]:
+        """One atomic append of records with their own tag and node (TOP-6)."""
+        raise NotAvailable("this backend cannot append records with per-record labels")
+
     @abstractmethod
     def read(
         self, ref: TopicRef, after: int, limit: int, exclude_node: str | None
@@ -163,6 +173,9 @@ class Backend(ABC):
         always allowed: callers re-check.
         """
         time.sleep(min(max(timeout, 0.0), 0.005))
+
+    def refresh(self) -> None:  # noqa: B027 - an optional hook: most backends have nothing to do
+        """A read-only view catches up with what other processes wrote (XPR-1); no-op here."""
 
     # -- introspection (optional) --------------------------------------------------------------
     def describe(self) -> dict[str, object]:

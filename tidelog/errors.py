@@ -24,6 +24,7 @@ __all__ = [
     "Backpressure",
     "LeaseLost",
     "Closed",
+    "ReadOnly",
     "Locked",
     "Corrupt",
     "StorageError",
@@ -102,6 +103,10 @@ class LeaseLost(TidelogError):
 
 class Closed(TidelogError):
     code = "closed"
+
+
+class ReadOnly(TidelogError):
+    code = "read_only"
 
 
 class Locked(TidelogError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from itertools import groupby
 from typing import TypeVar
 
 from tidelog.backend import Backend, Capabilities, StoreOptions, TopicRef
@@ -27,6 +28,7 @@ from tidelog.errors import (
     LeaseLost,
     NoSuchSubscriber,
     NoSuchTopic,
+    ReadOnly,
     StoreFull,
     TooLarge,
     TopicFull,
@@ -41,6 +43,7 @@ from .progress import Progress, SubState
 __all__ = ["Engine", "EngineTopic"]
 
 R = TypeVar("R")
+Run = tuple[Sequence[bytes], str | None, str | None]  # payloads sharing one tag and node
 
 
 class EngineTopic:
@@ -79,6 +82,7 @@ class Engine(Backend):
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.closed = False
+        self.readonly = False  # a read-only view: every op that would change state refuses
         self.incarnations = 0
         self._unpublished: list[EngineTopic] = []  # gated topics the current op appended to
 
@@ -113,6 +117,8 @@ class Engine(Backend):
         """Run ``op`` under the lock, then (outside it) wait until its effects are durable as
         the topic's durability class requires. Reads pass ``durable=False``: their only effects
         (lazy TTL/lease expiry) are re-derivable from time and need no wait."""
+        if durable and self.readonly:
+            raise ReadOnly("this store was opened read-only (readonly=true)")
         with self.lock:
             t, now = self._enter(ref)
             result = op(t, now)
@@ -287,6 +293,8 @@ class Engine(Backend):
                 return TopicRef(name, t.tid)
             if not create:
                 raise NoSuchTopic(f"topic {name!r} does not exist")
+            if self.readonly:
+                raise ReadOnly(f"cannot create topic {name!r}: the store is read-only")
             t = self._create(name, TopicConfig.from_options(name, options))
             ticket, touched = self._end_op(True)
         self._finish(ticket, touched)
@@ -315,6 +323,8 @@ class Engine(Backend):
             t = self.topics.get(name)
             if t is None:
                 raise NoSuchTopic(f"topic {name!r} does not exist")
+            if self.readonly:
+                raise ReadOnly(f"cannot drop topic {name!r}: the store is read-only")
             self.apply_drop(t)
             ticket, touched = self._end_op(True)
         self._finish(ticket, touched)
@@ -392,10 +402,28 @@ class Engine(Backend):
         node: str | None,
         producer: tuple[str, int] | None = None,
     ) -> list[int]:
+        return self._append_op(ref, ((payloads, tag, node),), producer)
+
+    def append_records(
+        self,
+        ref: TopicRef,
+        records: Sequence[tuple[bytes, str | None, str | None]],
+        producer: tuple[str, int] | None = None,
+    ) -> list[int]:
+        # consecutive records with the same labels form one run (one apply_append each)
+        runs = [
+            ([r[0] for r in group], tag, node)
+            for (tag, node), group in groupby(records, key=lambda r: (r[1], r[2]))
+        ]
+        return self._append_op(ref, runs, producer)
+
+    def _append_op(
+        self, ref: TopicRef, runs: Sequence[Run], producer: tuple[str, int] | None
+    ) -> list[int]:
         def op(t: EngineTopic, now: int) -> list[int]:
             if producer is not None and producer[1] <= t.producers.get(producer[0], 0):
                 return []  # TOP-11: already applied
-            seqs = self._append(t, payloads, tag, node, now)
+            seqs = self._append_runs(t, runs, now)
             if producer is not None:
                 self.apply_produced(t, producer[0], producer[1])
             return seqs
@@ -405,15 +433,21 @@ class Engine(Backend):
     def _append(
         self, t: EngineTopic, payloads: Sequence[bytes], tag: str | None, node: str | None, now: int
     ) -> list[int]:
+        return self._append_runs(t, ((payloads, tag, node),), now)
+
+    def _append_runs(self, t: EngineTopic, runs: Sequence[Run], now: int) -> list[int]:
+        """One atomic append of runs of records (each run shares its tag and node)."""
         c, log = t.config, t.log
-        n = len(payloads)
+        n = 0
         nbytes = 0
         limit = self.options.max_record_bytes
-        for p in payloads:  # RET-7 order: too_large, caps, store_full, topic_full, backpressure
-            size = len(p)
-            if size > limit:
-                raise TooLarge(f"record of {size} bytes exceeds max_record_bytes={limit}")
-            nbytes += size
+        for payloads, _, _ in runs:  # RET-7 order: too_large, caps, store_full, topic_full, ...
+            n += len(payloads)
+            for p in payloads:
+                size = len(p)
+                if size > limit:
+                    raise TooLarge(f"record of {size} bytes exceeds max_record_bytes={limit}")
+                nbytes += size
         if c.cap_records is not None and n > c.cap_records:
             raise TooLarge(f"batch of {n} records exceeds cap_records={c.cap_records}")
         if c.cap_bytes is not None and nbytes > c.cap_bytes:
@@ -443,7 +477,9 @@ class Engine(Backend):
                         f"has not resolved seq {blocked[1]}"
                     )
         ts = now if log.last_ts is None or now > log.last_ts else log.last_ts
-        seqs = self.apply_append(t, payloads, tag, node, ts)
+        seqs: list[int] = []
+        for payloads, tag, node in runs:
+            seqs += self.apply_append(t, payloads, tag, node, ts)
         if victims:
             self.apply_evict(t, victims[-1], "cap")
         return seqs
@@ -548,6 +584,9 @@ class Engine(Backend):
         return self._run(ref, lambda t, now: self._sub(t, name).hwm, durable=False)
 
     def flush_subscriber(self, ref: TopicRef, name: str) -> None:
+        if self.readonly:
+            raise ReadOnly("subscriber progress cannot be written: the store is read-only")
+
         def op(t: EngineTopic, now: int) -> None:
             s = self._sub(t, name)
             s.flushed_hwm = s.hwm

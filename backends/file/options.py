@@ -25,6 +25,7 @@ class FileOptions:
     progress_flush_ms: int = 100
     create: bool = True
     background: bool = True  # false: no maintenance thread (deterministic I/O for crash tests)
+    readonly: bool = False  # a read-only view: no lock, never writes (XPR-1)
 
 
 def _segment_bytes(key: str, value: object) -> int:
@@ -46,6 +47,7 @@ _FILE_OPTIONS = {
     "progress_flush_ms": lambda k, v: parse_int(k, v, minimum=1),
     "create": parse_bool,
     "background": parse_bool,
+    "readonly": parse_bool,
 }
 
 

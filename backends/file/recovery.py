@@ -150,8 +150,13 @@ def register(b: FileBackend, t: EngineTopic, name: str, base: int) -> None:
 
 
 # -- WAL replay --------------------------------------------------------------------------------
-def replay_wal(b: FileBackend, replay_from: dict[str, list[int]]) -> dict[str, int]:
-    """Replay every WAL stream; returns the highest file gen seen per stream key."""
+def replay_wal(
+    b: FileBackend, replay_from: dict[str, list[int]], *, readonly: bool = False
+) -> dict[str, int]:
+    """Replay every WAL stream from ``replay_from`` (stream key -> [gen, offset]); returns the
+    highest file gen seen per stream. ``b.positions`` ends up holding, per stream, where the last
+    complete op batch ended, so a read-only view can resume there (XPR-1). A read-only replay
+    never truncates or removes anything: an incomplete tail is a writer still writing."""
     highest: dict[str, int] = {}
     for key, directory in list_streams(b):
         start_gen, start_off = replay_from.get(key, [0, walfmt.HEADER_SIZE])
@@ -159,6 +164,7 @@ def replay_wal(b: FileBackend, replay_from: dict[str, list[int]]) -> dict[str, i
             g for name in b.fs.listdir(directory) if (g := walfmt.parse_file_name(name)) is not None
         )
         highest[key] = max(gens, default=0)
+        b.positions[key] = [start_gen, start_off]
         torn_at: str | None = None
         for gen in gens:
             if gen < start_gen:
@@ -170,8 +176,9 @@ def replay_wal(b: FileBackend, replay_from: dict[str, list[int]]) -> dict[str, i
             except _NoHeader as exc:
                 if gen != gens[-1]:
                     raise Corrupt(f"{exc.message}, and newer WAL files follow it (WAL)") from None
-                b.discards.append(path)
-                b.warnings.append(f"{path}: never completed (no valid header): removed")
+                if not readonly:
+                    b.discards.append(path)
+                    b.warnings.append(f"{path}: never completed (no valid header): removed")
                 continue
             if torn_at is not None:
                 if frames:
@@ -182,10 +189,15 @@ def replay_wal(b: FileBackend, replay_from: dict[str, list[int]]) -> dict[str, i
                 continue
             for batch in frames:
                 apply_batch(b, batch)
+            b.positions[key] = [gen, end]
             # a batch of only CHECKPOINT marks carries no effect: the store is still "clean"
             b.replayed_batches += sum(
                 1 for batch in frames if any(f.type != FrameType.CHECKPOINT for f in batch)
             )
+            if readonly:
+                if torn:
+                    break  # the writer is mid-op here: the next refresh resumes at this point
+                continue
             if torn:
                 torn_at = f"{path} offset {end}"
                 b.warnings.append(f"{path}: torn tail at offset {end} discarded (recovery)")

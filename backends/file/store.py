@@ -13,15 +13,17 @@ import os
 import threading
 from typing import Any
 
+from tidelog.api import Store
 from tidelog.backend import Capabilities, StoreOptions
 from tidelog.clock import Clock
-from tidelog.errors import Closed, Corrupt, StorageError, TidelogError
+from tidelog.errors import BadArgument, Closed, Corrupt, StorageError, TidelogError
 from tidelog.fsio import FS, Handle, make_dirs, storage_error
 
 from ..common.engine import Engine, EngineTopic
 from ..common.progress import SubState
-from . import lockfile
+from . import lockfile, requests
 from .checkpoint import checkpoint, write_snapshot
+from .format import snapshot as snapfmt
 from .format import wal as walfmt
 from .journal import WalJournal
 from .options import FileOptions
@@ -50,6 +52,7 @@ class FileBackend(Engine):
         self.dropped_tids: list[EngineTopic] = []
         self.warnings: list[str] = []
         self.truncations: list[tuple[str, int]] = []
+        self.positions: dict[str, list[int]] = {}  # stream -> [gen, offset] replayed up to
         self.discards: list[str] = []
         self.checkpoint_lock = threading.Lock()
         self.closing = False
@@ -64,6 +67,12 @@ class FileBackend(Engine):
     # -- opening -----------------------------------------------------------------------------
     def _open(self) -> None:
         fs, root = self.fs, self.root
+        if self.fopts.readonly:
+            if not fs.is_dir(os.path.join(root, "meta")):
+                raise StorageError(f"{root} is not a tidelog store (no meta/ directory)")
+            with self.lock:
+                self._recover_readonly()
+            return
         if not fs.is_dir(root):
             if not self.fopts.create:
                 raise StorageError(f"store directory {root} does not exist (create=false)")
@@ -126,6 +135,57 @@ class FileBackend(Engine):
             fs.fsync_dir(os.path.dirname(path))
         self._start_shards(highest)
         self._after_crash()
+        self.apply_requests()
+
+    # -- read-only views (XPR-1) ---------------------------------------------------------------
+    def _recover_readonly(self) -> None:
+        """Snapshot + WAL replay in memory only: no lock, no truncation, no file written."""
+        self.readonly = True
+        found = load_snapshot(self)
+        if found is None:
+            raise StorageError(f"{self.root} has no snapshot yet: nothing to read")
+        self.snapshot_n, body = found
+        rebuild(self, body)
+        replay_wal(self, body["wal"]["replay_from"], readonly=True)
+        self._publish_all()
+
+    def _publish_all(self) -> None:
+        for t in self.topics.values():
+            t.log.visible = t.log.head
+            self._bump(t)
+
+    def refresh(self) -> None:
+        """Catch up with the writer: new WAL batches since the last look, or a full reload when
+        a checkpoint replaced the snapshot (its WAL and segments may be gone)."""
+        if not self.readonly:
+            return
+        with self.lock:
+            self._check_open()
+            meta = os.path.join(self.root, "meta")
+            newest = max(
+                (
+                    n
+                    for name in self.fs.listdir(meta)
+                    if (n := snapfmt.parse_file_name(name)) is not None
+                ),
+                default=-1,
+            )
+            if newest == self.snapshot_n:
+                try:
+                    replay_wal(self, {k: list(v) for k, v in self.positions.items()}, readonly=True)
+                    self._publish_all()
+                    return
+                except (FileNotFoundError, Corrupt):
+                    pass  # raced with a checkpoint: reload from the new snapshot
+            self._reload()
+
+    def _reload(self) -> None:
+        for t in self.by_id.values():
+            for c in t.log.chunks:
+                c.close()  # type: ignore[attr-defined]
+        self.topics, self.by_id, self.incarnations = {}, {}, 0
+        self.ceilings, self.positions, self.progress_written = {}, {}, {}
+        self._recover_readonly()
 
     def _start_shards(self, highest: dict[str, int]) -> None:
         n = self.fopts.wal_shards
@@ -244,15 +304,60 @@ class FileBackend(Engine):
     def flush(self) -> None:
         """DUR-7: every acknowledged op durable: WAL synced, progress files written."""
         super().flush()
+        if self.readonly:
+            return
         for shard in self.shards:
             shard.flush(sync=True)
         self._write_all_progress()
+
+    # -- requests from other processes (XPR-2..XPR-4) ---------------------------------------
+    def apply_requests(self) -> int:
+        """Apply every pending request, oldest first; each outcome is durable before its
+        ``.done`` file is written. Returns how many were applied."""
+        done = 0
+        for rid, body in requests.pending(self.fs, self.root):
+            result = self._apply_request(body)
+            requests.finish(self.fs, self.root, rid, result)
+            done += 1
+        return done
+
+    def _apply_request(self, body: dict[str, Any] | None) -> dict[str, Any]:
+        store = Store(self, f"file://{self.root}")  # a facade over this backend; never closed
+        try:
+            if body is None:
+                raise BadArgument("unreadable request file")
+            op = body.get("op")
+            if op == "ingest":  # XPR-4: staged rows become visible in one atomic append
+                topic = store.topic(body["topic"], **body.get("config", {}))
+                records = [r for path in body["files"] for r in requests.read_staged(self.fs, path)]
+                producer = tuple(body["producer"]) if body.get("producer") else None
+                seqs = topic.append_records(records, producer=producer)  # type: ignore[arg-type]
+                self.flush()  # durable before the requester is told
+                return {"ok": True, "seqs": [seqs[0], seqs[-1]] if seqs else []}
+            topic = store.topic(body["topic"], create=False)
+            if op == "subscribe":
+                sub = topic.subscribe(body["subscriber"], start=body.get("start", "resume"))
+                sub.flush()
+                return {"ok": True, "hwm": sub.hwm}
+            if op == "commit":  # XPR-3: a reader elsewhere acknowledges through a subscriber
+                if body.get("start"):
+                    topic.subscribe(body["subscriber"], start=body["start"])
+                sub = topic.subscriber(body["subscriber"])
+                acked = sub.commit(min(int(body["seq"]), topic.state().head_seq))
+                sub.flush()
+                return {"ok": True, "acked": acked, "hwm": sub.hwm}
+            raise BadArgument(f"unknown request op {op!r}")
+        except TidelogError as exc:
+            return {"ok": False, "code": exc.code, "message": exc.message}
+        except (KeyError, TypeError, ValueError) as exc:
+            return {"ok": False, "code": "bad_argument", "message": f"bad request: {exc!r}"}
 
     # -- maintenance -------------------------------------------------------------------------
     def _maintain(self) -> None:
         interval = max(self.fopts.progress_flush_ms, 10) / 1000.0
         while not self._stop.wait(interval):
             try:
+                self.apply_requests()
                 self._write_all_progress()
                 submitted = sum(s.submitted for s in self.shards)
                 if submitted - self._wal_at_checkpoint >= self.fopts.checkpoint_bytes:
@@ -281,6 +386,12 @@ class FileBackend(Engine):
 
     # -- closing -----------------------------------------------------------------------------
     def close(self) -> None:
+        if self.readonly:
+            with self.lock:
+                if not self.closed:
+                    super().close()
+                    self._release()
+            return
         with self.lock:
             if self.closed:
                 return

@@ -650,3 +650,18 @@ def test_TOP_11_producer_marks_survive_restart(tmp_path: Path) -> None:
     with tidelog.open(uri) as s:
         assert s.topic("t").append_many([b"b"], producer=("sender-1", 8)) == []
         assert [r.payload for r in s.topic("t").read()] == [b"a", b"b"]  # type: ignore[union-attr]
+
+
+def test_TOP_6_append_records_with_per_record_labels(store: tidelog.Store) -> None:
+    """TOP-6: append_records is one atomic append where each record keeps its own tag/node."""
+    t = store.topic("t", cap_records=3, discard="reject")
+    seqs = t.append_records([(b"a", "x", None), (b"b", "x", "n1"), (b"c", None, None)])
+    assert seqs == [1, 2, 3]
+    assert [(r.tag, r.node) for r in t.read()] == [("x", None), ("x", "n1"), (None, None)]  # type: ignore[union-attr]
+    with pytest.raises(tidelog.TopicFull):
+        t.append_records([(b"d", "y", None)])
+    assert t.delete(tag="x") == 2
+    assert t.append_records([(b"e", "y", None), (b"f", "z", None)], producer=("p", 1)) == [4, 5]
+    assert t.append_records([(b"e", "y", None)], producer=("p", 1)) == []
+    with pytest.raises(tidelog.BadArgument):
+        t.append_records([(b"g", "y")])  # type: ignore[list-item]

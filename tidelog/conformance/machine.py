@@ -299,6 +299,18 @@ class LogMachine(RuleBasedStateMachine):
         if producer is not None and batch and out.value == []:
             event("append_many: duplicate producer batch refused")
 
+    @rule(
+        data=st.data(),
+        records=st.lists(
+            st.tuples(payloads, st.sampled_from(TAGS), st.sampled_from((None, *NODES))), max_size=4
+        ),
+    )
+    def append_records(
+        self, data: st.DataObject, records: list[tuple[bytes, str | None, str | None]]
+    ) -> None:
+        """TOP-6: one atomic append where each record has its own tag and node."""
+        self.on_topic(self.pick(data), lambda t: t.append_records(records))
+
     @rule(data=st.data(), n=st.integers(1, 4), tag=st.sampled_from(TAGS))
     def append_burst(self, data: st.DataObject, n: int, tag: str | None) -> None:
         """TOP-1: several single appends in a row (reaches caps, TTL and eviction faster)."""

@@ -1,0 +1,149 @@
+"""Cross-process access to a file store (spec/FORMATS.md XPR-1..XPR-4): read-only views that
+follow the writer, and requests another process hands to the writer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+import tidelog
+from tidelog.backends.file import requests
+
+
+def stage(path: Path, rows: list[tuple[bytes, str | None, str | None]]) -> str:
+    table = pa.table(
+        {
+            "payload": pa.array([r[0] for r in rows], pa.binary()),
+            "tag": pa.array([r[1] for r in rows], pa.string()),
+            "node": pa.array([r[2] for r in rows], pa.string()),
+        }
+    )
+    with path.open("wb") as f, ipc.new_stream(f, table.schema) as writer:
+        writer.write_table(table)
+    return str(path)
+
+
+def test_XPR_1_read_only_view_follows_the_writer(tmp_path: Path) -> None:
+    """XPR-1: no lock taken, nothing written, refresh catches up (also across a checkpoint)."""
+    root = tmp_path / "s"
+    writer = tidelog.open(f"file://{root}?background=false")
+    t = writer.topic("ev")
+    t.append_many([b"a", b"b"])
+
+    def files() -> list[tuple[Path, int]]:
+        return sorted(
+            (p.relative_to(root), p.stat().st_size) for p in root.rglob("*") if p.is_file()
+        )
+
+    before = files()
+    view = tidelog.open(f"file://{root}?readonly=true")
+    vt = view.topic("ev", create=False)
+    assert [r.payload for r in vt.read()] == [b"a", b"b"]  # type: ignore[union-attr]
+    for bad in (
+        lambda: vt.append(b"x"),
+        lambda: view.topic("new"),
+        lambda: vt.delete(1),
+        lambda: view.drop_topic("ev"),
+        lambda: vt.subscribe("s"),
+    ):
+        with pytest.raises(tidelog.ReadOnly):
+            bad()
+    assert files() == before  # the view wrote nothing (the writer was idle meanwhile)
+    t.append(b"c")
+    assert vt.state().head_seq == 2  # a view is a snapshot until refreshed
+    view.refresh()
+    assert vt.state().head_seq == 3
+    writer._backend.checkpoint()  # type: ignore[attr-defined]  # new snapshot; WAL retired
+    t.append(b"d")
+    view.refresh()
+    assert [r.payload for r in vt.read()] == [b"a", b"b", b"c", b"d"]  # type: ignore[union-attr]
+    view.close()
+    writer.close()
+    with pytest.raises(tidelog.StorageError, match="not a tidelog store"):
+        tidelog.open(f"file://{tmp_path / 'empty'}?readonly=true")
+
+
+def test_XPR_2_commit_request_applied_by_the_owning_process(tmp_path: Path) -> None:
+    """XPR-2: a commit request from another process trims through the owner's subscriber."""
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}?progress_flush_ms=10") as owner:
+        t = owner.topic("ev")
+        t.append_many([b"1", b"2", b"3", b"4"])
+        code = (
+            "import sys; from tidelog.backends.file import requests; "
+            "print(requests.call(sys.argv[1], {'op': 'commit', 'topic': 'ev', "
+            "'subscriber': 'spark', 'seq': 3, 'start': 'earliest'}))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(root)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert "'ok': True" in out and "'hwm': 3" in out
+        assert t.subscriber("spark").hwm == 3
+        assert [r.payload for r in t.read()] == [b"4"]  # type: ignore[union-attr]
+        result = requests.call(
+            str(root), {"op": "commit", "topic": "nope", "subscriber": "s", "seq": 1}
+        )
+        assert result == {
+            "ok": False,
+            "code": "no_such_topic",
+            "message": "topic 'nope' does not exist",
+        }
+    assert not list((root / "requests").glob("*.req"))
+
+
+def test_XPR_3_requests_apply_without_an_owner(tmp_path: Path) -> None:
+    """XPR-3: with no writer running, the requester opens the store and applies its request;
+    a request left pending is applied by the next opener."""
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}") as s:
+        s.topic("ev").append_many([b"1", b"2"])
+    assert requests.call(
+        str(root), {"op": "subscribe", "topic": "ev", "subscriber": "x", "start": "earliest"}
+    )["ok"]
+    rid = requests.submit(
+        tidelog.fsio.OsFS(), str(root), {"op": "commit", "topic": "ev", "subscriber": "x", "seq": 2}
+    )
+    with tidelog.open(f"file://{root}") as s:
+        assert s.topic("ev").subscriber("x").hwm == 2
+    assert requests.outcome(tidelog.fsio.OsFS(), str(root), rid) == {
+        "ok": True,
+        "acked": 2,
+        "hwm": 2,
+    }
+
+
+def test_XPR_4_staged_ingest_is_atomic_and_idempotent(tmp_path: Path) -> None:
+    """XPR-4, TOP-11: staged rows appear together, once per producer sequence."""
+    root = tmp_path / "s"
+    files = [
+        stage(tmp_path / "a.arrow", [(b"x", "t1", None), (b"y", None, "n")]),
+        stage(tmp_path / "b.arrow", [(b"z", "t2", None)]),
+    ]
+    body = {
+        "op": "ingest",
+        "topic": "ev",
+        "config": {"durability": "fsync"},
+        "files": files,
+        "producer": ["job-7", 1],
+    }
+    assert requests.call(str(root), body) == {"ok": True, "seqs": [1, 3]}
+    assert requests.call(str(root), body) == {"ok": True, "seqs": []}  # a replayed commit
+    too_big = dict(body, producer=["job-8", 1], config={"durability": "fsync"})
+    with tidelog.open(f"file://{root}") as s:
+        s.topic("capped", cap_records=2, discard="reject")
+    assert requests.call(str(root), dict(too_big, topic="capped"))["code"] == "too_large"
+    with tidelog.open(f"file://{root}") as s:
+        got = [(r.payload, r.tag, r.node) for r in s.topic("ev").read()]  # type: ignore[union-attr]
+        assert got == [(b"x", "t1", None), (b"y", None, "n"), (b"z", "t2", None)]
+        assert s.topic("capped").state().head_seq == 0  # nothing partial
+    assert os.path.exists(files[0])  # the requester owns its staged files
