@@ -257,7 +257,7 @@ def _pytest(session: nox.Session, seed: str, *args: str, **extra_env: str) -> No
 @nox.session
 def tests(session: nox.Session) -> None:
     """Full suite from the installed wheel, then a short bounded CrossHair pass (CI runs this)."""
-    _install_project(session, "test")
+    _install_project(session, "test,spark")
     seed = _seed(session)
     print(
         f"tidelog: hypothesis seed {seed}; reproduce with TIDELOG_SEED={seed} python3 run.py tests",
@@ -395,5 +395,5 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """Install tidelog (wheel, not editable) and run the demo pipeline: ``tidelog demo ARGS``."""
-    _install_project(session)
+    _install_project(session, "spark")
     session.run("tidelog", "demo", *session.posargs)
