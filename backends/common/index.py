@@ -169,10 +169,16 @@ class TopicLog:
     ) -> list[int]:
         first = self.head + 1
         n = len(payloads)
-        self.payloads.extend(payloads)
-        self.tss.extend([ts] * n)
-        self.tags.extend([tag] * n)
-        self.nodes.extend([node] * n)
+        if n == 1:  # the common single append: no temporary lists
+            self.payloads.append(payloads[0])
+            self.tss.append(ts)
+            self.tags.append(tag)
+            self.nodes.append(node)
+        else:
+            self.payloads.extend(payloads)
+            self.tss.extend([ts] * n)
+            self.tags.extend([tag] * n)
+            self.nodes.extend([node] * n)
         self.head += n
         if not self.gate_visibility:
             self.visible = self.head

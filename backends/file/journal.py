@@ -47,9 +47,14 @@ class WalJournal:
         self.ceilings: dict[int, int] = {}  # tid -> highest seq reserved durably
         self._ops: dict[int, list[_Effect]] = {}  # shard -> buffered effects of the current op
         self._sync: set[int] = set()  # shards whose part of the op must be synced
+        self._shard_of: dict[int, int] = {}  # tid -> shard (hashing on every op is measurable)
 
     def shard_of(self, tid: int) -> int:
-        return xxhash.xxh3_64_intdigest(tid.to_bytes(8, "little")) % len(self.shards)
+        shard = self._shard_of.get(tid)
+        if shard is None:
+            shard = xxhash.xxh3_64_intdigest(tid.to_bytes(8, "little")) % len(self.shards)
+            self._shard_of[tid] = shard
+        return shard
 
     # -- effects ---------------------------------------------------------------------------
     def _add(self, t: EngineTopic, effect: _Effect) -> None:
@@ -143,6 +148,11 @@ class WalJournal:
             return None
         ops, sync = self._ops, self._sync
         self._ops, self._sync = {}, set()
+        if len(ops) == 1:  # the common case: one shard, no ordering to arrange
+            ((shard_no, effects),) = ops.items()
+            shard = self.shards[shard_no]
+            pos = shard.submit(_encode(effects))
+            return [(shard, pos)] if wait and shard_no in sync else None
         ticket: list[tuple[WalShard, int]] = []
         order = sorted(ops)
         for k, shard_no in enumerate(order):

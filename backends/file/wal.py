@@ -68,7 +68,8 @@ class WalShard:
         self.store_id = store_id
         self.options = options
         self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)
+        self.cond = threading.Condition(self.lock)  # waiters for a leader's write/sync
+        self._tick = threading.Condition(self.lock)  # the committer's own: woken only to stop
         self.pending: list[tuple[int, int, bytes, int]] = []  # gen, offset, data, stream end
         self.submitted = 0  # stream positions: bytes of frames submitted / written / synced
         self.written = 0
@@ -209,7 +210,7 @@ class WalShard:
         interval = self.options.commit_interval_ms / 1000.0
         while True:
             with self.lock:
-                self.cond.wait(interval)
+                self._tick.wait(interval)
                 if self._stop:
                     return
                 if (
@@ -226,6 +227,7 @@ class WalShard:
             with self.lock:
                 self._stop = True
                 self.cond.notify_all()
+                self._tick.notify_all()
             self._thread.join(timeout=5)
             for h in self.files.values():
                 h.close()
@@ -237,6 +239,7 @@ class WalShard:
             self._stop = True
             self.pending = []
             self.cond.notify_all()
+            self._tick.notify_all()
         self._thread.join(timeout=5)
         for h in self.files.values():
             h.close()
