@@ -1,15 +1,50 @@
-"""tidelog.backends.blockdev: not implemented yet (see the project's open issues)."""
+"""tidelog.backends.blockdev: the ``blockdev://`` backend, a flash page ring (seed 004).
+
+``blockdev:///dev/sdX`` (a raw block device: its size comes from the device; formatting it needs
+``format=true``) or ``blockdev:///path/ring.img?size=64MiB&page_size=4096&topic=events`` (an image
+file, created when missing). One topic per device. Byte layout and policies:
+spec/FORMATS-blockdev.md (BDEV-*); semantics: spec/SPEC.md, with the capabilities in
+``CAPABILITIES``.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
-from tidelog.clock import Clock
-from tidelog.errors import NotAvailable
+from tidelog.api import Store
+from tidelog.clock import Clock, SystemClock
+from tidelog.errors import BadURI
+from tidelog.fsio import FS, OsFS
 from tidelog.uri import URI
 
-__all__ = ["open_backend"]
+from .options import BlockdevOptions, parse_blockdev_options
+from .store import CAPABILITIES, BlockdevBackend, RingEviction
+from .verify import verify_image
+
+__all__ = [
+    "BlockdevBackend",
+    "BlockdevOptions",
+    "CAPABILITIES",
+    "RingEviction",
+    "open_backend",
+    "open_store",
+    "verify_image",
+]
 
 
-def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> object:
-    raise NotAvailable("the blockdev:// backend is not available yet in this version of tidelog")
+def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> BlockdevBackend:
+    if not uri.location:
+        raise BadURI(
+            "blockdev:// needs a device or image path, e.g. blockdev:///dev/sdb or "
+            "blockdev:///var/lib/app/ring.img?size=64MiB"
+        )
+    store_options, bopts = parse_blockdev_options(options)
+    return BlockdevBackend(OsFS(), os.path.abspath(uri.location), clock, store_options, bopts)
+
+
+def open_store(fs: FS, path: str, clock: Clock | None = None, **options: object) -> Store:
+    """Open a ring through an explicit FS (crash tests pass a RecordingFS)."""
+    store_options, bopts = parse_blockdev_options(options)
+    backend = BlockdevBackend(fs, path, clock or SystemClock(), store_options, bopts)
+    return Store(backend, f"blockdev://{path}")

@@ -1,0 +1,92 @@
+"""The metadata slot's JSON body (BDEV-4): what the ring cannot say about itself.
+
+Pages carry records; the slot carries the topic binding and config, subscriber progress and the
+*durable facts* (floor, voluntarily removed ranges, head) as of the last moment every appended
+record had been sealed into a page (BDEV-14). Facts from such a moment describe a state the
+records on the device reach, so a recovery that applies them never mixes a later state into an
+earlier prefix of records (DUR-4, DUR-6).
+
+The body must fit 1992 bytes. Subscribers are capped (``MAX_SUBSCRIBERS``) so the progress of
+every subscriber always fits; outcomes acked out of order and trimmed ranges are dropped when
+they do not fit, which only causes redelivery (at-least-once: ``exact_progress=False``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tidelog.errors import StorageError
+
+from .format import SLOT_BODY_MAX, dumps_body
+
+if TYPE_CHECKING:
+    from tidelog.backends.common.engine import EngineTopic
+
+__all__ = ["MAX_SUBSCRIBERS", "empty_facts", "facts_of", "build_body", "dead_ranges"]
+
+#: Subscribers per ring: the worst case (64-character names, 20-digit seqs, a 200-character
+#: topic name, every config field set) still fits the slot with room for some outcomes.
+MAX_SUBSCRIBERS = 6
+
+
+def empty_facts() -> dict[str, Any]:
+    return {"head": 0, "floor": 1, "last_ts": None, "trimmed": []}
+
+
+def dead_ranges(t: EngineTopic) -> list[list[int]]:
+    """Seqs at or above the floor that are not live, as [lo, hi] runs. With no deletes on this
+    backend they were all trimmed (voluntary): involuntary removal always moves the floor."""
+    log = t.log
+    out: list[list[int]] = []
+    nxt = log.evict_floor
+    for q in log.live_between(log.evict_floor, log.head):
+        if q > nxt:
+            out.append([nxt, q - 1])
+        nxt = q + 1
+    if nxt <= log.head:
+        out.append([nxt, log.head])
+    return out
+
+
+def facts_of(t: EngineTopic) -> dict[str, Any]:
+    """The topic's durable facts right now (call only when every record is sealed)."""
+    log = t.log
+    return {
+        "head": log.head,
+        "floor": log.evict_floor,
+        "last_ts": log.last_ts,
+        "trimmed": dead_ranges(t),
+    }
+
+
+def _subs(t: EngineTopic, outcomes: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, s in sorted(t.progress.subs.items()):
+        gap = list(s.gap) if s.gap else None
+        entry: dict[str, Any] = {"base": s.base, "hwm": s.hwm, "gap": gap}
+        if outcomes:
+            entry["acked"] = sorted(q for q, o in s.outcomes.items() if o == "acked")
+            entry["rejected"] = sorted(q for q, o in s.outcomes.items() if o == "rejected")
+        out[name] = entry
+    return out
+
+
+def build_body(
+    bound: str, incarnations: int, t: EngineTopic | None, facts: dict[str, Any], lap: int
+) -> dict[str, Any]:
+    """The slot body, degraded until it fits: first without out-of-order outcomes, then without
+    trimmed ranges (both only cost redelivery after a restart)."""
+    base: dict[str, Any] = {
+        "topic": bound,
+        "incarnations": incarnations,
+        "tid": t.tid if t is not None else 0,
+        "config": t.config.to_dict() if t is not None else None,
+        "lap": lap,
+    }
+    for outcomes, trimmed in ((True, True), (False, True), (False, False)):
+        body = dict(base)
+        body["state"] = facts if trimmed else {**facts, "trimmed": []}
+        body["subs"] = _subs(t, outcomes) if t is not None else {}
+        if len(dumps_body(body)) <= SLOT_BODY_MAX:
+            return body
+    raise StorageError(f"ring metadata does not fit its {SLOT_BODY_MAX}-byte slot")

@@ -1,0 +1,173 @@
+"""Opening a ring: head detection, then the engine rebuilt from the retained records (BDEV-17).
+
+Records are replayed oldest first through the engine's ``apply_*`` methods with the journal off
+(like the file backend's WAL replay); then the facts the device holds are applied, in an order
+that gives subscribers a gap for anything they may have missed (SUB-7):
+
+1. subscribers from the slot; a hwm is raised to the head page's ``min_hwm`` when that page was
+   written under the same slot generation (same subscriber set), never above the head (DUR-9);
+2. trimmed ranges from the slot's durable facts (voluntary: silent);
+3. the floor: the highest of the slot's floor and the head page's floor; seqs below the first
+   retained record whose fate the device does not record are put below the floor too (a
+   tombstone, never a silent hole), and subscribers get a gap for everything below the floor
+   above their hwm (at-least-once: such a gap may repeat one they were already given);
+4. settle (hwm advance, ack-trim), then cap retention (RET-1): a crash can bring back records
+   whose trim was not yet on the device; the cap then evicts the oldest, visibly.
+
+After a clean close the slot holds the exact state, so all of this reproduces it (DUR-1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tidelog.config import TopicConfig
+from tidelog.errors import Corrupt
+from tidelog.fsio import storage_error
+
+from .format import RecordOut, Slot
+from .ring import Assembled, assemble, page_reader, scan_ring
+
+if TYPE_CHECKING:
+    from .store import BlockdevBackend
+
+__all__ = ["recover", "read_pages"]
+
+
+def read_pages(b: BlockdevBackend) -> Callable[[int], bytes]:
+    handle = b.dev.handle
+
+    def pread(size: int, offset: int) -> bytes:
+        try:
+            return handle.pread(size, offset)
+        except OSError as exc:
+            raise storage_error(exc, f"reading ring pages of {b.path}") from None
+
+    return page_reader(pread, b.ring.geometry)
+
+
+def recover(b: BlockdevBackend, slot: Slot) -> None:
+    scan = scan_ring(read_pages(b), b.ring.geometry, slot.ring_id)
+    asm = assemble(scan)
+    b.warnings += asm.notes
+    ring = b.ring
+    body = slot.body
+    if scan.head is not None:
+        h = scan.head
+        lap = asm.newest.lap if asm.newest is not None else h.parity
+        if lap % 2 != h.parity:  # the lap is informational; the page numbers decide (RING-1)
+            lap += 1
+        ring.next_index = (h.index + 1) % ring.geometry.page_count
+        ring.lap = lap + (1 if ring.next_index == 0 else 0)
+    else:
+        ring.next_index, ring.lap = 0, 0
+    if ring.num_pages >= 1 and scan.head is None:
+        raise Corrupt(
+            f"{b.path}: the metadata says pages were written (num_pages={ring.num_pages}) but "
+            "pages 0 and 1 are both invalid: not a state a crash leaves (seed 004, RING-5)"
+        )
+    for i, rng in asm.ranges.items():
+        ring.slots[i] = rng
+    ring.marks = dict(asm.marks)
+    b.incarnations = int(body.get("incarnations", 0))
+    config = body.get("config")
+    if config is None:
+        if asm.records or asm.marks:
+            raise Corrupt(f"{b.path}: ring pages hold records but no topic exists (BDEV-4)")
+        return
+    t = b.apply_create(b.bound, TopicConfig(**config), int(body["tid"]))
+    _replay(b, t, asm)
+    for pid, (n, _) in sorted(asm.marks.items()):
+        b.apply_produced(t, pid, n)
+    _apply_facts(b, t, slot, asm)
+
+
+def _replay(b: BlockdevBackend, t: Any, asm: Assembled) -> None:
+    log = t.log
+    recs = asm.records
+    start = recs[0].seq if recs else asm.head_seq + 1
+    if start > 1:
+        log.skip_to(start - 1)
+    run: list[RecordOut] = []
+    for r in recs:
+        if run and (r.ts, r.tag, r.node) != (run[0].ts, run[0].tag, run[0].node):
+            _append(b, t, run)
+            run = []
+        run.append(r)
+    if run:
+        _append(b, t, run)
+
+
+def _append(b: BlockdevBackend, t: Any, run: list[RecordOut]) -> None:
+    r0 = run[0]
+    b.apply_append(t, [r.payload for r in run], r0.tag, r0.node, r0.ts)
+
+
+def _clip(lo: int, hi: int, head: int) -> tuple[int, int] | None:
+    hi = min(hi, head)
+    return (lo, hi) if lo <= hi else None
+
+
+def _apply_facts(b: BlockdevBackend, t: Any, slot: Slot, asm: Assembled) -> None:
+    log = t.log
+    head = log.head
+    facts = slot.body.get("state") or {}
+    if int(facts.get("head", 0)) > head:
+        raise Corrupt(
+            f"{b.path}: the metadata records seq {facts['head']} as written, but the ring ends "
+            f"at seq {head} (BDEV-14)"
+        )
+    log.last_ts = log.last_ts if log.last_ts is not None else facts.get("last_ts")
+    newest = asm.newest
+    same_gen = newest is not None and newest.meta_gen == slot.generation
+    # 1. subscribers
+    for name, sub in sorted((slot.body.get("subs") or {}).items()):
+        base = min(int(sub["base"]), head)
+        hwm = int(sub["hwm"])
+        if same_gen and newest is not None:
+            hwm = max(hwm, newest.min_hwm)
+        hwm = max(base, min(hwm, head))
+        s = t.progress.add(name, base)
+        s.hwm = hwm
+        s.outcomes = {q: "acked" for q in sub.get("acked", []) if hwm < q <= head}
+        s.outcomes.update({q: "rejected" for q in sub.get("rejected", []) if hwm < q <= head})
+        gap = sub.get("gap")
+        s.gap = _clip(int(gap[0]), int(gap[1]), head) if gap else None
+    # 2. trimmed ranges (voluntary, silent)
+    trimmed = [r for lo, hi in facts.get("trimmed", []) if (r := _clip(int(lo), int(hi), head))]
+    dead = [q for lo, hi in trimmed for q in log.live_between(lo, hi)]
+    if dead:
+        b.apply_remove(t, dead, "trimmed")
+    # 3. the floor
+    floor = max(int(facts.get("floor", 1)), newest.floor if newest is not None else 1)
+    floor = min(floor, head + 1)
+    first = asm.records[0].seq if asm.records else head + 1
+    if first > floor and not _covered(floor, first - 1, trimmed):
+        floor = first  # fates below the ring unknown: tombstone them rather than hide them
+    if floor > 1:
+        for s in t.progress.subs.values():
+            if s.hwm < floor - 1:
+                lo, hi = s.hwm + 1, floor - 1
+                s.gap = (lo, hi) if s.gap is None else (min(s.gap[0], lo), max(s.gap[1], hi))
+        b.apply_evict(t, floor - 1, "recovery")
+        log.evict_floor = max(log.evict_floor, floor)
+    # 4. settle, caps, restart rules (SUB-9)
+    b._settle(t)
+    plan = log.eviction_plan(0, 0)
+    if plan:
+        b.apply_evict(t, plan[-1], "cap")
+    for s in t.progress.subs.values():
+        s.cursor = s.flushed_hwm = s.hwm
+    log.visible = log.head
+
+
+def _covered(lo: int, hi: int, ranges: list[tuple[int, int]]) -> bool:
+    q = lo
+    for a, z in sorted(ranges):
+        if a > q:
+            break
+        q = max(q, z + 1)
+        if q > hi:
+            return True
+    return q > hi

@@ -1,0 +1,536 @@
+"""The ``blockdev://`` backend: the engine over a flash page ring (seed 004, FORMATS-blockdev.md).
+
+Lifecycle: attach the device or image (device.py), load its metadata slot or format it
+(BDEV-11..13), find the head and rebuild the engine from the retained pages (recovery.py), then
+serve ops through the engine with a ``RingJournal`` turning appends into pages. ``close`` writes
+the partially filled page and the metadata slot, so a clean reopen restores everything exactly
+(DUR-1). An I/O failure poisons the store: every later op raises it until it is reopened.
+
+One topic per device (``multi_topic=False``): the ring is bound to one topic name at format time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidelog.backend import Capabilities, StoreOptions, TopicRef
+from tidelog.clock import Clock
+from tidelog.errors import (
+    BadOption,
+    Closed,
+    Corrupt,
+    NoSuchTopic,
+    NotAvailable,
+    StorageError,
+    TidelogError,
+    TooLarge,
+)
+from tidelog.fsio import FS, storage_error
+from tidelog.records import Lease
+
+from ..common.engine import Engine, EngineTopic
+from ..common.progress import SubState
+from . import meta as metamod
+from .device import Attached, DeviceHandle, Geometry, attach, geometry_for
+from .format import (
+    META_BYTES,
+    SLOT_BYTES,
+    FormatCorrupt,
+    Slot,
+    decode_slot,
+    encode_slot,
+    mark_size,
+    max_payload,
+    page_capacity,
+    record_size,
+    slot_index,
+)
+from .journal import RingJournal
+from .options import DEFAULT_PAGE_SIZE, DEFAULT_TOPIC, BlockdevOptions
+from .recovery import recover
+from .ring import RingState
+from .writer import IoQueue, Item
+
+__all__ = ["BlockdevBackend", "CAPABILITIES", "RingEviction"]
+
+CAPABILITIES = Capabilities(
+    persistent=True,
+    crash_safe=True,
+    deletes=False,
+    subscribers=True,
+    queue=False,
+    multi_topic=False,
+    exact_progress=False,
+    durability=frozenset({"memory", "fsync"}),
+)
+
+
+@dataclass(frozen=True)
+class RingEviction:
+    """One involuntary eviction by ring overwrite (BDEV-16): live seqs <= ``through`` went when
+    page ``page`` was reused; ``head`` was the topic's head at that moment."""
+
+    topic: str
+    through: int
+    head: int
+    page: int
+
+
+def new_ring_id() -> int:
+    return int.from_bytes(os.urandom(8), "little") or 1
+
+
+class BlockdevBackend(Engine):
+    def __init__(
+        self, fs: FS, path: str, clock: Clock, options: StoreOptions, bopts: BlockdevOptions
+    ) -> None:
+        super().__init__(clock, options, CAPABILITIES)
+        self.fs = fs
+        self.path = path
+        self.bopts = bopts
+        self.warnings: list[str] = []
+        self.ring_evictions: list[RingEviction] = []
+        self.meta_gen = 0
+        self.bound = bopts.topic or DEFAULT_TOPIC
+        self.facts: dict[str, Any] = metamod.empty_facts()
+        self._last_meta: tuple[Any, ...] | None = None
+        self._slots = [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
+        self.formatted = False
+        self.dev: Attached = attach(fs, path, size=bopts.size, direct=bopts.direct)
+        self.io = IoQueue(self.dev.handle)
+        try:
+            with self.lock:
+                self._open()
+        except BaseException:
+            self.dev.handle.close()
+            raise
+
+    # -- opening -----------------------------------------------------------------------------
+    def _open(self) -> None:
+        h = self.dev.handle
+        try:
+            device_bytes = h.size()
+            block = h.pread(META_BYTES, 0) if device_bytes >= META_BYTES else b""
+        except OSError as exc:
+            raise storage_error(exc, f"reading {self.path}") from None
+        slot = None if self.bopts.format or self.dev.created else self._load_slot(block)
+        if slot is None:
+            self._format(device_bytes, _stored_page_size(block))
+        else:
+            self._adopt(slot, device_bytes)
+            recover(self, slot)  # journal off: replay writes nothing
+        self.journal = RingJournal(self)
+
+    def _load_slot(self, block: bytes) -> Slot | None:
+        """The newest valid slot (BDEV-4), ``None`` for an empty image that may be formatted, or
+        a clear error: never format over something that is not ours without format=true."""
+        where = f"blockdev {self.dev.kind} {self.path}"
+        if len(block) == 0 and self.dev.kind == "image":
+            if self.bopts.size is None:
+                raise BadOption(f"{where} is empty; pass size=... to format it")
+            return None
+        found: list[Slot] = []
+        errors: list[str] = []
+        for i in (0, 1):
+            raw = block[i * SLOT_BYTES : (i + 1) * SLOT_BYTES]
+            try:
+                found.append(decode_slot(raw, i))
+            except FormatCorrupt as exc:
+                errors.append(f"slot {i}: {exc.message}")
+        if not found and self.dev.kind == "image" and self._all_zero():
+            # a new image, or one whose format never reached the disk: nothing to overwrite
+            if self.bopts.size is None and len(block) < META_BYTES:
+                raise BadOption(f"{where} is too small; pass size=... to format it")
+            return None
+        if not found:
+            raise Corrupt(
+                f"{where} is not a tidelog ring ({'; '.join(errors)}); pass format=true to "
+                "format it, destroying its contents (BDEV-11)"
+            )
+        slot = max(found, key=lambda s: s.generation)
+        if len(found) == 1 and any("all zeros" not in e for e in errors):
+            self.warnings.append(f"metadata {errors[0]}: using the other slot (torn write)")
+        for s in found:
+            self._slots[slot_index(s.generation)] = encode_slot(s)
+        return slot
+
+    def _all_zero(self) -> bool:
+        """Whether every byte of the image is zero (read in 1 MiB steps, stops at the first
+        non-zero byte): only then may an image without a valid slot be formatted unasked."""
+        h = self.dev.handle
+        size, pos, step = h.size(), 0, 1 << 20
+        while pos < size:
+            chunk = h.pread(min(step, size - pos), pos)
+            if not chunk or chunk.count(0) != len(chunk):
+                return not chunk
+            pos += len(chunk)
+        return True
+
+    def _adopt(self, slot: Slot, device_bytes: int) -> None:
+        """Check the stored ring against the options and the device (BDEV-12, BDEV-13)."""
+        where = f"blockdev {self.dev.kind} {self.path}"
+        o = self.bopts
+        if o.page_size is not None and o.page_size != slot.page_size:
+            raise BadOption(
+                f"{where} is a ring of {slot.page_size}-byte pages; page_size={o.page_size} "
+                "given (omit it, or pass format=true to reformat, destroying the ring)"
+            )
+        geom = Geometry(slot.page_size, slot.page_count)
+        if device_bytes < geom.ring_bytes:
+            raise Corrupt(
+                f"{where} holds {device_bytes} bytes but its ring needs {geom.ring_bytes} "
+                "(truncated image or wrong device) (BDEV-12)"
+            )
+        if o.size is not None and self.dev.kind == "image" and o.size != device_bytes:
+            raise BadOption(
+                f"{where} is {device_bytes} bytes; size={o.size} given (omit it, or pass "
+                "format=true to reformat at the new size, destroying the ring)"
+            )
+        bound = slot.body.get("topic")
+        if not isinstance(bound, str):
+            raise FormatCorrupt("BDEV-4", "metadata body has no topic binding")
+        if o.topic is not None and o.topic != bound:
+            raise BadOption(
+                f"{where} is bound to topic {bound!r}; topic={o.topic!r} given (one topic per "
+                "device: use another device or partition, or format=true to rebind)"
+            )
+        self.bound = bound
+        self.meta_gen = slot.generation
+        self._setup(geom, slot.ring_id)
+        self.ring.num_pages = slot.num_pages
+        self.ring.looped = slot.looped
+        self.facts = dict(slot.body.get("state") or metamod.empty_facts())
+        # an unchanged state is not written again (closing an untouched store writes nothing)
+        self._last_meta = (slot.body, slot.ring_id, slot.num_pages, slot.looped)
+
+    def _setup(self, geom: Geometry, ring_id: int) -> None:
+        handle = self.dev.handle
+        if isinstance(handle, DeviceHandle) and handle.direct and geom.page_size % handle.align:
+            handle.drop_direct()
+            self.warnings.append(
+                f"page_size {geom.page_size} is not a multiple of the device's {handle.align}-"
+                "byte sectors: direct I/O disabled"
+            )
+            self.dev.direct = False
+        self.ring = RingState(geom, ring_id)
+        limit = min(self.options.max_record_bytes, max_payload(geom.page_size))
+        self.options = dataclasses.replace(self.options, max_record_bytes=limit)
+
+    def _format(self, device_bytes: int, stored_page_size: int | None) -> None:
+        """Format (BDEV-11): zero pages 0 and 1 unless the image is new (seed 004, RING-5), then
+        write the metadata block: slot 0 generation 1, slot 1 zeros."""
+        o = self.bopts
+        h = self.dev.handle
+        if self.dev.kind == "image" and o.size is not None and o.size != device_bytes:
+            try:
+                h.truncate(o.size)
+                h.fsync()
+            except OSError as exc:
+                raise storage_error(exc, f"resizing {self.path}") from None
+            device_bytes = o.size
+        page_size = o.page_size or stored_page_size or DEFAULT_PAGE_SIZE  # reformat keeps it
+        geom = geometry_for(device_bytes, page_size, str(self.path))
+        self._setup(geom, new_ring_id())
+        self.formatted = True
+        if not self.dev.created and not self._zero_pages(geom):
+            self.io.write_now(Item("zero", geom.offset(0), bytes(2 * geom.page_size)))
+        self.meta_gen = 0
+        self._slots = [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
+        body = metamod.build_body(self.bound, 0, None, self.facts, 0)
+        self._put_slot(body, write_now=True)
+        if self.dev.commit is not None:
+            self.dev.commit()
+            self.dev.commit = None
+
+    def _zero_pages(self, geom: Geometry) -> bool:
+        data = self.dev.handle.pread(2 * geom.page_size, geom.offset(0))
+        return data.count(0) == len(data)
+
+    # -- metadata ----------------------------------------------------------------------------
+    def topic_or_none(self) -> EngineTopic | None:
+        return self.topics.get(self.bound)
+
+    def facts_reset(self) -> None:
+        self.facts = metamod.empty_facts()
+
+    def new_ring(self) -> None:
+        """drop_topic: a fresh ring id; every page on the device becomes invalid (RING-5)."""
+        self.ring.reset(new_ring_id())
+        self.facts_reset()
+
+    def enqueue_meta(self) -> None:
+        """Queue a metadata slot write if anything it records changed (under the engine lock)."""
+        j: RingJournal = self.journal  # type: ignore[assignment]
+        j.meta_dirty = False
+        j.pages_since_meta = 0
+        t = self.topic_or_none()
+        if t is not None and j.sealed_through == t.log.head:
+            # every record is in a page queued before this slot: the facts are durable-safe
+            self.facts = metamod.facts_of(t)
+        body = metamod.build_body(self.bound, self.incarnations, t, self.facts, self.ring.lap)
+        self._put_slot(body, write_now=False)
+
+    def _put_slot(self, body: dict[str, Any], *, write_now: bool) -> None:
+        ring = self.ring
+        key = (body, ring.ring_id, ring.num_pages, ring.looped)
+        if key == self._last_meta:
+            return
+        self._last_meta = key
+        self.meta_gen += 1
+        slot = Slot(
+            self.meta_gen,
+            ring.ring_id,
+            ring.geometry.page_size,
+            ring.geometry.page_count,
+            ring.num_pages,
+            ring.looped,
+            body,
+        )
+        i = slot_index(self.meta_gen)
+        self._slots[i] = encode_slot(slot)
+        handle = self.dev.handle
+        align = handle.align if isinstance(handle, DeviceHandle) else 1
+        if SLOT_BYTES % align:  # 4 KiB-sector device: rewrite the whole block (both slots)
+            item = Item("meta", 0, self._slots[0] + self._slots[1])
+        else:
+            item = Item("meta", i * SLOT_BYTES, self._slots[i])
+        if write_now:
+            self.io.write_now(item)
+        else:
+            self.io.put(item)
+
+    # -- engine hooks ------------------------------------------------------------------------
+    def on_create(self, t: EngineTopic) -> None:
+        # fsync topics: readable once on the device, so a crash never takes back a record anyone
+        # has read (TOP-1, DUR-2)
+        t.log.gate_visibility = t.config.durability == "fsync"
+
+    def persist_progress(self, t: EngineTopic, name: str, s: SubState) -> None:
+        """Subscriber.flush(): its progress reaches the metadata slot before the op returns."""
+        j = self.journal
+        if isinstance(j, RingJournal):
+            j.meta_dirty = True
+
+    def overwrite(self, index: int) -> None:
+        """BDEV-16: page ``index`` is about to be reused; its records still live are evicted
+        (involuntary: floor, tombstone, subscriber gaps), whatever the topic's retention."""
+        held = self.ring.slots[index]
+        t = self.topic_or_none()
+        if held is None or t is None:
+            return
+        first, last = held
+        if t.log.live_between(first, last):
+            self.ring_evictions.append(RingEviction(t.name, last, t.log.head, index))
+            self.apply_evict(t, last, "ring")
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise Closed("store is closed")
+        if self.io.failed is not None:
+            raise StorageError(f"store {self.path} failed and must be reopened: {self.io.failed}")
+
+    # -- store ops: one topic per device (CAP multi_topic=False) ---------------------------------
+    def open_topic(self, name: str, options: Mapping[str, object], create: bool) -> TopicRef:
+        if name != self.bound:
+            with self.lock:
+                self._check_open()
+            if not create:
+                raise NoSuchTopic(
+                    f"topic {name!r} does not exist: this blockdev ring holds only topic "
+                    f"{self.bound!r}"
+                )
+            raise NotAvailable(
+                f"this blockdev ring holds one topic, {self.bound!r} (bound at format time); "
+                f"use another device, partition or image for topic {name!r}"
+            )
+        for key in ("dead_letter", "max_deliveries"):
+            if options.get(key) is not None:
+                raise NotAvailable(f"{key}: queue mode is not available on blockdev")
+        return super().open_topic(name, options, create)
+
+    def subscribe(self, ref: TopicRef, name: str, start: str) -> None:
+        with self.lock:
+            t = self._get(ref)
+            if name not in t.progress.subs and len(t.progress.subs) >= metamod.MAX_SUBSCRIBERS:
+                raise NotAvailable(
+                    f"a blockdev ring keeps at most {metamod.MAX_SUBSCRIBERS} subscribers (their "
+                    "progress lives in a 2 KiB metadata slot); unregister one first"
+                )
+        super().subscribe(ref, name, start)
+
+    def _append_runs(
+        self,
+        t: EngineTopic,
+        runs: Sequence[tuple[Sequence[bytes], str | None, str | None]],
+        now: int,
+    ) -> list[int]:
+        """Records never span pages (BDEV-8): one that cannot fit an empty page, or a batch that
+        would wrap the ring onto itself, is ``too_large`` before any seq is assigned (RET-5)."""
+        geom = self.ring.geometry
+        cap = page_capacity(geom.page_size)
+        pages, room = 0, cap - self._open_used()  # pages the batch occupies
+        for payloads, tag, node in runs:
+            tb = tag.encode() if tag is not None else None
+            nb = node.encode() if node is not None else None
+            for p in payloads:
+                size = record_size(-(1 << 62), tb, nb, len(p))  # worst-case ts varint
+                if size > cap:
+                    raise TooLarge(
+                        f"record of {len(p)} bytes ({size} encoded with its tag and node) does "
+                        f"not fit a {geom.page_size}-byte page ({cap} bytes for records)"
+                    )
+                if size > room:
+                    pages, room = pages + 1, cap
+                elif not pages:
+                    pages = 1  # it starts in the open page
+                room -= size
+        if pages > geom.page_count - 1:
+            raise TooLarge(
+                f"batch needs {pages} pages; the ring has {geom.page_count} (a batch may not "
+                "overwrite itself)"
+            )
+        return super()._append_runs(t, runs, now)
+
+    def _append_op(
+        self,
+        ref: TopicRef,
+        runs: Sequence[tuple[Sequence[bytes], str | None, str | None]],
+        producer: tuple[str, int] | None,
+    ) -> list[int]:
+        if producer is not None:
+            with self.lock:
+                t = self._get(ref)
+                if producer[0] not in t.producers:
+                    marks = {**t.producers, producer[0]: producer[1]}
+                    need = sum(mark_size(p.encode(), n) for p, n in marks.items())
+                    budget = page_capacity(self.ring.geometry.page_size) // 2
+                    if need > budget:
+                        raise NotAvailable(
+                            f"too many producer ids for this ring: their marks need {need} "
+                            f"bytes, a {self.ring.geometry.page_size}-byte page keeps {budget} "
+                            "for them (BDEV-9)"
+                        )
+        return super()._append_op(ref, runs, producer)
+
+    def _open_used(self) -> int:
+        j = self.journal
+        return j.open.used if isinstance(j, RingJournal) else 0
+
+    def delete(
+        self, ref: TopicRef, before_seq: int | None, tag: str | None, tag_glob: str | None
+    ) -> int:
+        raise NotAvailable("deletes are not available on blockdev (the ring only overwrites)")
+
+    def claim(self, ref: TopicRef, node: str, limit: int, lease_ms: int | None) -> list[Lease]:
+        raise NotAvailable("queue mode is not available on blockdev")
+
+    def complete(self, ref: TopicRef, seq: int, lease_id: int) -> None:
+        raise NotAvailable("queue mode is not available on blockdev")
+
+    def release(self, ref: TopicRef, seq: int, lease_id: int) -> None:
+        raise NotAvailable("queue mode is not available on blockdev")
+
+    def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None:
+        raise NotAvailable("queue mode is not available on blockdev")
+
+    # -- flush / close -----------------------------------------------------------------------
+    def _seal_all(self) -> tuple[int, int]:
+        """Under the lock: seal the open page and queue the slot; returns a drain target."""
+        j = self.journal
+        assert isinstance(j, RingJournal)
+        j.seal(partial=True)
+        self.enqueue_meta()
+        return self.io.enqueued, j.records_added
+
+    def flush(self) -> None:
+        """DUR-7: the partially filled page (padded) and then the metadata slot, if changed."""
+        with self.lock:
+            self._check_open()
+            Engine.flush(self)
+            target, need = self._seal_all()
+        self.io.drain(self.lock, target, need, lambda: None)
+
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            failed = self.io.failed is not None
+            if not failed:
+                Engine.flush(self)
+                target, need = self._seal_all()
+            self.closed = True
+            self.changed.notify_all()
+        try:
+            if not failed:
+                self.io.drain(self.lock, target, need, lambda: None)
+        finally:
+            self._release()
+
+    def abandon(self) -> None:
+        """Drop everything without writing: what a killed process leaves (crash tests)."""
+        with self.lock:
+            self.closed = True
+        self._release()
+
+    def _release(self) -> None:
+        with self.io.io_lock, contextlib.suppress(OSError, TidelogError):
+            self.dev.handle.close()
+
+    # -- introspection -----------------------------------------------------------------------
+    @property
+    def write_amplification(self) -> float | None:
+        """Device bytes written per payload byte written, since this store was opened."""
+        return self.io.stats.write_amplification
+
+    def io_stats(self) -> dict[str, object]:
+        out = self.io.stats.to_dict()
+        out["write_amplification"] = self.write_amplification
+        return out
+
+    def describe(self) -> dict[str, object]:
+        out = super().describe()
+        with self.lock:
+            ring = self.ring
+            geom = ring.geometry
+            head = None
+            if ring.slots[(ring.next_index - 1) % geom.page_count] is not None:
+                head = {"page": (ring.next_index - 1) % geom.page_count}
+            out.update(
+                {
+                    "backend": "blockdev",
+                    "path": self.path,
+                    "device": self.dev.kind,
+                    "direct_io": self.dev.direct,
+                    "topic_binding": self.bound,
+                    "formatted": self.formatted,
+                    "page_size": geom.page_size,
+                    "page_count": geom.page_count,
+                    "ring_bytes": geom.ring_bytes,
+                    "max_record_bytes": self.options.max_record_bytes,
+                    "ring_id": f"{ring.ring_id:016x}",
+                    "next_page": ring.next_index,
+                    "lap": ring.lap,
+                    "head_page": head,
+                    "num_pages": ring.num_pages,
+                    "looped": ring.looped,
+                    "meta_generation": self.meta_gen,
+                    "io": self.io.stats.to_dict(),
+                    "write_amplification": self.write_amplification,
+                    "ring_evictions": len(self.ring_evictions),
+                    "warnings": list(self.warnings),
+                }
+            )
+        return out
+
+
+def _stored_page_size(block: bytes) -> int | None:
+    """The page size of a ring being reformatted, if its metadata is still readable."""
+    for i in (0, 1):
+        with contextlib.suppress(FormatCorrupt):
+            return decode_slot(block[i * SLOT_BYTES : (i + 1) * SLOT_BYTES], i).page_size
+    return None

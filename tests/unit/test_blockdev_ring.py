@@ -1,0 +1,621 @@
+"""The blockdev ring at work (spec/FORMATS-blockdev.md; SPEC RING-1..RING-6, CAP): head detection
+on real images the backend wrote, ring overwrite, producer marks, assembly, write policy, group
+commit, one topic per device, write amplification, direct I/O, verify and the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import tidelog
+from tidelog.backends.blockdev import verify_image
+from tidelog.backends.blockdev.device import DeviceHandle
+from tidelog.backends.blockdev.format import (
+    SLOT_BYTES,
+    FormatCorrupt,
+    PageHeader,
+    decode_slot,
+    decode_trailer,
+    encode_mark,
+    encode_page,
+    encode_record,
+)
+from tidelog.backends.blockdev.ring import RingScan, ScannedPage, assemble
+from tidelog.cli import main
+from tidelog.clock import FakeClock
+from tidelog.errors import BadOption, NoSuchTopic, NotAvailable
+from tidelog.fsio import OsFS
+from tidelog.model.ring import RingHead, find_head, find_head_linear, page_seq, retained_pages
+from tidelog.records import Record, Tombstone
+
+PAGE = 512
+
+
+def uri(path: Path, **options: object) -> str:
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"blockdev://{path}" + (f"?{query}" if query else "")
+
+
+def new_ring(path: Path, pages: int, page_size: int = PAGE, **options: object) -> tidelog.Store:
+    size = 4096 + pages * page_size
+    return tidelog.open(
+        uri(path, size=size, page_size=page_size, topic="t", **options), clock=FakeClock(1000)
+    )
+
+
+def ring_id_of(image: bytes) -> int:
+    slots = []
+    for i in (0, 1):
+        try:
+            slots.append(decode_slot(image[i * SLOT_BYTES : (i + 1) * SLOT_BYTES], i))
+        except FormatCorrupt:
+            pass
+    return max(slots, key=lambda s: s.generation).ring_id
+
+
+def page_of(image: bytes, i: int, page_size: int = PAGE) -> bytes:
+    return image[4096 + i * page_size : 4096 + (i + 1) * page_size]
+
+
+# -- head detection on real images (RING-1..RING-6) --------------------------------------------
+def _snapshots(tmp: Path, n: int, writes: int) -> list[bytes]:
+    """Images after 0..writes single fsync appends (one page each); record w holds seq w+1."""
+    path = tmp / f"ring-{n}.img"
+    shots = []
+    with new_ring(path, n) as store:
+        t = store.topic("t", durability="fsync")
+        shots.append(path.read_bytes())
+        for w in range(writes):
+            t.append((w + 1).to_bytes(8, "little"))
+            shots.append(path.read_bytes())
+    return shots
+
+
+def _reader(image: bytes, ring_id: int) -> Callable[[int], int | None]:
+    def read_seq(i: int) -> int | None:
+        h = decode_trailer(page_of(image, i), ring_id)
+        return None if h is None else h.page_seq
+
+    return read_seq
+
+
+def _expected(n: int, k: int, torn: bool) -> tuple[RingHead | None, list[int]]:
+    """Head and retained pages (oldest first) after k page writes, the last one torn or not."""
+    lap, pos = divmod(k - 1, n)  # the k-th write went to page pos of lap `lap`
+    if not torn:
+        return RingHead(pos, lap % 2), ([] if lap == 0 else list(range(pos + 1, n))) + list(
+            range(pos + 1)
+        )
+    if pos >= 1:
+        older = [] if lap == 0 else list(range(pos + 1, n))
+        return RingHead(pos - 1, lap % 2), older + list(range(pos))
+    if lap == 0:
+        return None, []
+    return RingHead(n - 1, (lap - 1) % 2), list(range(1, n))
+
+
+def _seqs_on(n: int, k: int, pages: list[int], torn: bool) -> list[int]:
+    """The seq each retained page holds: page i last written by the write w with w % n == i."""
+    last = k - 1 if not torn else k - 2  # index of the last intact write
+    out = []
+    for i in pages:
+        w = last - ((last - i) % n)
+        out.append(w + 1)
+    return out
+
+
+def _tear(before: bytes, after: bytes, pos: int, how: str) -> bytes:
+    """The image a crash during the last page write leaves: the metadata and every other page as
+    before that write, page ``pos`` zeroed, garbage, or half new and half old."""
+    old, new = page_of(before, pos), page_of(after, pos)
+    torn = {
+        "zero": bytes(PAGE),
+        "garbage": os.urandom(PAGE),
+        "half": new[: PAGE // 2] + old[PAGE // 2 :],
+    }[how]
+    start = 4096 + pos * PAGE
+    return before[:start] + torn + before[start + PAGE :]
+
+
+def _check_store(tmp: Path, image: bytes, seqs: list[int], head: int) -> None:
+    path = tmp / "check.img"
+    path.write_bytes(image)
+    with tidelog.open(uri(path)) as store:
+        t = store.topic("t")
+        assert t.state().head_seq == head
+        want: list[object] = [Tombstone(1, seqs[0] - 1)] if seqs and seqs[0] > 1 else []
+        want += [s for s in seqs]
+        got = [i if isinstance(i, Tombstone) else i.seq for i in t.read(0, 10**6)]
+        assert got == want
+        for item in t.read(0, 10**6):
+            if isinstance(item, Record):
+                assert item.payload == item.seq.to_bytes(8, "little")
+    path.unlink()
+
+
+@pytest.mark.parametrize("n", range(2, 17, 2))
+def test_RING_3_RING_4_head_on_real_images(tmp_path: Path, n: int) -> None:
+    """RING-1, RING-3, RING-4, RING-6, BDEV-6, BDEV-17: for every ring size up to 16 and every
+    wrap count up to 4 laps, on images the backend wrote: the page numbers follow RING-1, binary
+    search == linear scan == truth, and reopening recovers exactly the retained records; the
+    same with the last page write torn (zeroed, garbage, half-written): the head is the page
+    before it, that page's old records are gone below the floor, nothing else is lost."""
+    writes = 4 * n
+    shots = _snapshots(tmp_path, n, writes)
+    ring_id = ring_id_of(shots[-1])
+    for k in range(1, writes + 1):
+        lap, pos = divmod(k - 1, n)
+        image = shots[k]
+        h = decode_trailer(page_of(image, pos), ring_id)
+        assert h is not None and h.page_seq == page_seq(lap, pos, n) and h.lap == lap  # RING-1
+        head, order = _expected(n, k, torn=False)
+        read = _reader(image, ring_id)
+        assert find_head(n, read) == find_head_linear(n, read) == head
+        assert retained_pages(n, head, read) == order
+        seqs = _seqs_on(n, k, order, torn=False)
+        assert seqs == list(range(max(1, k - n + 1), k + 1))
+        _check_store(tmp_path, image, seqs, k)
+        for how in ("zero", "garbage", "half"):
+            torn = _tear(shots[k - 1], image, pos, how)
+            head, order = _expected(n, k, torn=True)
+            read = _reader(torn, ring_id)
+            assert find_head(n, read) == find_head_linear(n, read) == head, (k, how)
+            assert retained_pages(n, head, read) == order
+            seqs = _seqs_on(n, k, order, torn=True)
+            _check_store(tmp_path, torn, seqs, k - 1)
+
+
+@pytest.mark.parametrize("n", [2, 4, 6, 16])
+def test_RING_5_fresh_device_with_zeroed_first_pages(tmp_path: Path, n: int) -> None:
+    """RING-5, BDEV-11: a fresh device (first two pages zeroed by format, the rest holding an
+    older ring's pages and garbage) is an empty ring; so is one where only those two pages are
+    zero and the old ring's id is kept (the seed's own rule, without the ring id)."""
+    path = tmp_path / "dev.img"
+    with new_ring(path, n) as store:
+        t = store.topic("t", durability="fsync")
+        for i in range(3 * n):
+            t.append(bytes([i]) * 10)
+    old = path.read_bytes()
+    with tidelog.open(uri(path, format="true")) as store:
+        assert store.topics() == [] and store.describe()["page_count"] == n
+    fresh = path.read_bytes()
+    assert page_of(fresh, 0) == page_of(fresh, 1) == bytes(PAGE)
+    assert fresh[4096 + 2 * PAGE :] == old[4096 + 2 * PAGE :]  # only the two pages were written
+    read = _reader(fresh, ring_id_of(fresh))
+    assert find_head(n, read) is None and retained_pages(n, None, read) == []
+    # the seed's rule alone: same ring id, first two pages zeroed -> empty
+    zeroed = old[:4096] + bytes(2 * PAGE) + old[4096 + 2 * PAGE :]
+    assert find_head(n, _reader(zeroed, ring_id_of(old))) is None
+
+
+# -- ring overwrite (BDEV-16) -------------------------------------------------------------------
+def test_BDEV_16_ring_overwrite_is_involuntary_eviction(tmp_path: Path) -> None:
+    """BDEV-16, TMB-1, SUB-7: overwriting live records evicts them: floor, tombstone, a gap for
+    the subscriber that had not resolved them; reported with head - through >= page_count; also
+    on a discard="reject" topic with retention="backpressure" (the device is full)."""
+    n = 4
+    with new_ring(tmp_path / "r.img", n) as store:
+        t = store.topic("t", durability="fsync", discard="reject", retention="backpressure")
+        sub = t.subscribe("s", start="earliest")
+        for i in range(6):
+            t.append(bytes([i]) * 300)  # one page each
+        b: Any = store._backend
+        assert [(e.through, e.head) for e in b.ring_evictions] == [(1, 5), (2, 6)]
+        assert all(e.head - e.through >= n for e in b.ring_evictions)
+        assert t.state().evict_floor == 3
+        assert t.read(0, 1) == [Tombstone(1, 2)]
+        assert sub.poll(1) == [Tombstone(1, 2)]
+        assert [r.seq for r in sub.poll(10)] == [3, 4, 5, 6]
+        assert store.describe()["ring_evictions"] == 2
+    with tidelog.open(uri(tmp_path / "r.img")) as store:
+        assert store.topic("t").read(0, 1) == [Tombstone(1, 2)]
+
+
+def test_BDEV_16_dead_pages_are_reused_silently(tmp_path: Path) -> None:
+    """BDEV-16: a cap that keeps live records well inside the ring: pages are reused without
+    any ring eviction (the cap already evicted, the model knows)."""
+    with new_ring(tmp_path / "r.img", 4) as store:
+        t = store.topic("t", durability="fsync", cap_records=2)
+        for i in range(20):
+            t.append(bytes([i]) * 300)
+        assert store._backend.ring_evictions == []  # type: ignore[attr-defined]
+        assert store.describe()["looped"] is True
+        assert [r.seq for r in t.read() if isinstance(r, Record)] == [19, 20]
+
+
+# -- producer marks (BDEV-9) --------------------------------------------------------------------
+def test_BDEV_9_producer_marks_survive_wraps_and_restarts(tmp_path: Path) -> None:
+    """BDEV-9, TOP-11: a producer's mark lives in the page of its batch; when the ring wraps over
+    it, the replacing page carries it forward, so duplicates are refused after many laps and a
+    reopen; marks of all producers must fit half a page."""
+    path = tmp_path / "r.img"
+    with new_ring(path, 4) as store:
+        t = store.topic("t", durability="fsync", cap_records=2)
+        assert t.append_many([b"a"], producer=("p0", 1)) == [1]
+        assert t.append_many([b"b"], producer=("q1", 5)) == [2]
+        for i in range(12):  # three laps: the marks' pages are overwritten again and again
+            t.append(bytes([i]) * 300)
+        assert t.append_many([b"dup"], producer=("p0", 1)) == []
+    with tidelog.open(uri(path)) as store:
+        t = store.topic("t")
+        assert t.append_many([b"dup"], producer=("q1", 5)) == []
+        assert t.append_many([b"dup"], producer=("p0", 1)) == []
+        assert t.append_many([b"c"], producer=("p0", 2)) != []
+        with pytest.raises(NotAvailable, match="producer ids"):
+            for i in range(40):
+                t.append_many([b"x"], producer=(f"producer-{i:03d}-" + "x" * 20, 1))
+
+
+# -- assembly (BDEV-10) -------------------------------------------------------------------------
+def _scanned(index: int, first: int, entries: list[bytes], count: int) -> ScannedPage:
+    from tidelog.backends.blockdev.format import decode_entries
+
+    body = b"".join(entries)
+    h = PageHeader(first, 1, 0, 1, count, len(body), 1, 0, 0)
+    return ScannedPage(index, h, decode_entries(encode_page(512, 1, body, h), h))
+
+
+def rec(payload: bytes, end: bool = False) -> bytes:
+    return encode_record(0, None, None, payload, end)
+
+
+def test_BDEV_10_assembly_rules() -> None:
+    """BDEV-10: (a) continuation, (b) a page at a lower seq supersedes an unfinished op's tail,
+    (c) a gap drops the older run, (d) records after the last BATCH_END are dropped; carried
+    marks stay facts; superseding a completed op is corrupt."""
+    a = _scanned(0, 1, [rec(b"1"), rec(b"2", True)], 2)
+    b = _scanned(1, 3, [rec(b"3"), rec(b"4")], 2)  # op 3..5 unfinished: 5 never written
+    c = _scanned(2, 3, [encode_mark(b"p", 9, carried=True), rec(b"3'", True)], 1)
+    asm = assemble(RingScan(RingHead(2, 0), [a, b, c], 3))
+    assert [(r.seq, r.payload) for r in asm.records] == [(1, b"1"), (2, b"2"), (3, b"3'")]
+    assert asm.head_seq == 3 and asm.marks == {"p": (9, 2)}
+    assert asm.ranges == {0: (1, 2), 2: (3, 3)}
+    tail = assemble(RingScan(RingHead(1, 0), [a, b], 2))
+    assert tail.head_seq == 2 and tail.abandoned == 2  # (d)
+    gap = assemble(RingScan(RingHead(1, 0), [a, _scanned(1, 7, [rec(b"7", True)], 1)], 2))
+    assert [r.seq for r in gap.records] == [7] and gap.dropped == 2  # (c)
+    done = _scanned(1, 3, [rec(b"3", True)], 1)
+    with pytest.raises(FormatCorrupt, match="two different records"):
+        assemble(RingScan(RingHead(2, 0), [a, done, _scanned(2, 3, [rec(b"x", True)], 1)], 3))
+
+
+# -- write policy (BDEV-14, BDEV-15) ------------------------------------------------------------
+def test_BDEV_14_metadata_write_triggers(tmp_path: Path) -> None:
+    """BDEV-14: slot writes at format, topic create, num_pages 1..3, first wrap, subscriber
+    register and flush, Store.flush and close when changed; none for appends in between, none
+    for closing an untouched store; meta_every adds one every N pages."""
+    path = tmp_path / "r.img"
+    with new_ring(path, 4) as store:
+        io: Any = store._backend.io  # type: ignore[attr-defined]
+        assert io.stats.meta_writes == 1  # format
+        t = store.topic("t", durability="fsync", cap_records=1, retention="drop_oldest")
+        assert io.stats.meta_writes == 2  # topic created
+        for i in range(3):
+            t.append(bytes([i]) * 300)
+        assert io.stats.meta_writes == 5  # num_pages 1, 2, 3
+        t.append(b"x" * 300)  # page 3: the ring wraps after it
+        assert io.stats.meta_writes == 6 and store.describe()["looped"] is True
+        for i in range(8):
+            t.append(bytes([i]) * 300)
+        assert io.stats.meta_writes == 6
+        sub = t.subscribe("s")
+        assert io.stats.meta_writes == 7
+        sub.flush()
+        assert io.stats.meta_writes == 7  # unchanged progress: nothing to write
+        t.append(b"y")
+        sub.commit(t.state().head_seq)
+        sub.flush()
+        assert io.stats.meta_writes == 8
+    with tidelog.open(uri(path)) as store:
+        pass
+    assert store._backend.io.stats.device_bytes == 0  # type: ignore[attr-defined]
+    with tidelog.open(uri(path, meta_every=2)) as store:
+        t = store.topic("t")
+        for i in range(4):
+            t.append(bytes([i]) * 300)
+        assert store._backend.io.stats.meta_writes == 2  # type: ignore[attr-defined]
+
+
+def test_BDEV_15_memory_class_writes_full_pages_and_close_writes_the_rest(tmp_path: Path) -> None:
+    """BDEV-15, DUR-1, DUR-7: memory appends reach the device only in full pages; flush and
+    close write the partial page (padded, PARTIAL); a clean reopen has everything."""
+    path = tmp_path / "r.img"
+    with new_ring(path, 8) as store:
+        t = store.topic("t", durability="memory")
+        io: Any = store._backend.io  # type: ignore[attr-defined]
+        for i in range(30):
+            t.append(bytes([i]) * 40)  # ~43 bytes each: 10 per 448-byte page
+        assert io.stats.page_writes == 2 and io.stats.records == 20
+        store.flush()
+        assert io.stats.page_writes == 3 and io.stats.records == 30
+        t.append(b"last")
+    image = path.read_bytes()
+    rid = ring_id_of(image)
+    headers = [decode_trailer(page_of(image, i), rid) for i in range(4)]
+    assert [h.flags if h else None for h in headers] == [0, 0, 1, 1]  # PARTIAL at flush, close
+    with tidelog.open(uri(path)) as store:
+        assert store.topic("t").state().head_seq == 31
+
+
+def test_BDEV_15_fsync_reads_only_what_is_on_the_device(tmp_path: Path) -> None:
+    """BDEV-15, DUR-2: an fsync append returns with its page written and synced; every fsync
+    commit is one page write."""
+    with new_ring(tmp_path / "r.img", 8) as store:
+        t = store.topic("t", durability="fsync")
+        io: Any = store._backend.io  # type: ignore[attr-defined]
+        for i in range(5):
+            t.append(bytes([i]))
+            assert io.records_durable == i + 1
+        assert io.stats.page_writes == 5
+
+
+class _GatedHandle:
+    def __init__(self, inner: Any, fs: _GateFS) -> None:
+        self._inner, self._fs = inner, fs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def fdatasync(self) -> None:
+        if self._fs.armed:
+            self._fs.armed = False
+            self._fs.entered.set()
+            self._fs.release.wait(10)
+        self._inner.fdatasync()
+
+
+class _GateFS(OsFS):
+    """OsFS whose handles block in the first fdatasync after ``armed`` until released."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def open(self, path: str, *, create: bool = True) -> Any:
+        return _GatedHandle(super().open(path, create=create), self)
+
+
+def test_BDEV_15_group_commit(tmp_path: Path) -> None:
+    """BDEV-15: while one fsync append's page is being synced, other threads append; the next
+    leader writes one page holding all of their records (one write, one sync for all)."""
+    from tidelog.backends.blockdev import open_store
+
+    fs = _GateFS()
+    store = open_store(fs, str(tmp_path / "r.img"), FakeClock(1), size=4096 + 8 * 4096)
+    t = store.topic("default", durability="fsync")
+    io: Any = store._backend.io  # type: ignore[attr-defined]
+    fs.armed = True
+    first = threading.Thread(target=t.append, args=(b"first",))
+    first.start()
+    assert fs.entered.wait(10)
+    others = [threading.Thread(target=t.append, args=(bytes([65 + i]),)) for i in range(5)]
+    for th in others:
+        th.start()
+    deadline = 200
+    while store._backend.journal.records_added < 6 and deadline:  # type: ignore[attr-defined]
+        threading.Event().wait(0.01)
+        deadline -= 1
+    fs.release.set()
+    for th in [first, *others]:
+        th.join(10)
+    assert io.records_durable == 6
+    assert io.stats.page_writes == 2  # "first", then one page with the five others
+    assert sorted(r.payload for r in t.read() if isinstance(r, Record)) == sorted(
+        [b"first", *[bytes([65 + i]) for i in range(5)]]
+    )
+    store.close()
+
+
+# -- one topic per device, capabilities (BDEV-18) ------------------------------------------------
+def test_BDEV_18_one_topic_per_device(tmp_path: Path) -> None:
+    """BDEV-18, CAP-1: the bound topic only; other names, deletes, queue mode, a seventh
+    subscriber and classes the ring does not offer are refused with clear errors."""
+    with new_ring(tmp_path / "r.img", 8) as store:
+        caps = store.capabilities
+        assert (caps.multi_topic, caps.deletes, caps.queue, caps.exact_progress) == (
+            False, False, False, False,
+        )  # fmt: skip
+        assert caps.persistent and caps.crash_safe and caps.subscribers
+        assert caps.durability == frozenset({"memory", "fsync"})
+        assert store.topics() == []
+        with pytest.raises(NotAvailable, match="holds one topic, 't'"):
+            store.topic("other")
+        with pytest.raises(NoSuchTopic, match="only topic 't'"):
+            store.topic("other", create=False)
+        with pytest.raises(BadOption, match="durability 'disk'"):
+            store.topic("t", durability="disk")
+        with pytest.raises(NotAvailable, match="queue"):
+            store.topic("t", max_deliveries=2, dead_letter="dlq")
+        t = store.topic("t")
+        assert store.topics() == ["t"]
+        t.append(b"x")
+        with pytest.raises(NotAvailable, match="deletes"):
+            t.delete(2)
+        with pytest.raises(NotAvailable, match="queue"):
+            t.claim("n")
+        for i in range(6):
+            t.subscribe(f"s{i}")
+        with pytest.raises(NotAvailable, match="at most 6"):
+            t.subscribe("s6")
+        store.drop_topic("t")
+        assert store.topics() == []
+        assert store.topic("t").state().head_seq == 0
+
+
+# -- write amplification (BDEV-19) ------------------------------------------------------------
+def _amplification(
+    tmp: Path, cls: str, size: int, count: int = 1000, batch: int = 1
+) -> dict[str, Any]:
+    path = tmp / f"wa-{cls}-{size}-{batch}.img"
+    with new_ring(path, 2048, page_size=4096) as store:
+        t = store.topic("t", durability=cls)
+        before = dict(store._backend.io_stats())  # type: ignore[attr-defined]
+        for i in range(0, count, batch):
+            t.append_many([bytes([i % 256]) * size] * batch)
+        store.flush()
+        after = store._backend.io_stats()  # type: ignore[attr-defined]
+    dev = after["device_bytes_written"] - before["device_bytes_written"]
+    payload = after["payload_bytes_written"] - before["payload_bytes_written"]
+    pages = after["page_writes"] - before["page_writes"]
+    return {"wa": dev / payload, "pages_per_1000": pages * 1000 / count, "dev": dev}
+
+
+def test_BDEV_19_write_amplification_measured(tmp_path: Path) -> None:
+    """BDEV-19: measured and printed (numbers for the notes; no timing assertions): device bytes
+    per payload byte and page writes per 1000 records, 100 B and 1 KiB records, 4 KiB pages,
+    memory and fsync classes (single appends)."""
+    rows = []
+    for cls in ("memory", "fsync"):
+        for size in (100, 1024):
+            m = _amplification(tmp_path, cls, size)
+            rows.append((cls, size, m["wa"], m["pages_per_1000"]))
+            print(
+                f"write amplification {cls:6s} {size:5d} B records: {m['wa']:7.3f}  "
+                f"page writes per 1000 records: {m['pages_per_1000']:7.1f}"
+            )
+    for size in (100, 1024):
+        m = _amplification(tmp_path, "fsync", size, batch=10)
+        print(
+            f"write amplification fsync  {size:5d} B records, append_many of 10: {m['wa']:7.3f}  "
+            f"page writes per 1000 records: {m['pages_per_1000']:7.1f}"
+        )
+    by = {(c, s): (wa, p) for c, s, wa, p in rows}
+    assert by[("memory", 100)][0] < 1.15 and by[("memory", 100)][1] < 30
+    assert by[("fsync", 100)][1] == 1000 and by[("fsync", 1024)][1] == 1000
+    assert 35 < by[("fsync", 100)][0] < 45
+
+
+def test_BDEV_19_describe_and_inspect_show_it(tmp_path: Path) -> None:
+    """BDEV-19: store.describe(), the backend property and `tidelog inspect` report it."""
+    path = tmp_path / "r.img"
+    with new_ring(path, 8) as store:
+        store.topic("t", durability="memory").append_many([b"x" * 100] * 10)
+        store.flush()
+        facts = store.describe()
+        b: Any = store._backend
+        assert facts["write_amplification"] == b.write_amplification > 1
+        assert facts["io"]["payload_bytes_written"] == 1000  # type: ignore[index]
+    result = CliRunner().invoke(main, ["inspect", uri(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "write_amplification" in result.output and '"page_count": 8' in result.output
+
+
+# -- direct I/O (BDEV-20) ---------------------------------------------------------------------
+def test_BDEV_20_direct_io_on_an_image(tmp_path: Path) -> None:
+    """BDEV-20: direct=on opens with O_DIRECT where the file system allows; every transfer is
+    aligned through a bounce buffer; a page size not aligned to the sectors turns it off."""
+    path = tmp_path / "r.img"
+    new_ring(path, 32, page_size=4096).close()
+    try:
+        probe = DeviceHandle(str(path), direct=True)
+    except OSError:
+        pytest.skip("no O_DIRECT here")
+    direct = probe.direct
+    probe.close()
+    if not direct:
+        pytest.skip("the file system refuses O_DIRECT")
+    with tidelog.open(uri(path, direct="on"), clock=FakeClock(1)) as store:
+        assert store.describe()["direct_io"] is True
+        t = store.topic("t", durability="fsync")
+        for i in range(20):
+            t.append(bytes([i]) * 1000)
+    with tidelog.open(uri(path)) as store:
+        assert [len(r.payload) for r in store.topic("t").read() if isinstance(r, Record)] == [
+            1000
+        ] * 20
+    h = DeviceHandle(str(path), direct=True)
+    try:
+        with pytest.raises(OSError):
+            h.pwrite(b"x" * 100, 4096)  # not a whole aligned block
+        assert h.pread(10, 4096 + 5) == path.read_bytes()[4096 + 5 : 4096 + 15]
+    finally:
+        h.close()
+    small = tmp_path / "small.img"
+    new_ring(small, 8).close()  # 512-byte pages
+    with tidelog.open(uri(small, direct="on")) as store:
+        if DeviceHandle(str(small), direct=True).align > PAGE:
+            assert store.describe()["direct_io"] is False
+            assert any("direct I/O disabled" in w for w in store.describe()["warnings"])  # type: ignore[union-attr]
+
+
+@pytest.mark.skipif(os.environ.get("TIDELOG_LOOP_TEST") != "1", reason="set TIDELOG_LOOP_TEST=1")
+def test_BDEV_12_BDEV_20_raw_loop_device(tmp_path: Path) -> None:
+    """BDEV-11, BDEV-12, BDEV-20 on a real block device (root, losetup): the size comes from the
+    device, formatting needs format=true, direct I/O is used."""
+    backing = tmp_path / "backing.img"
+    backing.write_bytes(bytes(8 << 20))
+    dev = subprocess.run(
+        ["losetup", "--find", "--show", str(backing)], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    try:
+        with pytest.raises(Exception, match="format=true"):
+            tidelog.open(f"blockdev://{dev}")
+        with tidelog.open(f"blockdev://{dev}?format=true&topic=t") as store:
+            facts = store.describe()
+            assert facts["device"] == "device" and facts["page_count"] == 2046
+            assert facts["direct_io"] is True
+            store.topic("t").append_many([b"x" * 100] * 100)
+        with tidelog.open(f"blockdev://{dev}") as store:
+            assert store.topic("t").state().head_seq == 100
+        assert verify_image(OsFS(), dev).ok
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=True)
+
+
+# -- verify (BDEV-21) ---------------------------------------------------------------------------
+def test_BDEV_21_verify(tmp_path: Path) -> None:
+    """BDEV-21: a clean ring verifies; a torn slot and a torn page after the head are warnings;
+    a corrupt page (valid CRC, bad entries) and a foreign file are errors; nothing is written."""
+    path = tmp_path / "r.img"
+    with new_ring(path, 4) as store:
+        t = store.topic("t", durability="fsync")
+        for i in range(6):
+            t.append(bytes([i]) * 300)
+    assert verify_image(OsFS(), str(path)).problems == []
+    image = bytearray(path.read_bytes())
+    slots = [decode_slot(bytes(image[i * SLOT_BYTES : (i + 1) * SLOT_BYTES]), i) for i in (0, 1)]
+    newest = max(slots, key=lambda s: s.generation)
+    off = ((newest.generation - 1) % 2) * SLOT_BYTES
+    torn = bytearray(image)
+    torn[off + 100 : off + 200] = os.urandom(100)
+    torn[4096 + 2 * PAGE : 4096 + 3 * PAGE] = bytes(PAGE)  # the page after the head (page 1)
+    path.write_bytes(bytes(torn))
+    report = verify_image(OsFS(), str(path))
+    assert report.ok and {p.rule for p in report.warnings} == {"BDEV-4", "RING-4"}
+    assert path.read_bytes() == bytes(torn)
+    bad = bytearray(image)
+    body = b"\x40\x00\x01x"
+    h = PageHeader(6, 1, 0, newest.generation, 1, len(body), page_seq(1, 1, 4), 0, 1)
+    bad[4096 + PAGE : 4096 + 2 * PAGE] = encode_page(PAGE, newest.ring_id, body, h)
+    path.write_bytes(bytes(bad))
+    report = verify_image(OsFS(), str(path))
+    assert not report.ok and report.errors[0].rule == "BDEV-8"
+    foreign = tmp_path / "foreign.bin"
+    foreign.write_bytes(os.urandom(9000))
+    report = verify_image(OsFS(), str(foreign))
+    assert not report.ok and "not a tidelog ring" in str(report.errors[-1])
+    result = CliRunner().invoke(main, ["blockdev", "verify", str(foreign)])
+    assert result.exit_code == 1
+
+
+def test_BDEV_11_cli_format(tmp_path: Path) -> None:
+    """BDEV-11, BDEV-13: `tidelog blockdev format` creates or reformats (with --force only)."""
+    path = tmp_path / "r.img"
+    run = CliRunner()
+    result = run.invoke(main, ["blockdev", "format", str(path), "--size", "64KiB", "--page-size",
+                               "1024", "--topic", "events"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "60 pages of 1024 bytes" in result.output
+    result = run.invoke(main, ["blockdev", "format", str(path)])
+    assert result.exit_code == 1 and "already holds a ring" in result.output
+    result = run.invoke(main, ["blockdev", "format", str(path), "--force"])
+    assert result.exit_code == 0 and "1024 bytes" in result.output
+    assert run.invoke(main, ["blockdev", "verify", str(path)]).exit_code == 0
