@@ -404,6 +404,26 @@ class ForwarderModel:
         else:
             self.acked_fsn = max(self.acked_fsn, target)
 
+    def skip_to(self, next_fsn: int) -> None:
+        """The FSNs from the next unsent one up to ``next_fsn - 1`` no longer exist (a hole in a
+        tidelog topic source: deleted or evicted records; spec/FORWARD.md FWD-22).
+
+        ``fsn = fsn_at_zero + wire_seq`` cannot skip inside a connection, so the forwarder waits
+        until everything sent is acknowledged, moves ``acked_fsn`` to ``next_fsn - 1`` and ends
+        the connection; the next one starts at ``next_fsn`` (FSN-1, FSN-6 still hold).
+        """
+        if not self._listening():
+            raise BadArgument("skip_to needs an open, unhalted connection")
+        first_missing = self.fsn_at_zero + self.next_wire_seq
+        if self.acked_fsn != first_missing - 1:
+            raise BadArgument(f"frames up to {first_missing - 1} are not all acknowledged")
+        if not first_missing < next_fsn <= self.published_fsn + 1:
+            raise BadArgument(f"hole {first_missing}..{next_fsn - 1} outside the published range")
+        self.acked_fsn = next_fsn - 1
+        self.disconnect()
+        # The closed window is accounted for; the next one is pinned at next_fsn (FSN-6).
+        self.fsn_at_zero, self.next_wire_seq = next_fsn, 0
+
     def unacked_span(self) -> tuple[int, int]:
         """``(first, last)`` FSNs not yet acknowledged; empty when ``first > last``."""
         return (self.acked_fsn + 1, self.published_fsn)

@@ -1,0 +1,29 @@
+"""tidelog.forward: drain a tidelog topic or a QuestDB-compatible SF slot to a receiver over
+WebSocket (seed 003), and the receiver itself (spec/FORWARD.md).
+
+    from tidelog.forward import Forwarder, Receiver
+"""
+
+from __future__ import annotations
+
+from .conf import SenderConfig, parse_conf
+from .errors import ErrorInbox, SenderError, SenderFailed, default_error_handler
+from .forwarder import Forwarder
+from .receiver import Receiver
+from .source import Gap, MemorySource, SlotSource, Source, TopicSource
+
+__all__ = [
+    "Forwarder",
+    "Receiver",
+    "SenderConfig",
+    "parse_conf",
+    "SenderError",
+    "SenderFailed",
+    "ErrorInbox",
+    "default_error_handler",
+    "Source",
+    "SlotSource",
+    "MemorySource",
+    "TopicSource",
+    "Gap",
+]

@@ -1,0 +1,177 @@
+"""Orphan adoption: drain sibling slots another sender left behind (seed 003 §18.2; FWD-17).
+
+With ``drain_orphans=on`` the foreground sender, after locking its own slot, lists
+``<sf_dir>/*`` for slots that are not its own, hold at least one ``*.sfa`` and have no
+``.failed``. Lock state is deliberately not part of that filter (testing a lock races with
+concurrent acquirers): each drainer just tries the lock and skips the slot on contention.
+
+At most ``max_background_drainers`` drainers run at once. A drainer recovers the slot, opens its
+own connection with the orphan's ``sender_id`` as client id (so the receiver de-duplicates the
+orphan's FSNs against what that sender already delivered, FWD-20), and releases the slot once
+``ackedFsn >= publishedFsn``. If it gives up -- reconnect budget spent, an auth failure, a halt,
+or a slot whose recovery is refused -- it writes ``.failed`` with the reason *before* releasing
+the lock; later scans skip that slot until an operator removes the sentinel.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tidelog.clock import Clock
+from tidelog.errors import Corrupt, Locked, TidelogError
+from tidelog.fsio import FS, OsFS
+from tidelog.sf.format import is_segment_name
+from tidelog.sf.recovery import FAILED_FILE
+from tidelog.sf.slot import Slot, write_failed
+
+from .conf import SenderConfig
+from .errors import ErrorHandler, SenderFailed
+from .loop import Sleep
+from .source import SlotSource
+
+__all__ = ["DrainerPool", "orphan_candidates"]
+
+log = logging.getLogger("tidelog.forward")
+
+
+def orphan_candidates(fs: FS, sf_dir: str, own: str) -> list[str]:
+    """Sibling slot names worth draining (seed §18.2), sorted."""
+    out: list[str] = []
+    if not fs.is_dir(sf_dir):
+        return out
+    for name in fs.listdir(sf_dir):
+        path = os.path.join(sf_dir, name)
+        if name == own or not fs.is_dir(path):
+            continue
+        names = fs.listdir(path)
+        if FAILED_FILE in names or not any(is_segment_name(n) for n in names):
+            continue
+        out.append(name)
+    return out
+
+
+class DrainerPool:
+    """Runs up to ``max_background_drainers`` orphan drainers; see the module docstring."""
+
+    def __init__(
+        self,
+        conf: SenderConfig,
+        *,
+        fs: FS | None = None,
+        error_handler: ErrorHandler | None = None,
+        rng: random.Random | None = None,
+        clock: Clock | None = None,
+        sleep: Sleep | None = None,
+    ) -> None:
+        assert conf.sf_dir is not None
+        self.conf = conf
+        self.fs = fs or OsFS()
+        self._kwargs: dict[str, Any] = dict(
+            error_handler=error_handler, rng=rng, clock=clock, sleep=sleep, fs=self.fs
+        )
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._live: list[Any] = []  # running drainer forwarders, closed on stop
+        self.active = 0
+        self.succeeded = 0
+        self.failed = 0
+        self.skipped = 0
+        self._pool = ThreadPoolExecutor(
+            max_workers=conf.max_background_drainers, thread_name_prefix="tidelog-drainer"
+        )
+
+    def start(self) -> None:
+        assert self.conf.sf_dir is not None
+        for name in orphan_candidates(self.fs, self.conf.sf_dir, self.conf.sender_id):
+            self._pool.submit(self._drain, name)
+
+    def _drain(self, name: str) -> None:
+        if self._stop.is_set():
+            return
+        with self._lock:
+            self.active += 1
+        try:
+            outcome = self._drain_slot(name)
+        except Exception:
+            log.exception("orphan drainer for %s crashed", name)
+            outcome = "failed"
+        finally:
+            with self._lock:
+                self.active -= 1
+        with self._lock:
+            if outcome == "succeeded":
+                self.succeeded += 1
+            elif outcome == "failed":
+                self.failed += 1
+            else:
+                self.skipped += 1
+
+    def _drain_slot(self, name: str) -> str:
+        from .forwarder import Forwarder  # the forwarder module imports this one lazily
+
+        conf = self.conf
+        assert conf.sf_dir is not None
+        try:
+            slot = Slot.open(
+                conf.sf_dir,
+                name,
+                fs=self.fs,
+                max_bytes=conf.sf_max_bytes,
+                max_total_bytes=conf.sf_max_total_bytes,
+                durability=conf.sf_durability,
+                create=False,
+                fail_marker=True,
+            )
+        except Locked:
+            log.info("orphan slot %s is locked by a live sender; skipping", name)
+            return "skipped"
+        except Corrupt as exc:
+            log.error("orphan slot %s: %s; marked .failed", name, exc.message)
+            return "failed"
+        if slot.acked_fsn >= slot.published_fsn:
+            slot.close()
+            return "succeeded"
+        drainer_conf = conf.with_changes(
+            sender_id=name,
+            tidelog_client_id=None,
+            drain_orphans=False,
+            initial_connect_retry="async",
+        )
+        source = SlotSource(slot, append_deadline_ms=0)
+        try:
+            fwd = Forwarder(drainer_conf, source=source, **self._kwargs)
+        except TidelogError as exc:
+            write_failed(self.fs, slot.dir, f"drainer could not start: {exc}")
+            source.close()
+            return "failed"
+        with self._lock:
+            self._live.append(fwd)
+        try:
+            while not self._stop.is_set():
+                if fwd.wait_acked(timeout=0.5) or fwd.last_terminal_error is not None:
+                    break
+            error = fwd.last_terminal_error
+            if error is not None:
+                # .failed goes down while the lock is still ours (seed §5.2).
+                write_failed(self.fs, slot.dir, f"orphan drainer gave up: {error}")
+                log.error("orphan slot %s: drainer gave up: %s", name, error)
+                return "failed"
+            return "succeeded" if fwd.acked_fsn >= fwd.published_fsn else "stopped"
+        finally:
+            with self._lock:
+                self._live.remove(fwd)
+            try:
+                fwd.conf = fwd.conf.with_changes(close_flush_timeout_millis=0)
+                fwd.close()
+            except SenderFailed:
+                pass  # already recorded in .failed and logged
+
+    def close(self) -> None:
+        """Stop every drainer (their slots keep what is unacknowledged) and wait for them."""
+        self._stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)

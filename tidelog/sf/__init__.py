@@ -1,0 +1,37 @@
+"""tidelog.sf: QuestDB store-and-forward slots, byte-exact (seed 003 §5-§6, spec/FORWARD.md).
+
+    from tidelog.sf import Slot
+    with Slot.open("/var/lib/app/sf", "edge-7", durability="append") as slot:
+        fsn = slot.append(b"...")
+
+    tidelog.open("sf:///var/lib/app/sf/edge-7")   # the slot as a one-topic store ("frames")
+
+``open_backend`` is the factory of the ``sf`` URI scheme (see ``tidelog.sf.backend``).
+"""
+
+from __future__ import annotations
+
+from tidelog import registry as _registry
+
+from .backend import TOPIC, SfBackend, open_backend
+from .recovery import RecoveredSegment, Recovery, recover
+from .slot import DURABILITIES, Slot, SlotStats, check_sender_id, write_failed
+
+__all__ = [
+    "Slot",
+    "SlotStats",
+    "DURABILITIES",
+    "Recovery",
+    "RecoveredSegment",
+    "recover",
+    "check_sender_id",
+    "write_failed",
+    "open_backend",
+    "SfBackend",
+    "TOPIC",
+]
+
+# Until the built-in table lists "sf" (registry.BUILTIN is the lead's), importing tidelog.sf
+# makes the scheme usable: tidelog.open("sf:///...").
+if "sf" not in _registry.BUILTIN and "sf" not in _registry.known_schemes():
+    _registry.register("sf", "tidelog.sf:open_backend")

@@ -1,0 +1,230 @@
+"""``sf:///<sf_dir>/<sender_id>``: an SF slot as a tidelog store (spec/FORWARD.md SF-15).
+
+The slot is exposed as a store with exactly one topic, ``frames``, whose records are the slot's
+frames: ``seq = fsn + 1`` (tidelog seqs start at 1, FSNs at 0), ``tag`` and ``node`` are None
+(frames carry neither), ``ts`` is the creation time of the frame's segment (frames carry no time
+of their own). It is read-write: ``append`` writes a frame exactly as a QuestDB client would, so
+a producer can fill a slot through the tidelog API and ``tidelog forward`` (or any conformant
+SF client) can drain it. Acknowledged frames leave only through the forwarder's trim, which
+reads as a voluntary delete (silent). Subscribers, queue mode and deletes are not available
+(``not_available``): the slot's single trim point belongs to its forwarder.
+
+Options: ``sf_max_bytes`` (4MiB), ``sf_max_total_bytes`` (10GiB; ``max_bytes`` is an alias),
+``sf_durability`` (memory, flush, append; default append), ``sf_append_deadline_millis`` (0),
+and the common ``max_record_bytes``. ``durability`` of the topic follows ``sf_durability``:
+``append`` is ``fsync`` (every append synced), ``flush`` and ``memory`` are ``memory``
+(``Store.flush()`` syncs; a crash may lose the unsynced suffix and reuse its seqs, DUR-4).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tidelog.backend import COMMON_OPTIONS, Backend, Capabilities, TopicRef
+from tidelog.clock import Clock
+from tidelog.config import TopicConfig
+from tidelog.errors import BadURI, NoSuchTopic, NotAvailable, TooLarge
+from tidelog.options import parse_choice, parse_int, parse_size, validate_options
+from tidelog.records import Item, Lease, Record, TopicState
+from tidelog.uri import URI
+
+from .slot import DURABILITIES, Slot
+
+__all__ = ["SfBackend", "open_backend", "TOPIC"]
+
+TOPIC = "frames"
+_OPTIONS: dict[str, Any] = {
+    **COMMON_OPTIONS,
+    "sf_max_bytes": lambda k, v: parse_size(k, v),
+    "sf_max_total_bytes": lambda k, v: parse_size(k, v),
+    "sf_durability": lambda k, v: parse_choice(k, v, DURABILITIES),
+    "sf_append_deadline_millis": lambda k, v: parse_int(k, v, minimum=0),
+}
+_CLASS = {"append": "fsync", "flush": "memory", "memory": "memory"}
+
+
+def _unavailable(what: str) -> NotAvailable:
+    return NotAvailable(
+        f"sf:// stores do not support {what}: an SF slot has one trim point, owned by its "
+        "forwarder (tidelog forward / tidelog.forward.Forwarder)"
+    )
+
+
+class SfBackend(Backend):
+    def __init__(self, slot: Slot, *, max_record_bytes: int, deadline_ms: int) -> None:
+        self.slot = slot
+        self.max_record_bytes = max_record_bytes
+        self.deadline_ms = deadline_ms
+        self.config = TopicConfig(durability=_CLASS[slot.durability])
+        self.capabilities = Capabilities(
+            persistent=True,
+            # memory durability never syncs: a power loss can leave a hole between segments,
+            # which recovery refuses (seed §6.5), so only flush/append are crash-safe.
+            crash_safe=slot.durability != "memory",
+            deletes=False,
+            subscribers=False,
+            queue=False,
+            multi_topic=False,
+            durability=frozenset({self.config.durability}),
+        )
+        self._ref = TopicRef(TOPIC, 1)
+
+    # -- store ---------------------------------------------------------------------------------
+    def _check(self, ref: TopicRef) -> None:
+        if ref != self._ref:
+            raise NoSuchTopic(f"topic {ref.name!r} does not exist")
+
+    def open_topic(self, name: str, options: Mapping[str, object], create: bool) -> TopicRef:
+        self.slot._check_open()
+        if name != TOPIC:
+            if create:
+                raise _unavailable(f"a topic named {name!r} (the only topic is {TOPIC!r})")
+            raise NoSuchTopic(f"topic {name!r} does not exist; an SF slot has only {TOPIC!r}")
+        self.config.check_matches(name, options)
+        return self._ref
+
+    def topic_config(self, ref: TopicRef) -> TopicConfig:
+        self._check(ref)
+        return self.config
+
+    def list_topics(self) -> list[str]:
+        self.slot._check_open()
+        return [TOPIC]
+
+    def drop_topic(self, name: str) -> None:
+        raise _unavailable("dropping topics")
+
+    def flush(self) -> None:
+        self.slot.sync()
+
+    def close(self) -> None:
+        self.slot.close()
+
+    # -- log -----------------------------------------------------------------------------------
+    def append(
+        self,
+        ref: TopicRef,
+        payloads: Sequence[bytes],
+        tag: str | None,
+        node: str | None,
+        producer: tuple[str, int] | None = None,
+    ) -> list[int]:
+        self._check(ref)
+        if tag is not None or node is not None:
+            raise _unavailable("tags or nodes (an SF frame is only its payload)")
+        if producer is not None:
+            raise _unavailable("producer ids (TOP-11)")
+        for p in payloads:
+            if len(p) > min(self.max_record_bytes, self.slot.max_payload()):
+                raise TooLarge(
+                    f"record of {len(p)} bytes exceeds the limit of "
+                    f"{min(self.max_record_bytes, self.slot.max_payload())}"
+                )
+        return [self.slot.append(p, deadline_ms=self.deadline_ms) + 1 for p in payloads]
+
+    def read(self, ref: TopicRef, after: int, limit: int, exclude_node: str | None) -> list[Item]:
+        self._check(ref)
+        fsn = max(after, self.slot.lowest_fsn())  # seq after + 1 is FSN after; trimmed: silent
+        out: list[Item] = []
+        while len(out) < limit:
+            frames = self.slot.read(fsn, min(limit - len(out), 1024))
+            if not frames:
+                break
+            ts = self.slot.frame_ts_ms(fsn)
+            for payload in frames:
+                out.append(Record(fsn + 1, ts, None, None, payload))
+                fsn += 1
+        return out
+
+    def state(self, ref: TopicRef) -> TopicState:
+        self._check(ref)
+        head = self.slot.published_fsn + 1
+        earliest = self.slot.lowest_fsn() + 1
+        return TopicState(
+            head_seq=head,
+            earliest_seq=earliest,
+            evict_floor=1,  # an SF slot never loses a frame involuntarily: it backpressures
+            count=head - earliest + 1,
+            bytes=self.slot.payload_bytes(),
+        )
+
+    def delete(
+        self, ref: TopicRef, before_seq: int | None, tag: str | None, tag_glob: str | None
+    ) -> int:
+        raise _unavailable("deletes")
+
+    # -- subscribers and queue mode: not available (CAP-1) ------------------------------------
+    def subscribe(self, ref: TopicRef, name: str, start: str) -> None:
+        raise _unavailable("subscribers")
+
+    def subscribers(self, ref: TopicRef) -> list[str]:
+        self._check(ref)
+        return []
+
+    def poll(self, ref: TopicRef, name: str, limit: int) -> list[Item]:
+        raise _unavailable("subscribers")
+
+    def ack(self, ref: TopicRef, name: str, seq: int) -> bool:
+        raise _unavailable("subscribers")
+
+    def reject(self, ref: TopicRef, name: str, seq: int) -> bool:
+        raise _unavailable("subscribers")
+
+    def commit(self, ref: TopicRef, name: str, seq: int) -> int:
+        raise _unavailable("subscribers")
+
+    def hwm(self, ref: TopicRef, name: str) -> int:
+        raise _unavailable("subscribers")
+
+    def flush_subscriber(self, ref: TopicRef, name: str) -> None:
+        raise _unavailable("subscribers")
+
+    def unregister(self, ref: TopicRef, name: str) -> None:
+        raise _unavailable("subscribers")
+
+    def claim(self, ref: TopicRef, node: str, limit: int, lease_ms: int | None) -> list[Lease]:
+        raise _unavailable("queue mode")
+
+    def complete(self, ref: TopicRef, seq: int, lease_id: int) -> None:
+        raise _unavailable("queue mode")
+
+    def release(self, ref: TopicRef, seq: int, lease_id: int) -> None:
+        raise _unavailable("queue mode")
+
+    def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None:
+        raise _unavailable("queue mode")
+
+    def describe(self) -> dict[str, object]:
+        stats = self.slot.stats()
+        return {
+            "backend": "sf",
+            "slot": self.slot.dir,
+            "durability": self.slot.durability,
+            "segment_files": self.slot.segment_names(),
+            **{k: v for k, v in vars(stats).items()},
+        }
+
+
+def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> SfBackend:
+    """Factory for the ``sf`` scheme: ``sf:///<sf_dir>/<sender_id>?options``."""
+    opts = validate_options(options, _OPTIONS, where="sf://")
+    path = os.path.normpath(uri.location) if uri.location else ""
+    sf_dir, sender_id = os.path.split(path)
+    if not sender_id or not sf_dir:
+        raise BadURI(f"sf:// needs <sf_dir>/<sender_id>, got {uri.location!r}")
+    max_bytes = opts.get("sf_max_bytes", 4 << 20)
+    slot = Slot.open(
+        sf_dir,
+        sender_id,
+        max_bytes=max_bytes,
+        max_total_bytes=opts.get("sf_max_total_bytes", opts.get("max_bytes", 10 << 30)),
+        durability=opts.get("sf_durability", "append"),
+        clock=clock,
+    )
+    return SfBackend(
+        slot,
+        max_record_bytes=opts.get("max_record_bytes", 64 << 20),
+        deadline_ms=opts.get("sf_append_deadline_millis", 0),
+    )

@@ -1,0 +1,181 @@
+"""Byte layouts of a QuestDB store-and-forward slot (seed 003 §5-§6; spec/FORWARD.md SF-1..SF-6).
+
+Pure codecs, no I/O: the 24-byte segment header, the CRC-32C frame envelope, the 16-byte
+``.ack-watermark`` record, segment file names, and the recovery walk over a segment's bytes.
+Every multi-byte integer is little-endian and written explicitly so (seed §6: the reference relies
+on native order; portable clients must not).
+
+``scan_frames`` is on the recovery path and must survive anything a crash leaves behind: it never
+raises and never yields a frame whose checksum fails.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from array import array
+from typing import Final, NamedTuple
+
+import crc32c as _crc32c
+
+from tidelog.errors import BadArgument, Corrupt
+
+__all__ = [
+    "SEGMENT_MAGIC",
+    "SEGMENT_VERSION",
+    "HEADER_SIZE",
+    "FRAME_HEADER_SIZE",
+    "WATERMARK_MAGIC",
+    "WATERMARK_SIZE",
+    "LEGACY_SEGMENT",
+    "SegmentHeader",
+    "FrameScan",
+    "crc32c",
+    "encode_header",
+    "decode_header",
+    "encode_frame",
+    "scan_frames",
+    "torn_tail_bytes",
+    "encode_watermark",
+    "decode_watermark",
+    "segment_name",
+    "is_segment_name",
+    "segment_generation",
+]
+
+SEGMENT_MAGIC: Final = 0x31304653  # b"SF01" read as a little-endian uint32
+SEGMENT_VERSION: Final = 1
+HEADER_SIZE: Final = 24
+FRAME_HEADER_SIZE: Final = 8  # crc32c (u32) + payloadLen (i32)
+WATERMARK_MAGIC: Final = 0x31574B41  # b"AKW1" little-endian
+WATERMARK_SIZE: Final = 16
+LEGACY_SEGMENT: Final = "sf-initial.sfa"
+MAX_GENERATION: Final = (1 << 64) - 1
+
+# magic u32 | version u8 | flags u8 | reserved u16 | baseSeq (u64 on the wire, read signed so a
+# set top bit is the "negative baseSeq" the scanner must refuse) | createdMicros i64
+_HEADER: Final = struct.Struct("<IBBHqq")
+_FRAME_HEAD: Final = struct.Struct("<Ii")
+_LEN: Final = struct.Struct("<i")
+_WATERMARK: Final = struct.Struct("<IIq")
+_SEGMENT_RE: Final = re.compile(r"sf-([0-9a-f]{16})\.sfa")
+
+assert _HEADER.size == HEADER_SIZE and _WATERMARK.size == WATERMARK_SIZE
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C (Castagnoli, reflected, init and final xor 0xFFFFFFFF): ``crc32c(b"123456789")``
+    is ``0xE3069283``."""
+    return int(_crc32c.crc32c(data))
+
+
+class SegmentHeader(NamedTuple):
+    base_seq: int
+    created_micros: int
+
+
+def encode_header(base_seq: int, created_micros: int) -> bytes:
+    """The 24-byte segment header (seed §6.1)."""
+    if base_seq < 0 or base_seq >= 1 << 63:
+        raise BadArgument(f"baseSeq must be in [0, 2**63), got {base_seq}")
+    return _HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, 0, base_seq, created_micros)
+
+
+def decode_header(data: bytes | bytearray | memoryview, where: str = "segment") -> SegmentHeader:
+    """Validate and decode a segment header (seed §6.5 step 2); ``Corrupt`` names the field.
+
+    ``flags`` and ``reserved`` are not checked: seed §6.5 validates only magic, version and
+    baseSeq, and a later format revision gives header byte 5 a meaning (anchors B, "spec drift").
+    """
+    if len(data) < HEADER_SIZE:
+        raise Corrupt(f"{where}: {len(data)} bytes, a segment needs at least {HEADER_SIZE}")
+    magic, version, _flags, _reserved, base_seq, created = _HEADER.unpack_from(data, 0)
+    if magic != SEGMENT_MAGIC:
+        raise Corrupt(f"{where}: bad magic 0x{magic:08x} (expected 0x{SEGMENT_MAGIC:08x} 'SF01')")
+    if version != SEGMENT_VERSION:
+        raise Corrupt(f"{where}: unsupported version {version} (expected {SEGMENT_VERSION})")
+    if base_seq < 0:
+        raise Corrupt(f"{where}: negative baseSeq {base_seq}")
+    return SegmentHeader(base_seq, created)
+
+
+def encode_frame(payload: bytes | bytearray | memoryview) -> bytes:
+    """One frame: crc32c(payloadLen || payload), payloadLen, payload (seed §6.2)."""
+    n = len(payload)
+    if n >= 1 << 31:
+        raise BadArgument(f"frame payload of {n} bytes does not fit an int32 length")
+    body = _LEN.pack(n) + bytes(payload)
+    return crc32c(body).to_bytes(4, "little") + body
+
+
+class FrameScan(NamedTuple):
+    """Result of walking a segment's frames (seed §6.5 steps 3-5)."""
+
+    offsets: array[int]  # start offset of every verified frame, in order (typecode "q")
+    last_good: int  # end of the last verified frame: the append cursor
+    torn_tail: int  # non-zero bytes in the 8 bytes after last_good (0 = clean)
+
+
+def scan_frames(data: bytes | bytearray | memoryview) -> FrameScan:
+    """Walk frames from offset 24 until one overruns the file or fails its CRC. Never raises."""
+    view = memoryview(data)
+    size = len(view)
+    offsets = array("q")
+    pos = HEADER_SIZE
+    while pos + FRAME_HEADER_SIZE <= size:
+        crc, n = _FRAME_HEAD.unpack_from(view, pos)
+        if n < 0 or n > size - pos - FRAME_HEADER_SIZE:
+            break  # a negative or overflowing length is a torn-tail boundary (seed §6.2)
+        if crc32c(view[pos + 4 : pos + FRAME_HEADER_SIZE + n]) != crc:
+            break
+        offsets.append(pos)
+        pos += FRAME_HEADER_SIZE + n
+    last_good = min(pos, size) if size >= HEADER_SIZE else size
+    return FrameScan(offsets, last_good, torn_tail_bytes(view, last_good))
+
+
+def torn_tail_bytes(data: bytes | bytearray | memoryview, last_good: int) -> int:
+    """How many of the bytes in ``[last_good, last_good + min(8, size - last_good))`` are
+    non-zero: a writer attempted a frame there and did not finish it (seed §6.5 step 5)."""
+    window = bytes(data[last_good : last_good + FRAME_HEADER_SIZE])
+    return len(window) - window.count(0)
+
+
+def encode_watermark(fsn: int) -> bytes:
+    """The 16-byte ``.ack-watermark`` record (seed §5.4): magic, reserved 0, fsn."""
+    return _WATERMARK.pack(WATERMARK_MAGIC, 0, fsn)
+
+
+def decode_watermark(data: bytes | bytearray | memoryview) -> int | None:
+    """The watermark FSN, or None when the record is unusable (short, bad magic, non-zero
+    reserved word, negative FSN): recovery then falls back to ``lowestBaseSeq - 1`` (seed §5.4).
+    """
+    if len(data) < WATERMARK_SIZE:
+        return None
+    magic, reserved, fsn = _WATERMARK.unpack_from(data, 0)
+    if magic != WATERMARK_MAGIC or reserved != 0 or fsn < 0:
+        return None
+    return int(fsn)
+
+
+def segment_name(generation: int) -> str:
+    """``sf-<gen:016x>.sfa`` (seed §5.3)."""
+    if not 0 <= generation <= MAX_GENERATION:
+        raise BadArgument(f"generation {generation} outside 0..2**64-1")
+    return f"sf-{generation:016x}.sfa"
+
+
+def is_segment_name(name: str) -> bool:
+    """Whether ``name`` is a segment file: ``sf-<16 hex>.sfa`` or the legacy ``sf-initial.sfa``."""
+    return name == LEGACY_SEGMENT or _SEGMENT_RE.fullmatch(name) is not None
+
+
+def segment_generation(name: str) -> int | None:
+    """The generation encoded in a segment file name; None for ``sf-initial.sfa``, which has
+    none and is skipped when seeding the next generation (seed §5.3)."""
+    m = _SEGMENT_RE.fullmatch(name)
+    if m is None:
+        if name == LEGACY_SEGMENT:
+            return None
+        raise BadArgument(f"{name!r} is not a segment file name")
+    return int(m.group(1), 16)

@@ -1,0 +1,525 @@
+"""An SF slot on disk: ``<sf_dir>/<sender_id>/`` (seed 003 §5, §6; spec/FORWARD.md SF-1..SF-14).
+
+One writer process (the slot lock), many threads: producers append, the forwarder's I/O loop
+reads, the manager (whoever calls ``apply_acks``) persists the watermark and trims. One condition
+variable guards the metadata; reads and writes happen under it too (they are single positional
+calls), so a trim can never close a file a read is using.
+
+Python reads and writes through the ``FS`` seam with positional I/O instead of the seed's mmap:
+the bytes on disk are identical, crash tests can record every write, and a sparse or truncated
+file can never deliver SIGBUS (anchors B, JQ #73) -- a short read is just a short read.
+Block reservation at create time (``Handle.allocate`` = posix_fallocate) is still done, so a full
+disk fails the segment's creation, cleanly, instead of a later append.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from tidelog.clock import Clock
+from tidelog.errors import Backpressure, BadArgument, Closed, Corrupt, TooLarge
+from tidelog.fsio import FS, Handle, OsFS, make_dirs, storage_error
+
+from . import lock
+from .format import (
+    FRAME_HEADER_SIZE,
+    HEADER_SIZE,
+    encode_frame,
+    encode_header,
+    encode_watermark,
+    segment_name,
+)
+from .recovery import FAILED_FILE, TMP_SUFFIX, WATERMARK_FILE, Recovery, recover
+
+__all__ = ["DURABILITIES", "Slot", "SlotStats", "check_sender_id", "write_failed"]
+
+log = logging.getLogger("tidelog.sf")
+
+#: sf_durability (seed §4.1, §21): memory = never fsync (the seed's only mode); flush = fsync on
+#: the producer's flush(); append = fsync before every append returns (tidelog implements both).
+DURABILITIES: Final = ("memory", "flush", "append")
+_ZERO_CHUNK: Final = bytes(1 << 16)
+
+
+@dataclass
+class _Segment:
+    name: str
+    handle: Handle
+    base_seq: int
+    created_micros: int
+    size: int
+    offsets: array[int]
+    cursor: int  # append cursor = published cursor (one writer, under the slot lock)
+    synced: bool = True  # every byte written is covered by an fdatasync
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def last_seq(self) -> int:
+        return self.base_seq + len(self.offsets) - 1
+
+
+@dataclass
+class SlotStats:
+    segments: int
+    total_bytes: int
+    published_fsn: int
+    acked_fsn: int
+    persisted_watermark: int
+    torn_tails_at_open: int
+    watermark_used_at_open: bool
+    trimmed_segments: int
+    created_segments: int
+
+
+class Slot:
+    """Open (recover or create) the slot at ``<sf_dir>/<sender_id>``; see ``open``."""
+
+    def __init__(
+        self,
+        fs: FS,
+        slot_dir: str,
+        lock_handle: Handle,
+        recovery: Recovery,
+        *,
+        max_bytes: int,
+        max_total_bytes: int,
+        durability: str,
+        clock: Clock | None,
+    ) -> None:
+        self.fs = fs
+        self.dir = slot_dir
+        self.max_bytes = max_bytes
+        self.max_total_bytes = max_total_bytes
+        self.durability = durability
+        self._clock = clock
+        self._lock_handle: Handle | None = lock_handle
+        self._cond = threading.Condition()
+        self._segments: list[_Segment] = []
+        self._bases: list[int] = []  # segment base_seqs, for bisect
+        self._next_gen = recovery.next_generation
+        self.published_fsn = recovery.published_fsn
+        self.acked_fsn = recovery.acked_fsn
+        self._persisted = recovery.acked_fsn if recovery.watermark_used else -1
+        self._watermark: Handle | None = None
+        self._closed = False
+        self._torn_at_open = recovery.torn_tails
+        self._watermark_used = recovery.watermark_used
+        self._trimmed = 0
+        self._created = 0
+        self._listeners: list[Callable[[], None]] = []
+        #: called when an append times out waiting for space; returns the message (seed §16)
+        self.backpressure_reason: Callable[[], str] = lambda: "backpressure: SF slot is full"
+        self.backpressure_stalls = 0
+        self._adopt(recovery)
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        sf_dir: str,
+        sender_id: str,
+        *,
+        fs: FS | None = None,
+        max_bytes: int = 4 << 20,
+        max_total_bytes: int = 10 << 30,
+        durability: str = "memory",
+        clock: Clock | None = None,
+        create: bool = True,
+        fail_marker: bool = False,
+    ) -> Slot:
+        """Lock and recover ``<sf_dir>/<sender_id>`` (created if missing; seed §18.1).
+
+        ``fail_marker``: when recovery refuses the slot, write the ``.failed`` sentinel while
+        the lock is still held (an orphan drainer's duty, seed §5.2, §18.2).
+
+        raises: Locked (another sender holds it), Corrupt (recovery refused), BadArgument
+        """
+        check_sender_id(sender_id)
+        if durability not in DURABILITIES:
+            raise BadArgument(f"sf_durability must be one of {DURABILITIES}, got {durability!r}")
+        if max_bytes < HEADER_SIZE + FRAME_HEADER_SIZE + 1:
+            raise BadArgument(f"sf_max_bytes={max_bytes}: too small for a header and a frame")
+        if max_total_bytes < 2 * max_bytes:
+            raise BadArgument(
+                f"sf_max_total_bytes={max_total_bytes} must hold at least two segments of "
+                f"sf_max_bytes={max_bytes} (rotation needs the next one before trimming)"
+            )
+        fs = fs or OsFS()
+        slot_dir = os.path.join(sf_dir, sender_id)
+        if not create and not fs.is_dir(slot_dir):
+            raise BadArgument(f"SF slot {slot_dir} does not exist")
+        try:
+            make_dirs(fs, slot_dir)
+        except OSError as exc:
+            raise storage_error(exc, f"creating SF slot {slot_dir}") from None
+        handle = lock.acquire(fs, slot_dir)
+        try:
+            try:
+                recovery = recover(fs, slot_dir)
+            except Corrupt as exc:
+                if fail_marker:
+                    write_failed(fs, slot_dir, f"recovery refused: {exc.message}")
+                raise
+            return cls(
+                fs,
+                slot_dir,
+                handle,
+                recovery,
+                max_bytes=max_bytes,
+                max_total_bytes=max_total_bytes,
+                durability=durability,
+                clock=clock,
+            )
+        except BaseException:
+            handle.close()  # never keep a slot locked that we failed to open
+            raise
+
+    def _adopt(self, rec: Recovery) -> None:
+        """Take over the recovered segments: drop unborn files, clean the active tail."""
+        for name in rec.unborn + rec.leftovers:
+            self.fs.unlink(os.path.join(self.dir, name))
+        if rec.unborn or rec.leftovers:
+            self.fs.fsync_dir(self.dir)
+        for i, r in enumerate(rec.segments):
+            active = i == len(rec.segments) - 1
+            path = os.path.join(self.dir, r.name)
+            h = self.fs.open(path, create=False) if active else self.fs.open_read(path)
+            if active and r.dirty_end > r.append_cursor:
+                # SF-9: bytes a torn append left after the last good frame are zeroed, durably,
+                # before anything is appended: a new shorter frame followed by an intact stale
+                # frame from the previous session would otherwise read back as a valid frame.
+                pos = r.append_cursor
+                while pos < r.dirty_end:
+                    n = min(len(_ZERO_CHUNK), r.dirty_end - pos)
+                    h.pwrite(_ZERO_CHUNK[:n], pos)
+                    pos += n
+                h.fdatasync()
+            # Recovered bytes may still be only in the page cache (a previous session under
+            # the memory durability): the first sync covers them too.
+            seg = _Segment(
+                r.name,
+                h,
+                r.base_seq,
+                r.created_micros,
+                r.size,
+                r.offsets,
+                r.append_cursor,
+                synced=False,
+            )
+            self._segments.append(seg)
+            self._bases.append(seg.base_seq)
+        if not self._segments and self.fs.exists(os.path.join(self.dir, WATERMARK_FILE)):
+            # A fully drained slot starts fresh: a stale watermark would only confuse (§18.1).
+            self.fs.unlink(os.path.join(self.dir, WATERMARK_FILE))
+
+    # -- producer ----------------------------------------------------------------------------
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """``callback()`` runs (in the appending thread) after every append."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    def max_payload(self) -> int:
+        return self.max_bytes - HEADER_SIZE - FRAME_HEADER_SIZE
+
+    def append(self, payload: bytes, *, deadline_ms: int = 0) -> int:
+        """Append one frame and return its FSN (seed §6.3). Waits up to ``deadline_ms`` for
+        trimming to free space when the slot is at ``max_total_bytes`` (seed §16)."""
+        frame = encode_frame(payload)
+        if len(frame) > self.max_bytes - HEADER_SIZE:
+            raise TooLarge(
+                f"frame of {len(payload)} bytes does not fit a segment of sf_max_bytes="
+                f"{self.max_bytes} (at most {self.max_payload()} payload bytes)"
+            )
+        with self._cond:
+            self._check_open()
+            seg = self._segments[-1] if self._segments else None
+            if seg is None or seg.cursor + len(frame) > seg.size:
+                seg = self._rotate(deadline_ms)
+            try:
+                seg.handle.pwrite(frame, seg.cursor)
+                if self.durability == "append":
+                    seg.handle.fdatasync()
+                else:
+                    seg.synced = False
+            except OSError as exc:
+                raise storage_error(exc, f"appending to {seg.name}") from None
+            seg.offsets.append(seg.cursor)
+            seg.cursor += len(frame)
+            self.published_fsn += 1
+            fsn = self.published_fsn
+        for callback in list(self._listeners):
+            callback()
+        return fsn
+
+    def _rotate(self, deadline_ms: int) -> _Segment:
+        """Seal the active segment and create the next one (seed §6.4); waits for space."""
+        size = self.max_bytes
+        if self._total_bytes() + size > self.max_total_bytes:
+            self.backpressure_stalls += 1
+            end = time.monotonic() + deadline_ms / 1000.0
+            while self._total_bytes() + size > self.max_total_bytes:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise Backpressure(self.backpressure_reason())
+                self._cond.wait(left)
+                self._check_open()
+        if self._segments:
+            self._seal(self._segments[-1])
+        gen = self._next_gen
+        self._next_gen += 1
+        name = segment_name(gen)
+        path = os.path.join(self.dir, name)
+        created = self._now_micros()
+        # SF-5: built under a temporary name and renamed into place, so a crash during
+        # creation leaves either a complete header under the segment name or a *.sfa.tmp
+        # that recovery deletes -- never a half-written header that would refuse recovery.
+        tmp = path + TMP_SUFFIX
+        h = self.fs.open(tmp)
+        try:
+            h.allocate(size)  # real blocks: ENOSPC here, never on a later append (seed §6)
+            h.pwrite(encode_header(self.published_fsn + 1, created), 0)
+            if self.durability != "memory":
+                h.fdatasync()
+            self.fs.rename(tmp, path)
+            if self.durability != "memory":
+                self.fs.fsync_dir(self.dir)
+        except OSError as exc:
+            h.close()
+            for leftover in (tmp, path):
+                with contextlib.suppress(OSError):
+                    self.fs.unlink(leftover)
+            raise storage_error(exc, f"creating SF segment {path}") from None
+        seg = _Segment(name, h, self.published_fsn + 1, created, size, array("q"), HEADER_SIZE)
+        self._segments.append(seg)
+        self._bases.append(seg.base_seq)
+        self._created += 1
+        return seg
+
+    def _seal(self, seg: _Segment) -> None:
+        # SF-11: under flush/append a sealed segment is synced before the next one takes
+        # frames, so a crash can never leave later frames on disk after a hole (a gap refuses
+        # recovery). The memory durability never syncs (the seed's only mode).
+        if self.durability != "memory" and not seg.synced:
+            seg.handle.fdatasync()
+            seg.synced = True
+
+    def _now_micros(self) -> int:
+        if self._clock is not None:
+            return self._clock.now_ms() * 1000
+        return time.time_ns() // 1000
+
+    def _total_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # -- durability ------------------------------------------------------------------------
+    def sync(self) -> None:
+        """fdatasync every segment holding unsynced frames (whatever the durability)."""
+        with self._cond:
+            self._check_open()
+            for seg in self._segments:
+                if not seg.synced:
+                    seg.handle.fdatasync()
+                    seg.synced = True
+
+    def flush(self) -> None:
+        """The producer's flush (seed §1: published into the substrate; §21 flush mode)."""
+        if self.durability == "flush":
+            self.sync()
+
+    # -- consumer ----------------------------------------------------------------------------
+    def read(self, fsn: int, max_frames: int = 256, max_bytes: int = 1 << 20) -> list[bytes]:
+        """Payloads of frames ``fsn, fsn+1, ...`` (at least one if ``fsn`` is published)."""
+        out: list[bytes] = []
+        size = 0
+        with self._cond:
+            self._check_open()
+            if fsn > self.published_fsn or not self._segments:
+                return out
+            i = bisect.bisect_right(self._bases, fsn) - 1
+            if i < 0 or fsn < self._segments[0].base_seq:
+                raise BadArgument(f"FSN {fsn} was trimmed (lowest on disk {self._bases[0]})")
+            while i < len(self._segments) and len(out) < max_frames and size < max_bytes:
+                seg = self._segments[i]
+                k = fsn - seg.base_seq
+                if k >= seg.count:
+                    i += 1
+                    continue
+                # One pread covers the run of frames taken from this segment: every frame
+                # that starts within the byte budget (at least one), up to max_frames.
+                start = seg.offsets[k]
+                hi = min(seg.count, k + max_frames - len(out))
+                p = bisect.bisect_right(seg.offsets, start + max_bytes - size, k + 1, hi)
+                end = seg.offsets[p] if p < seg.count else seg.cursor
+                view = memoryview(seg.handle.pread(end - start, start))
+                for j in range(k, p):
+                    off = seg.offsets[j] - start
+                    n = int.from_bytes(view[off + 4 : off + 8], "little")
+                    out.append(bytes(view[off + 8 : off + 8 + n]))
+                    size += n
+                fsn = seg.base_seq + p
+                if p < seg.count:
+                    break  # a limit stopped us inside this segment
+                i += 1
+        return out
+
+    def frame_ts_ms(self, fsn: int) -> int:
+        """Creation time of the segment holding ``fsn`` (frames carry no time of their own)."""
+        with self._cond:
+            i = bisect.bisect_right(self._bases, fsn) - 1
+            return self._segments[max(i, 0)].created_micros // 1000 if self._segments else 0
+
+    def lowest_fsn(self) -> int:
+        """The lowest FSN still on disk (``published_fsn + 1`` when none)."""
+        with self._cond:
+            for seg in self._segments:
+                if seg.count:
+                    return seg.base_seq
+            return self.published_fsn + 1
+
+    def payload_bytes(self) -> int:
+        with self._cond:
+            frames = sum(s.count for s in self._segments)
+            used = sum(s.cursor - HEADER_SIZE for s in self._segments)
+            return used - FRAME_HEADER_SIZE * frames
+
+    # -- acknowledgement and trim (the manager's job) ------------------------------------------
+    def acknowledge(self, fsn: int) -> int:
+        """Raise ``acked_fsn`` (never lowered, never above ``published_fsn``); returns it.
+        Cheap: the watermark and the trim happen in ``apply_acks``."""
+        with self._cond:
+            if fsn > self.acked_fsn:
+                self.acked_fsn = min(fsn, self.published_fsn)
+            return self.acked_fsn
+
+    def apply_acks(self) -> int:
+        """Persist the watermark, then unlink every sealed segment wholly at or below
+        ``acked_fsn`` (seed §5.4 "persist then trim", §6.4). The active segment is kept even
+        when fully acknowledged (SF-13: it carries the FSN counter across restarts). Returns
+        how many segments were trimmed."""
+        with self._cond:
+            if self._closed:
+                return 0
+            acked = self.acked_fsn
+            self._persist_watermark(acked)
+            trimmed = 0
+            while len(self._segments) > 1 and self._segments[0].last_seq <= acked:
+                seg = self._segments.pop(0)
+                self._bases.pop(0)
+                seg.handle.close()
+                self.fs.unlink(os.path.join(self.dir, seg.name))
+                if self.durability != "memory":
+                    # One unlink per directory sync: segments vanish lowest first even on a
+                    # file system that reorders directory operations (no gap after a crash).
+                    self.fs.fsync_dir(self.dir)
+                trimmed += 1
+            self._trimmed += trimmed
+            if trimmed:
+                self._cond.notify_all()  # producers waiting for space (seed §16)
+            return trimmed
+
+    def _persist_watermark(self, acked: int) -> None:
+        if acked <= self._persisted or acked < 0:
+            return
+        if self._watermark is None:
+            self._watermark = self.fs.open(os.path.join(self.dir, WATERMARK_FILE))
+        # SF-6: the whole 16-byte record in one write (the seed stores the 8-byte FSN alone):
+        # a torn or garbage sector then also spoils the magic or the reserved word, so recovery
+        # rejects it instead of trusting a random FSN. Not fsynced (seed §5.4).
+        self._watermark.pwrite(encode_watermark(acked), 0)
+        self._persisted = acked
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Closed(f"SF slot {self.dir} is closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Flush per durability, persist the watermark, close files, release the lock last.
+        Idempotent. Nothing is unlinked (seed §5.1; SF-13)."""
+        with self._cond:
+            if self._closed:
+                return
+            try:
+                if self.durability != "memory":
+                    for seg in self._segments:
+                        if not seg.synced:
+                            seg.handle.fdatasync()
+                self._persist_watermark(self.acked_fsn)
+            finally:
+                self._closed = True
+                for seg in self._segments:
+                    seg.handle.close()
+                if self._watermark is not None:
+                    self._watermark.close()
+                if self._lock_handle is not None:
+                    self._lock_handle.close()
+                    self._lock_handle = None
+                self._cond.notify_all()
+
+    def stats(self) -> SlotStats:
+        with self._cond:
+            return SlotStats(
+                segments=len(self._segments),
+                total_bytes=self._total_bytes(),
+                published_fsn=self.published_fsn,
+                acked_fsn=self.acked_fsn,
+                persisted_watermark=self._persisted,
+                torn_tails_at_open=self._torn_at_open,
+                watermark_used_at_open=self._watermark_used,
+                trimmed_segments=self._trimmed,
+                created_segments=self._created,
+            )
+
+    def segment_names(self) -> list[str]:
+        with self._cond:
+            return [s.name for s in self._segments]
+
+    def __enter__(self) -> Slot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_sender_id(sender_id: object) -> str:
+    """A sender_id is a single directory name: non-empty, no path separators (seed §4.6), and
+    tidelog adds: not ``.``/``..``, no NUL or control characters."""
+    if not isinstance(sender_id, str) or not sender_id:
+        raise BadArgument(f"sender_id must be a non-empty string, got {sender_id!r}")
+    if "/" in sender_id or "\\" in sender_id or sender_id in (".", ".."):
+        raise BadArgument(f"sender_id {sender_id!r} must not contain path separators")
+    if any(ord(c) < 32 or ord(c) == 127 for c in sender_id):
+        raise BadArgument(f"sender_id {sender_id!r} must not contain control characters")
+    return sender_id
+
+
+def write_failed(fs: FS, slot_dir: str, reason: str) -> None:
+    """Drop the ``.failed`` sentinel (UTF-8 reason; its presence is the signal, seed §5.2). The
+    caller still holds the slot lock: a drainer writes it before releasing the slot."""
+    h = fs.open(os.path.join(slot_dir, FAILED_FILE))
+    try:
+        h.truncate(0)
+        h.pwrite((reason.rstrip() + "\n").encode("utf-8"), 0)
+        h.fsync()
+    finally:
+        h.close()
+    fs.fsync_dir(slot_dir)
