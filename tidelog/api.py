@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from .backend import Backend, Capabilities, TopicRef
+from .bundle import BundleRecord, RecordBundle, decode_bundle, encode_bundle
 from .config import TopicConfig
-from .errors import Backpressure, BadArgument, Closed, NoSuchSubscriber
+from .errors import Backpressure, BadArgument, Closed, Corrupt, NoSuchSubscriber
 from .names import check_label, check_subscriber_name, check_topic_name
 from .records import Item, Lease, Tombstone, TopicState
 
@@ -206,6 +207,41 @@ class Topic:
         if not rows:
             return []
         return backend.append_records(self._ref, rows, producer)
+
+    # -- Arrow bundles (spec/BUNDLES.md) -----------------------------------------------------
+    def append_bundle(
+        self,
+        bundle: RecordBundle,
+        *,
+        tag: str | None = None,
+        node: str | None = None,
+        producer: tuple[str, int] | None = None,
+    ) -> int | list[int]:
+        """Append one Arrow ``RecordBundle`` as one record (BND-1..BND-8) and return its seq.
+        With ``producer=(id, n)`` it has ``append_many`` semantics (TOP-11) and returns the list
+        of seqs: ``[seq]``, or ``[]`` when ``n`` was already applied."""
+        payload = encode_bundle(bundle)
+        if producer is None:
+            return self.append(payload, tag=tag, node=node)
+        return self.append_many([payload], tag=tag, node=node, producer=producer)
+
+    def read_bundles(
+        self, after: int = 0, limit: int = 1000, *, wait_ms: int = 0
+    ) -> list[BundleRecord | Tombstone]:
+        """``read`` with every record's payload decoded as a bundle: ``BundleRecord(seq, ts,
+        tag, node, bundle)``; tombstones pass through unchanged (TMB). A payload that is not a
+        valid bundle raises ``Corrupt`` naming its seq (BND-6)."""
+        out: list[BundleRecord | Tombstone] = []
+        for item in self.read(after, limit, wait_ms=wait_ms):
+            if isinstance(item, Tombstone):
+                out.append(item)
+                continue
+            try:
+                bundle = decode_bundle(item.payload)
+            except Corrupt as exc:
+                raise Corrupt(f"topic {self.name!r} seq {item.seq}: {exc.message}") from None
+            out.append(BundleRecord(item.seq, item.ts, item.tag, item.node, bundle))
+        return out
 
     def _append(
         self,

@@ -402,7 +402,7 @@ def _summary(demo: _Demo, topic: Topic, elapsed: float) -> bool:
     return ok
 
 
-@main.command("demo")
+@main.command("demo-local")
 @click.option("--uri", default="memory://", show_default=True, help="Store to run against.")
 @click.option("--records", default=20_000, show_default=True, type=click.IntRange(min=1))
 @click.option("--producers", default=4, show_default=True, type=click.IntRange(min=1))
@@ -418,7 +418,8 @@ def _summary(demo: _Demo, topic: Topic, elapsed: float) -> bool:
 def demo_cmd(
     uri: str, records: int, producers: int, batch: int, topic_name: str, seed: int | None
 ) -> None:
-    """Store-and-forward pipeline: producers -> capped topic -> durable subscriber; verified.
+    """In-process pipeline, no Spark: producers -> capped topic -> durable subscriber; verified.
+    (``tidelog demo`` is the Spark pipeline; ``tidelog demo --local`` runs this one.)
 
     Producers append synthetic sensor readings in batches; one consumer drains them through the
     subscriber "exporter" and commits. The topic's cap is a quarter of the records with
@@ -503,7 +504,13 @@ def version_cmd() -> None:
 
 # Commands of optional parts register themselves on ``main`` when their module is importable
 # (each area owns its module: tidelog/cli_<area>.py).
-for _module in ("tidelog.cli_blockdev", "tidelog.cli_forward", "tidelog.cli_spark"):
+for _module in (
+    "tidelog.cli_blockdev",
+    "tidelog.cli_forward",
+    "tidelog.cli_spark",
+    "tidelog.cli_conformance",
+    "tidelog.cli_bench",
+):
     try:
         __import__(_module)
     except ModuleNotFoundError as _exc:
@@ -512,4 +519,8 @@ for _module in ("tidelog.cli_blockdev", "tidelog.cli_forward", "tidelog.cli_spar
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m tidelog.cli`
-    main()
+    # Run the group of the *imported* module: optional commands (tidelog.cli_spark's `demo`, ...)
+    # register themselves on ``tidelog.cli.main``, not on this ``__main__`` copy.
+    from tidelog.cli import main as _main
+
+    _main()

@@ -118,7 +118,7 @@ def test_inspect_one_topic_and_missing_topic(uri: str) -> None:
         ("nosuchscheme://x", "unknown_scheme"),
         ("file://", "bad_uri"),
         ("file:///tmp/tidelog-cli-test?wal_shards=0", "bad_option"),
-        ("blockdev:///tmp/tidelog-cli-test.img", "not_available"),
+        ("blockdev:///nonexistent-tidelog-dir/tidelog-cli-test.img", "bad_option"),
         ("memory://?bogus=1", "bad_option"),
         ("memory://../x", "bad_name"),
     ],
@@ -270,7 +270,9 @@ def test_demo_small_run_verifies_exactly_once() -> None:
     """The demo pipeline: backpressure (SUB-6) loses nothing, no tombstone (TMB-3), and
     trim="acked" leaves count 0 once the subscriber committed everything (SUB-5)."""
     start = time.perf_counter()
-    result = run("demo", "--records", "2000", "--producers", "2", "--batch", "50", "--seed", "7")
+    result = run(
+        "demo-local", "--records", "2000", "--producers", "2", "--batch", "50", "--seed", "7"
+    )
     assert time.perf_counter() - start < 30
     assert result.exit_code == 0, result.output
     out = result.stdout
@@ -289,7 +291,7 @@ def test_demo_small_run_verifies_exactly_once() -> None:
 def test_demo_uneven_split_and_model_backend() -> None:
     """Records not divisible by producers are all produced; the model backend runs it too."""
     result = run(
-        "demo", "--uri", "model://", "--records", "301", "--producers", "3", "--batch", "7"
+        "demo-local", "--uri", "model://", "--records", "301", "--producers", "3", "--batch", "7"
     )
     assert result.exit_code == 0, result.output
     assert summary_value(result.stdout, "consumed") == "301"
@@ -307,7 +309,7 @@ def test_demo_fails_when_a_record_is_seen_twice(monkeypatch: pytest.MonkeyPatch)
             demo.hits[0][0] += 1
 
     monkeypatch.setattr(tidelog.cli, "_check_record", twice_first)
-    result = run("demo", "--records", "200", "--producers", "1", "--batch", "20")
+    result = run("demo-local", "--records", "200", "--producers", "1", "--batch", "20")
     assert result.exit_code == 1
     assert "FAILED" in result.stdout
     assert summary_value(result.stdout, "duplicates") == "1"
@@ -316,10 +318,21 @@ def test_demo_fails_when_a_record_is_seen_twice(monkeypatch: pytest.MonkeyPatch)
 def test_demo_refuses_an_existing_topic(uri: str) -> None:
     with tidelog.open(uri) as store:
         store.topic("demo").append(b"old")
-    result = run("demo", "--uri", uri, "--records", "10")
+    result = run("demo-local", "--uri", uri, "--records", "10")
     assert result.exit_code == 2
     assert "already exists" in result.output
     no_traceback(result)
+
+
+def test_demo_local_flag_runs_the_in_process_pipeline() -> None:
+    """`tidelog demo --local` is the in-process pipeline (no Spark); `tidelog demo` alone is
+    the Spark pipeline (tests/spark/test_demo.py runs it end to end)."""
+    result = run("demo", "--local", "--records", "300", "--producers", "2", "--seed", "3")
+    assert result.exit_code == 0, result.output
+    assert "OK: 300 records, 0 lost, 0 duplicated" in result.stdout
+    assert summary_value(result.stdout, "consumed") == "300"
+    help_text = run("demo", "--help").stdout
+    assert "Spark" in help_text and "--master" in help_text and "--local" in help_text
 
 
 # -- version ---------------------------------------------------------------------------------

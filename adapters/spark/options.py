@@ -1,0 +1,170 @@
+"""Options of the ``tidelog`` Spark data source, parsed once on the driver (no pyspark needed).
+
+Spark hands a data source its options lower-cased with string values (``load(path)`` becomes
+``path``). Everything is validated here, before any task runs, so a typo fails the query at
+planning time with a message naming the option (spec ERR-3), not deep inside an executor.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from tidelog.errors import BadOption
+from tidelog.names import check_subscriber_name, check_topic_name
+from tidelog.options import parse_choice, parse_int
+from tidelog.uri import parse_uri
+
+__all__ = ["SourceOptions", "parse_options", "store_root", "KNOWN_OPTIONS"]
+
+KNOWN_OPTIONS = {
+    "path",
+    "uri",
+    "topic",
+    "fromseq",
+    "toseq",
+    "fromts",
+    "tots",
+    "slot",
+    "tombstones",
+    "partitionrecords",
+    "batchrecords",
+    "maxrecordspertrigger",
+    "startingoffsets",
+    "subscriber",
+    "stagingdir",
+    "producerid",
+    "requesttimeout",
+    "samplebundles",
+}
+#: Options Spark itself passes to every sink/source; ignored here.
+_SPARK_OPTIONS = {"checkpointlocation", "queryname"}
+_TOPIC_PREFIX = "topic."  # topic.durability=fsync, ...: TopicConfig keys for a topic writes create
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    root: str  # absolute store directory
+    topic: str
+    from_seq: int | None = None  # None: from evict_floor (older losses are not reported)
+    to_seq: int | None = None
+    from_ts: int | None = None  # ms since the epoch, inclusive
+    to_ts: int | None = None
+    slot: int | None = None
+    tombstones: str = "fail"  # "fail" | "rows"
+    partition_records: int = 100_000
+    batch_records: int = 65_536
+    max_records_per_trigger: int | None = None
+    starting_offsets: str = "resume"  # "resume" | "earliest" | "latest" | a seq (as text)
+    subscriber: str = "spark"
+    staging_dir: str | None = None
+    producer_id: str | None = None
+    request_timeout: float = 120.0
+    sample_bundles: int = 1000
+    topic_config: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def staging(self) -> str:
+        """Where writers stage Arrow files: never inside the store (LAY-2 lists every entry
+        a store directory may hold), by default a hidden sibling of it."""
+        if self.staging_dir:
+            return self.staging_dir
+        parent, base = os.path.split(self.root.rstrip(os.sep))
+        return os.path.join(parent, f".{base}.spark-staging")
+
+
+def store_root(location: str) -> str:
+    """The absolute store directory of ``file:///abs``, ``file://./rel`` or a plain path."""
+    if "://" in location:
+        uri = parse_uri(location)
+        if uri.scheme != "file":
+            raise BadOption(
+                f"the Spark data source reads and writes file:// stores only, got {location!r} "
+                "(executors are other processes: memory:// stores are invisible to them)"
+            )
+        location = uri.location
+    if not location:
+        raise BadOption("the store path is empty: use load('/path/to/store') or option('uri', ...)")
+    return os.path.abspath(location)
+
+
+def _ts(key: str, value: str) -> int:
+    """Milliseconds since the epoch: an integer, or an ISO-8601 time (UTC if no zone)."""
+    text = value.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadOption(
+            f"option {key}={value!r}: expected milliseconds since the epoch or an ISO-8601 time"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    opts = {str(k).lower(): v for k, v in options.items() if k.lower() not in _SPARK_OPTIONS}
+    config = {k[len(_TOPIC_PREFIX) :]: v for k, v in opts.items() if k.startswith(_TOPIC_PREFIX)}
+    unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS and not k.startswith(_TOPIC_PREFIX))
+    if unknown:
+        raise BadOption(
+            f"unknown tidelog option(s) {', '.join(unknown)}; known: "
+            + ", ".join(sorted(KNOWN_OPTIONS))
+            + ", topic.<config key>"
+        )
+    location = opts.get("uri") or opts.get("path")
+    if not location:
+        raise BadOption("no store given: use .load('/path/to/store') or .option('uri', 'file://…')")
+    if "topic" not in opts:
+        raise BadOption("option 'topic' is required")
+    out: dict[str, object] = {
+        "root": store_root(location),
+        "topic": check_topic_name(opts["topic"]),
+        "topic_config": config,
+    }
+    ints = {
+        "fromseq": ("from_seq", 1),
+        "toseq": ("to_seq", 1),
+        "slot": ("slot", 0),
+        "partitionrecords": ("partition_records", 1),
+        "batchrecords": ("batch_records", 1),
+        "maxrecordspertrigger": ("max_records_per_trigger", 1),
+        "samplebundles": ("sample_bundles", 1),
+    }
+    for key, (name, minimum) in ints.items():
+        if key in opts:
+            out[name] = parse_int(key, opts[key], minimum=minimum)
+    if "slot" in out and int(out["slot"]) >= 64:  # type: ignore[call-overload]
+        raise BadOption(f"option slot={opts['slot']!r}: a bundle has slots 0..63")
+    for key, name in (("fromts", "from_ts"), ("tots", "to_ts")):
+        if key in opts:
+            out[name] = _ts(key, opts[key])
+    if "tombstones" in opts:
+        out["tombstones"] = parse_choice("tombstones", opts["tombstones"], ("fail", "rows"))
+    if "startingoffsets" in opts:
+        start = str(opts["startingoffsets"]).strip().lower()
+        if start not in ("resume", "earliest", "latest") and not start.isdigit():
+            raise BadOption(
+                f"option startingOffsets={opts['startingoffsets']!r}: expected resume, "
+                "earliest, latest or a seq (records after it are read)"
+            )
+        out["starting_offsets"] = start
+    if "subscriber" in opts:
+        out["subscriber"] = check_subscriber_name(opts["subscriber"])
+    if opts.get("stagingdir"):
+        out["staging_dir"] = os.path.abspath(opts["stagingdir"])
+    if opts.get("producerid"):
+        out["producer_id"] = str(opts["producerid"])
+    if "requesttimeout" in opts:
+        try:
+            timeout = float(opts["requesttimeout"])
+        except ValueError:
+            timeout = -1.0
+        if timeout <= 0:
+            raise BadOption(f"option requestTimeout={opts['requesttimeout']!r}: seconds > 0")
+        out["request_timeout"] = timeout
+    return SourceOptions(**out)  # type: ignore[arg-type]

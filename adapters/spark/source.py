@@ -1,0 +1,347 @@
+"""The ``tidelog`` PySpark data source (spec/BUNDLES.md SPK-1..SPK-12). Imports pyspark:
+reach it through ``tidelog.adapters.spark.register(spark)``, which imports it lazily.
+
+Where each piece runs (research §3) decides how it reaches the store:
+
+* ``schema`` / ``reader`` / ``partitions`` / ``writer``: short-lived planner workers on the
+  driver -> a read-only view (XPR-1).
+* ``read`` and ``write``: executor workers -> a read-only view per worker process; writes only
+  stage files (SPK-2, SPK-6).
+* writer ``commit`` / ``abort``: one more worker on the driver, on an unpickled copy of the
+  planner's writer -> one ingest request to the owner (XPR-2..4), or deleting staged files.
+* stream reader ``initialOffset`` / ``latestOffset`` / ``commit``: one long-lived source runner
+  per query -> its own refreshed read-only view, and subscribe / commit requests (SPK-9).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from tidelog.errors import BadArgument, BadOption
+
+from . import reading, staging
+from .columns import SEQ_COLUMN, log_ddl, log_schema, slot_schema
+from .options import SourceOptions, parse_options
+
+try:  # 4.1+: batches arrive as Arrow, no per-row conversion
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+except ImportError:  # pragma: no cover - pyspark 4.0
+    from pyspark.sql.datasource import (  # type: ignore[assignment]
+        DataSourceStreamWriter as _StreamWriterBase,
+    )
+
+__all__ = ["TidelogDataSource", "SeqRange", "StagedFile"]
+
+QUERY_ID_KEY = "sql.streaming.queryId"  # local property Spark sets on every streaming job
+
+
+class SeqRange(InputPartition):
+    """Seqs ``lo..hi`` inclusive: one task (SPK-3)."""
+
+    def __init__(self, lo: int, hi: int) -> None:
+        super().__init__((lo, hi))
+        self.lo = lo
+        self.hi = hi
+
+
+@dataclass
+class StagedFile(WriterCommitMessage):
+    """A task's staged file (empty path: the task had no rows) and the streaming query id."""
+
+    path: str
+    rows: int
+    query_id: str | None = None
+
+
+def _arrow_target(schema: StructType) -> pa.Schema:
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def _check_log_schema(schema: StructType, opts: SourceOptions) -> None:
+    want = log_schema(opts.tombstones == "rows")
+    got = _arrow_target(schema)
+    if not got.equals(want):
+        raise BadArgument(
+            f"a tidelog log read has the schema `{log_ddl(opts.tombstones == 'rows')}`; "
+            f"got `{schema.simpleString()}` (only slot reads, option slot=N, take a user schema)"
+        )
+
+
+def _read(opts: SourceOptions, target: pa.Schema, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+    if opts.slot is None:
+        return reading.read_log(opts, lo, hi)
+    return reading.read_slot(opts, lo, hi, target)
+
+
+def _partitions(opts: SourceOptions, lo: int, hi: int) -> list[SeqRange]:
+    return [SeqRange(a, b) for a, b in reading.split(lo, hi, opts.partition_records)]
+
+
+class TidelogDataSource(DataSource):
+    """``spark.read.format("tidelog")``, ``df.write.format("tidelog")`` and the streaming
+    variants; see spec/BUNDLES.md §3 for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tidelog"
+
+    def _opts(self) -> SourceOptions:
+        return parse_options(dict(self.options))
+
+    def schema(self) -> StructType | str:
+        opts = self._opts()
+        if opts.slot is None:
+            return log_ddl(opts.tombstones == "rows")
+        return from_arrow_schema(slot_schema(reading.infer_slot_columns(opts)))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return TidelogReader(self._opts(), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return TidelogStreamReader(self._opts(), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> TidelogWriter:
+        if overwrite:
+            raise BadOption("a tidelog topic is an append-only log: use .mode('append')")
+        return TidelogWriter(self._opts())
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> TidelogStreamWriter:
+        if overwrite:
+            raise BadOption("a tidelog topic is an append-only log: use outputMode('append')")
+        return TidelogStreamWriter(self._opts())
+
+
+def _target_for(opts: SourceOptions, schema: StructType) -> pa.Schema:
+    if opts.slot is None:
+        _check_log_schema(schema, opts)
+        return log_schema(opts.tombstones == "rows")
+    target = _arrow_target(schema)
+    if not target.names or target.names[0] != SEQ_COLUMN:
+        raise BadArgument(f"a slot read's schema must start with `{SEQ_COLUMN} long`")
+    return target
+
+
+# -- batch read -----------------------------------------------------------------------------------
+class TidelogReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.target = _target_for(opts, schema)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        lo, hi = reading.seq_bounds(self.opts)
+        return _partitions(self.opts, lo, hi)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SeqRange)
+        return _read(self.opts, self.target, partition.lo, partition.hi)
+
+
+# -- streaming read --------------------------------------------------------------------------------
+class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"seq": s}``: every seq <= s has been offered (SPK-9). A micro-batch
+    ``(start, end]`` reads seqs ``start+1 .. end``."""
+
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.target = _target_for(opts, schema)
+        self._initial: int | None = None  # runner-side state (never pickled, see __getstate__)
+        self._until: int | None = None  # availableNow: the head when the trigger started
+        self._registered = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"opts": self.opts, "target": self.target}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.opts = state["opts"]
+        self.target = state["target"]
+        self._initial = self._until = None
+        self._registered = False
+
+    # runner side -------------------------------------------------------------------------------
+    def _head(self) -> int:
+        return reading.topic(self.opts).state().head_seq
+
+    def _register(self, start: str) -> int:
+        """Register the durable subscriber now, so trim and retention honour this query from
+        its first batch (SUB-5, SUB-6); returns its hwm."""
+        result = staging.request(
+            self.opts,
+            {
+                "op": "subscribe",
+                "topic": self.opts.topic,
+                "subscriber": self.opts.subscriber,
+                "start": start,
+            },
+        )
+        self._registered = True
+        return int(result["hwm"])
+
+    def initialOffset(self) -> dict[str, int]:
+        # Spark calls this twice (research §6): the first answer is kept, so "latest" cannot
+        # move between the calls.
+        if self._initial is None:
+            start = self.opts.starting_offsets
+            state = reading.topic(self.opts).state()
+            if start == "latest":
+                self._register("latest")
+                self._initial = state.head_seq
+            elif start == "earliest":
+                self._register("earliest")
+                self._initial = state.earliest_seq - 1
+            elif start == "resume":
+                self._initial = self._register("earliest")
+            else:
+                self._register("earliest")
+                self._initial = min(int(start), state.head_seq)
+        return {"seq": self._initial}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_records_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._until = self._head()
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        begin = int(start["seq"])
+        end = self._until if self._until is not None else self._head()
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, begin + limit.max_rows)
+        return {"seq": max(begin, end)}
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        return {"seq": self._head()}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        lo, hi = int(start["seq"]) + 1, int(end["seq"])
+        return _partitions(self.opts, lo, hi) if lo <= hi else []
+
+    def commit(self, end: dict[str, int]) -> None:
+        # Spark calls this for batch N-1 while planning batch N (research §6.1): everything up
+        # to ``end`` is durably in the sink, so the subscriber may resolve it and the owner
+        # trim it (SPK-10). Never beyond: uncommitted batches are replayed after a restart.
+        staging.request(
+            self.opts,
+            {
+                "op": "commit",
+                "topic": self.opts.topic,
+                "subscriber": self.opts.subscriber,
+                "seq": int(end["seq"]),
+                "start": "earliest",
+            },
+        )
+
+    def stop(self) -> None:  # never called by Spark 4.3 (research §6.9): nothing relies on it
+        pass
+
+    # executor side -------------------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SeqRange)
+        return _read(self.opts, self.target, partition.lo, partition.hi)
+
+
+# -- batch write -----------------------------------------------------------------------------------
+class TidelogWriter(DataSourceArrowWriter):
+    """Tasks stage files; ``commit`` makes them visible in one atomic, idempotent ingest with
+    producer ``(spark-job-<uuid>, 1)``; ``abort`` deletes them (SPK-6, SPK-7)."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.job_id = uuid.uuid4().hex  # set in the planner: executors and commit share it
+
+    @property
+    def directory(self) -> str:
+        return f"{self.opts.staging}/job-{self.job_id}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
+        path, rows = staging.stage(self.directory, iterator, self.opts.slot)
+        return StagedFile(path, rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        files = [m.path for m in messages if isinstance(m, StagedFile) and m.path]
+        try:
+            if files:
+                staging.ingest(self.opts, files, (f"spark-job-{self.job_id}", 1))
+        finally:
+            staging.discard(files)
+            staging.discard_dir(self.directory)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        staging.discard(m.path for m in messages if isinstance(m, StagedFile))
+        staging.discard_dir(self.directory)
+
+
+# -- streaming write -------------------------------------------------------------------------------
+class TidelogStreamWriter(_StreamWriterBase):
+    """Exactly-once sink: micro-batch ``b`` of query ``q`` is one ingest with producer
+    ``(spark-<q>, b + 1)``; a replayed batch is refused by the producer mark (SPK-11)."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def _directory(self, query_id: str | None) -> str:
+        return f"{self.opts.staging}/query-{query_id or 'unknown'}"
+
+    def write(self, iterator: Iterator[Any]) -> StagedFile:
+        ctx = TaskContext.get()
+        query_id = ctx.getLocalProperty(QUERY_ID_KEY) if ctx is not None else None
+        batches = (b if isinstance(b, pa.RecordBatch) else _row_batch(b) for b in iterator)
+        path, rows = staging.stage(self._directory(query_id), batches, self.opts.slot)
+        return StagedFile(path, rows, query_id)
+
+    def _producer(self, messages: list[Any], batch_id: int) -> tuple[str, int]:
+        if self.opts.producer_id:
+            return self.opts.producer_id, batch_id + 1
+        ids = {m.query_id for m in messages if isinstance(m, StagedFile) and m.query_id}
+        if len(ids) != 1:
+            raise BadOption(
+                "cannot tell which streaming query wrote this batch; set option producerId"
+            )
+        return f"spark-{ids.pop()}", batch_id + 1
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        files = [m.path for m in messages if isinstance(m, StagedFile) and m.path]
+        try:
+            if files:
+                staging.ingest(self.opts, files, self._producer(messages, batchId))
+        finally:
+            self._clean(messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._clean(messages)
+
+    def _clean(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Micro-batches of one query run one after another, so when batch b commits or aborts
+        # every file in the query's directory is b's (failed tasks' included).
+        staged = [m for m in messages if isinstance(m, StagedFile)]
+        staging.discard(m.path for m in staged)
+        for query_id in {m.query_id for m in staged}:
+            staging.discard_dir(self._directory(query_id))
+
+
+def _row_batch(row: Any) -> pa.RecordBatch:
+    """pyspark 4.0 (no Arrow stream writer): one Row as a one-row batch."""
+    data = row.asDict()
+    return pa.RecordBatch.from_pylist([data])

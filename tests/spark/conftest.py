@@ -1,0 +1,49 @@
+"""One SparkSession per test process (each pytest-xdist worker gets its own), shared by every
+Spark test: a session costs 10-20 s to start on a small machine (research §0).
+
+local[2], two shuffle partitions, no UI, quiet logs; Python workers run this interpreter so they
+import the tidelog under test. Tests keep stores, checkpoints and outputs under ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+def _skip_reason() -> str | None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "PySpark is not installed (the `spark` extra)"
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        return "no Java runtime (java on PATH or JAVA_HOME)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from tidelog.adapters.spark.demo import spark_session
+
+    session = spark_session(
+        "local[2]",
+        app="tidelog-tests",
+        **{
+            "spark.default.parallelism": "2",
+            "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+            "spark.driver.memory": "1g",
+        },
+    )
+    try:
+        yield session
+    finally:
+        for query in session.streams.active:
+            query.stop()
+        session.stop()
