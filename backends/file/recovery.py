@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from tidelog.config import TopicConfig
@@ -273,8 +274,10 @@ def _apply_appends(b: FileBackend, frames: list[walfmt.Frame]) -> None:
         return
     if fresh[0].seq != t.log.head + 1:
         raise Corrupt(f"WAL: topic {t.name!r} jumps from seq {t.log.head} to {fresh[0].seq}")
-    f0 = fresh[0]
-    b.apply_append(t, [f.data for f in fresh], f0.tag, f0.node, f0.ts)
+    # Each frame carries its own labels (append_records, TOP-6): replay consecutive frames
+    # with equal labels as one run, exactly as the engine journaled them.
+    for (tag, node, ts), run in groupby(fresh, key=lambda f: (f.tag, f.node, f.ts)):
+        b.apply_append(t, [f.data for f in run], tag, node, ts)
 
 
 def _apply_control(b: FileBackend, f: walfmt.Frame) -> None:

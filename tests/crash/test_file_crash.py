@@ -80,6 +80,20 @@ def test_DUR_3_DUR_4_weaker_classes_lose_only_a_suffix() -> None:
     report("exhaustive", n)
 
 
+def test_DUR_2_TOP_5_append_records_keep_per_record_labels_after_a_crash() -> None:
+    """DUR-2, TOP-5: an append_records batch replayed from the WAL keeps each record's own tag
+    and node (regression: replay once gave every record of the batch the first one's labels)."""
+    ops: list[Op] = [
+        ("create", "t", {"durability": "fsync"}),
+        ("append_records", "t", [(b"a", None, "n1"), (b"b", "x", "y"), (b"c", "x", "y")]),
+        ("append_records", "t", [(b"d", "z", None)]),
+    ]
+    run = CrashRun(open_file_store, ops)
+    n = run.check(every_point(run), torn="all")
+    assert n > 50
+    report("exhaustive", n)
+
+
 def test_DUR_9_subscriber_progress_and_checkpoints() -> None:
     """DUR-9 (hwm at least the flushed one, never ahead of acks), checkpoints and segment
     sealing interrupted at every point (snapshot tmp/rename, WAL retirement)."""
@@ -134,8 +148,13 @@ def _random_ops(rng: random.Random, n: int) -> list[Op]:
                     rng.choice([None, "x", "y"]),
                 )
             )
-        elif k < 0.55:
+        elif k < 0.51:
             ops.append(("append_many", topic, [b"m" * rng.randrange(50) for _ in range(3)]))
+        elif k < 0.55:
+            labels = [None, "x", "y"]
+            rows = [(b"r" * rng.randrange(40), rng.choice(labels), rng.choice(labels))]
+            rows += [(b"s", rng.choice(labels), rng.choice(labels)) for _ in range(rng.randrange(3))]
+            ops.append(("append_records", topic, rows))
         elif k < 0.62:
             ops.append(("delete", topic, rng.randrange(1, 8)))
         elif k < 0.70:

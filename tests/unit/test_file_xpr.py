@@ -147,3 +147,18 @@ def test_XPR_4_staged_ingest_is_atomic_and_idempotent(tmp_path: Path) -> None:
         assert got == [(b"x", "t1", None), (b"y", None, "n"), (b"z", "t2", None)]
         assert s.topic("capped").state().head_seq == 0  # nothing partial
     assert os.path.exists(files[0])  # the requester owns its staged files
+
+
+def test_XPR_1_view_replays_per_record_labels_of_append_records(tmp_path: Path) -> None:
+    """XPR-1, TOP-5: a read-only view replays the writer's WAL; an append_records batch keeps
+    each record's own tag and node (regression: every record once got the first one's)."""
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}") as store:
+        store.topic("ev").append_records([(b"a", None, "n1"), (b"b", "x", "y"), (b"c", "x", "y")])
+        with tidelog.open(f"file://{root}?readonly=true") as view:
+            items = view.topic("ev", create=False).read()
+    assert [(r.payload, r.tag, r.node) for r in items] == [  # type: ignore[union-attr]
+        (b"a", None, "n1"),
+        (b"b", "x", "y"),
+        (b"c", "x", "y"),
+    ]

@@ -28,7 +28,7 @@ from .crashfs import RecordingFS
 __all__ = ["CrashRun", "Op", "apply_op", "observe"]
 
 #: ("create", topic, {config}) | ("append", topic, payload, tag) | ("append_many", topic,
-#: [payloads]) | ("delete", topic, before) | ("subscribe", topic, sub, start) |
+#: [payloads]) | ("append_records", topic, [(payload, tag, node), ...]) | ("delete", topic, before) | ("subscribe", topic, sub, start) |
 #: ("ack", topic, sub, seq) | ("commit", topic, sub, seq) | ("flush_sub", topic, sub) |
 #: ("claim", topic, node, n) | ("complete_first", topic) | ("drop", topic) | ("flush",) |
 #: ("checkpoint",) | ("advance", ms)
@@ -56,6 +56,8 @@ def apply_op(store: Store, op: Op, clock: FakeClock, leases: dict[str, list[Any]
             return t.append(op[2], tag=op[3])
         if kind == "append_many":
             return t.append_many(op[2])
+        if kind == "append_records":
+            return t.append_records(op[2])
         if kind == "delete":
             return t.delete(op[2])
         if kind == "subscribe":
