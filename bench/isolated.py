@@ -121,7 +121,11 @@ def run_child(action: str, timeout: float = 900, **kwargs: Any) -> dict[str, Any
     return json.loads(lines[-1])  # type: ignore[no-any-return]
 
 
-_ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {"build": build_store, "open": open_store, "rss": append_rss}
+_ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "build": build_store,
+    "open": open_store,
+    "rss": append_rss,
+}
 
 if __name__ == "__main__":
     result = _ACTIONS[sys.argv[1]](**json.loads(sys.argv[2]))
