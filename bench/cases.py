@@ -140,7 +140,7 @@ def blockdev_many(ctx: Ctx, durability: str, batch: int = 1000) -> Metrics:
 _fixtures: dict[tuple[str, int], Any] = {}
 
 
-def _prefill_count(ctx: Ctx) -> int:
+def read_set_size(ctx: Ctx) -> int:
     total = (48 << 20) if ctx.quick else (256 << 20)
     return max(20_000, min(1_000_000, total // ctx.size))
 
@@ -154,7 +154,7 @@ def _read_fixture(ctx: Ctx, kind: str, rounds: int) -> tuple[Any, Any, int]:
         return got  # type: ignore[no-any-return]
     root = os.path.join(ctx.run_dir, f"fixture-{kind}-{ctx.size}")
     shutil.rmtree(root, ignore_errors=True)
-    n = _prefill_count(ctx)
+    n = read_set_size(ctx)
     batch = [ctx.payload] * 10_000
     store = tidelog.open(f"file://{root}")
     t = store.topic("bench", durability="disk")

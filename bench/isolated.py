@@ -118,7 +118,7 @@ def run_child(action: str, timeout: float = 900, **kwargs: Any) -> dict[str, Any
             f"bench child {action} exited {proc.returncode} without a result: "
             f"{proc.stderr.strip()[-2000:]}"
         )
-    return json.loads(lines[-1])  # type: ignore[no-any-return]
+    return json.loads(lines[-1])  # type: ignore[no-any-return,unused-ignore]
 
 
 _ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
