@@ -8,6 +8,7 @@ Reads verify each record's checksum (SEG-2): a mismatch in a sealed file is corr
 from __future__ import annotations
 
 import mmap
+import re
 import struct
 
 import xxhash
@@ -19,7 +20,7 @@ from tidelog.records import Item, Record
 from .format import segment as segfmt
 from .format.segment import SegmentIndex
 
-__all__ = ["SegChunk"]
+__all__ = ["SegChunk", "labelled"]
 
 _LABELS = struct.Struct("<HH")  # node_len, tag_len inside a record frame
 _LABELS_AT = 4 + 1 + 8 + 8  # after frame_len, flags, seq, ts
@@ -28,6 +29,16 @@ _FRAME = segfmt._RECORD  # frame_len, flags, seq, ts, node_len, tag_len, data_le
 _FIXED = segfmt._LEN_FIXED
 _HEAD = segfmt.RECORD_HEADER_SIZE
 _U64 = struct.Struct("<Q")
+
+
+_NONZERO = re.compile(b"[^\x00]")
+
+
+def labelled(index: SegmentIndex, mask: int = _LABELED) -> list[int]:
+    """Slots whose flags have a bit of ``mask`` (found by a C-speed scan: most segments hold
+    no labelled record at all, and opening a store must not loop over every record)."""
+    flags = index.flags.tobytes()
+    return [m.start() for m in _NONZERO.finditer(flags) if flags[m.start()] & mask]
 
 
 class SegChunk:
@@ -44,7 +55,7 @@ class SegChunk:
         self.nbytes = (
             sum(index.lengths)
             - segfmt.RECORD_OVERHEAD * index.count
-            - sum(self._label_bytes(i) for i in range(index.count) if index.flags[i] & _LABELED)
+            - sum(self._label_bytes(i) for i in labelled(index))
         )
 
     # -- SealedChunk -------------------------------------------------------------------------
