@@ -141,7 +141,7 @@ _fixtures: dict[tuple[str, int], Any] = {}
 
 
 def read_set_size(ctx: Ctx) -> int:
-    total = (48 << 20) if ctx.quick else (256 << 20)
+    total = (16 << 20) if ctx.quick else (256 << 20)
     return max(20_000, min(1_000_000, total // ctx.size))
 
 

@@ -163,7 +163,7 @@ class Settings:
     @classmethod
     def for_mode(cls, quick: bool, **overrides: Any) -> Settings:
         if quick:
-            base = cls(quick=True, repeats=3, seconds=0.2, recovery_bytes=64 << 20,
+            base = cls(quick=True, repeats=3, seconds=0.12, recovery_bytes=32 << 20,
                        rss_records=200_000)  # fmt: skip
         else:
             base = cls()

@@ -109,7 +109,7 @@ def seq_write(ctx: Ctx) -> Metrics:
     import time
 
     path = os.path.join(ctx.base, "seq")
-    total = (64 << 20) if ctx.quick else (512 << 20)
+    total = (32 << 20) if ctx.quick else (512 << 20)
     block = os.urandom(1 << 20)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
