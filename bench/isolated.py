@@ -19,6 +19,15 @@ __all__ = ["run_child", "build_store", "open_store", "append_rss"]
 
 
 def _maxrss_bytes() -> int:
+    """Peak RSS of this process image: VmHWM (ru_maxrss survives exec on Linux, so a child
+    would report its parent's peak)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 

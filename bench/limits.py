@@ -37,14 +37,15 @@ def _single(ctx: Ctx, overwrite: bool) -> Metrics:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         data = ctx.payload
+        prealloc = _PREALLOC if not ctx.quick else 4 << 20  # overwritten cyclically
         if overwrite:
-            _prealloc_zero(fd, _PREALLOC)
+            _prealloc_zero(fd, prealloc)
         off = [0]
 
         def step() -> int:
             o = off[0]
             if overwrite:
-                if o + len(data) > _PREALLOC:
+                if o + len(data) > prealloc:
                     o = 0
                 os.pwrite(fd, data, o)
             else:
@@ -77,7 +78,7 @@ def raw_joined(ctx: Ctx) -> Metrics:
     """1000 records joined into one os.pwrite + one fdatasync, into a preallocated file."""
     path = os.path.join(ctx.base, "raw")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    size = 64 << 20 if not ctx.quick else 32 << 20
+    size = 64 << 20 if not ctx.quick else 8 << 20
     try:
         _prealloc_zero(fd, size)
         batch = [ctx.payload] * 1000
@@ -133,7 +134,7 @@ def mmap_read(ctx: Ctx) -> Metrics:
     import time
 
     path = os.path.join(ctx.base, "cached")
-    total = 64 << 20
+    total = 64 << 20 if not ctx.quick else 16 << 20
     with open(path, "wb") as w:
         w.write(os.urandom(1 << 20) * (total >> 20))
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
