@@ -120,7 +120,7 @@ CASES: list[Case] = [
     Case("pq_sqlite", "persist-queue SQLiteQueue (WAL, FULL)", "peer", peers.persist_queue,
          "durable", guarantee=_DUR),
     Case("pq_sqlite_ack", "persist-queue SQLiteAckQueue (WAL, FULL)", "peer",
-         peers.persist_ack_queue, "durable", guarantee=_DUR),
+         P(peers.persist_queue, ack=True), "durable", guarantee=_DUR),
     Case("dc_sync2", "diskcache Deque sqlite_synchronous=2 (FULL)", "peer",
          P(peers.diskcache_deque, sqlite_synchronous=2), "durable", guarantee=_DUR),
     Case("dc_default", "diskcache Deque default (synchronous=1 NORMAL)", "peer",

@@ -16,7 +16,6 @@ from .measure import Ctx, Io, Metrics, rate_metrics, timed, timed_latency
 __all__ = [
     "sqlite",
     "persist_queue",
-    "persist_ack_queue",
     "diskcache_deque",
     "queuelib_fifo",
     "litequeue_queue",
@@ -113,35 +112,13 @@ def sqlite(ctx: Ctx, synchronous: str, per_txn: int) -> Metrics:
 # --- persist-queue --------------------------------------------------------------------------------
 
 
-def persist_queue(ctx: Ctx) -> Metrics:
-    """persistqueue.SQLiteQueue(auto_commit=True): WAL, SQLite's default synchronous (FULL)."""
+def persist_queue(ctx: Ctx, ack: bool = False) -> Metrics:
+    """persistqueue.SQLiteQueue(auto_commit=True), or with ``ack`` SQLiteAckQueue (get +
+    ack(item) per record): WAL, SQLite's default synchronous (FULL)."""
     import persistqueue
 
-    q = persistqueue.SQLiteQueue(os.path.join(ctx.base, "pq"), auto_commit=True)
-    data = ctx.payload
-
-    def put() -> int:
-        q.put(data)
-        return 1
-
-    out = _puts(ctx, put)
-
-    def get() -> int:
-        try:
-            q.get(block=False)
-        except persistqueue.Empty:
-            return 0
-        return 1
-
-    _consume(out, get, ctx.seconds)
-    return out
-
-
-def persist_ack_queue(ctx: Ctx) -> Metrics:
-    """persistqueue.SQLiteAckQueue: put; get + ack(item) per record (auto_commit=True)."""
-    import persistqueue
-
-    q = persistqueue.SQLiteAckQueue(os.path.join(ctx.base, "pq"), auto_commit=True)
+    kind = persistqueue.SQLiteAckQueue if ack else persistqueue.SQLiteQueue
+    q = kind(os.path.join(ctx.base, "pq"), auto_commit=True)
     data = ctx.payload
 
     def put() -> int:
@@ -155,7 +132,8 @@ def persist_ack_queue(ctx: Ctx) -> Metrics:
             item = q.get(block=False)
         except persistqueue.Empty:
             return 0
-        q.ack(item)
+        if ack:
+            q.ack(item)
         return 1
 
     _consume(out, get, ctx.seconds)
