@@ -403,10 +403,10 @@ def demo(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Install tidelog with the `bench` extra (the peers, matplotlib) and run ``tidelog bench
-    ARGS`` from an empty directory; results go to ./bench/results unless ``--out`` says."""
+    ARGS`` from an empty directory; results go to ./bench-results unless ``--out`` says."""
     _install_project(session, "bench")
     args = list(session.posargs)
     if not any(a == "--out" or a.startswith("--out=") for a in args):
-        args += ["--out", str(ROOT / "bench" / "results")]
+        args += ["--out", str(ROOT / "bench-results")]
     with tempfile.TemporaryDirectory(prefix="tidelog-bench-cwd-") as cwd, session.chdir(cwd):
         session.run("tidelog", "bench", *args, env={"PYTHONSAFEPATH": "1"})

@@ -27,5 +27,6 @@ for pkg, folder in ROOTS.items():
 setup(
     packages=sorted(set(packages)),
     package_dir=package_dir,
-    package_data={"tidelog": ["py.typed"]},  # PEP 561 marker, shipped once tidelog/py.typed exists
+    # PEP 561 marker (shipped once tidelog/py.typed exists); bench's README documents its figures
+    package_data={"tidelog": ["py.typed"], "tidelog.bench": ["README.md"]},
 )

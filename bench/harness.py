@@ -152,7 +152,7 @@ class Settings:
     repeats: int = 5
     seconds: float = 1.0
     directory: str | None = None
-    out: str = "bench/results"
+    out: str = "bench-results"
     only: list[str] = field(default_factory=list)
     sizes: tuple[int, ...] = SIZES
     recovery_bytes: int = 1 << 30
