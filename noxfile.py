@@ -7,6 +7,7 @@
   lint       ruff check + mypy (strict on tidelog and tidelog.model) on the installed layout
   demo       install tidelog and run ``tidelog demo ARGS``
   packaging  only tests/packaging (wheel + editable installs in fresh venvs)
+  bench      install tidelog[bench] and run ``tidelog bench ARGS`` (e.g. ``--quick``)
 
 Every session installs the project from a freshly built wheel, so what is tested is the package
 layout users get (model/ -> tidelog.model, ...), never the source folders. pytest runs with
@@ -397,3 +398,15 @@ def demo(session: nox.Session) -> None:
     """Install tidelog (wheel, not editable) and run the demo pipeline: ``tidelog demo ARGS``."""
     _install_project(session, "spark")
     session.run("tidelog", "demo", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Install tidelog with the `bench` extra (the peers, matplotlib) and run ``tidelog bench
+    ARGS`` from an empty directory; results go to ./bench-results unless ``--out`` says."""
+    _install_project(session, "bench")
+    args = list(session.posargs)
+    if not any(a == "--out" or a.startswith("--out=") for a in args):
+        args += ["--out", str(ROOT / "bench-results")]
+    with tempfile.TemporaryDirectory(prefix="tidelog-bench-cwd-") as cwd, session.chdir(cwd):
+        session.run("tidelog", "bench", *args, env={"PYTHONSAFEPATH": "1"})

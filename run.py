@@ -37,6 +37,8 @@ commands (nox sessions, see noxfile.py):
   crosshair    CrossHair contract check of tidelog.model (longer budget)
   lint         ruff check + mypy (strict on tidelog and tidelog.model)
   packaging    only tests/packaging (wheel + editable install checks)
+  bench        benchmarks vs the disk's limits and the Python peers
+               (`python3 run.py bench --quick`; results in bench-results/)
   SESSION      any other nox session in noxfile.py
 
 other:

@@ -1,7 +1,8 @@
 """Map the fixed top-level folders into the one ``tidelog`` package (see pyproject.toml).
 
 ``model/`` -> ``tidelog.model``, ``backends/`` -> ``tidelog.backends``, ``adapters/`` ->
-``tidelog.adapters``. find_packages runs under each root so a new subpackage is never forgotten
+``tidelog.adapters``, ``bench/`` -> ``tidelog.bench`` (``tidelog bench``). find_packages runs
+under each root so a new subpackage is never forgotten
 (a folder without ``__init__.py`` is not a package: tests/packaging/ fails if a .py file is left
 out of the wheel). Wheel, sdist and editable (PEP 660) installs all honour this mapping.
 """
@@ -13,6 +14,7 @@ ROOTS = {
     "tidelog.model": "model",
     "tidelog.backends": "backends",
     "tidelog.adapters": "adapters",
+    "tidelog.bench": "bench",
 }
 
 packages: list[str] = []
@@ -25,5 +27,6 @@ for pkg, folder in ROOTS.items():
 setup(
     packages=sorted(set(packages)),
     package_dir=package_dir,
-    package_data={"tidelog": ["py.typed"]},  # PEP 561 marker, shipped once tidelog/py.typed exists
+    # PEP 561 marker (shipped once tidelog/py.typed exists); bench's README documents its figures
+    package_data={"tidelog": ["py.typed"], "tidelog.bench": ["README.md"]},
 )

@@ -363,6 +363,12 @@ class TopicLog:
         if self.chunks and start < self.base:
             for c, i0, i1 in self._pieces(start, min(end, self.base - 1)):
                 assert c is not None
+                bulk = getattr(c, "records_into", None)  # a chunk's own sequential read
+                if bulk is not None:
+                    stopped = bulk(items, i0, i1, limit, exclude)
+                    if stopped is not None:
+                        return int(stopped)
+                    continue
                 for i in range(i0, i1 + 1):
                     if len(items) >= limit:
                         return c.first_seq + i - 1
@@ -378,11 +384,11 @@ class TopicLog:
         room = limit - len(items)
         if not room:
             return start - 1
-        append = items.append
-        while i <= stop and room:
+        append, new = items.append, tuple.__new__  # tuple.__new__: a NamedTuple without its
+        while i <= stop and room:  # Python-level __new__ (measurable per record)
             payload = p[i]
             if payload is not None and (exclude is None or nd[i] != exclude):
-                append(Record(base + i, t[i], g[i], nd[i], payload))
+                append(new(Record, (base + i, t[i], g[i], nd[i], payload)))
                 room -= 1
             i += 1
         return end if i > stop else base + i - 1

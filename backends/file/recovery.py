@@ -21,7 +21,7 @@ from tidelog.config import TopicConfig
 from tidelog.errors import Corrupt
 
 from ..common.engine import EngineTopic
-from .chunk import SegChunk
+from .chunk import SegChunk, labelled
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
@@ -127,9 +127,8 @@ def _index_tags(t: EngineTopic) -> None:
     """Rebuild the tag index from the sealed records that carry a tag (seed 000 §4 step 2)."""
     per_tag: dict[str, list[int]] = {}
     for c in t.log.chunks:
-        flags = c.index.flags  # type: ignore[attr-defined]
-        for i in range(c.count):
-            if flags[i] & segfmt.HAS_TAG and c.is_live(i):
+        for i in labelled(c.index, segfmt.HAS_TAG):  # type: ignore[attr-defined]
+            if c.is_live(i):
                 tag = c.tag(i)  # type: ignore[attr-defined]
                 if tag is not None:
                     per_tag.setdefault(tag, []).append(c.first_seq + i)
@@ -224,20 +223,25 @@ def _scan_file(
 ) -> tuple[int, list[list[walfmt.Frame]], bool]:
     """(end of the last complete op batch, complete batches, torn?) of one WAL file."""
     h = b.fs.open_read(path)
+    # The writer's own recovery maps the file (nobody else writes it: we hold the lock), so
+    # only the pages up to the log's end are touched, not the whole preallocated file; a
+    # read-only view copies it, since the writer may be appending meanwhile.
+    data = h.pread(h.size(), 0) if b.readonly else h.map()
     try:
-        data = h.pread(h.size(), 0)
+        try:
+            header = walfmt.decode_header(data)
+        except Corrupt as exc:
+            raise _NoHeader(f"{path}: {exc.message}") from None
+        if header.store_id != b.store_id:
+            raise Corrupt(
+                f"{path}: belongs to another store (store_id {header.store_id.hex()}, "
+                f"this store is {b.store_id.hex()}) (WAL)"
+            )
+        result = walfmt.scan(data, offset)  # frames hold copies of their bytes
     finally:
+        if isinstance(data, memoryview):
+            data.release()
         h.close()
-    try:
-        header = walfmt.decode_header(data)
-    except Corrupt as exc:
-        raise _NoHeader(f"{path}: {exc.message}") from None
-    if header.store_id != b.store_id:
-        raise Corrupt(
-            f"{path}: belongs to another store (store_id {header.store_id.hex()}, "
-            f"this store is {b.store_id.hex()}) (WAL)"
-        )
-    result = walfmt.scan(data, offset)
     batches, torn_batch = walfmt.split_batches(result.frames)
     end = batches[-1][-1].offset + batches[-1][-1].length if batches else offset
     torn = result.status == "torn" or bool(torn_batch)

@@ -12,6 +12,16 @@ A file is made durable before the next one receives a byte, so recovery never se
 file N+1 while file N has a torn tail. Any I/O failure poisons the shard: every later submit or
 wait raises the stored ``StorageError`` (the page cache state is unknown after a failed fsync;
 only recovery can tell what is on disk).
+
+Zero-ahead: a ``fallocate``d file is all *unwritten* extents, so on ext4/xfs the first write
+into each block converts an extent and its ``fdatasync`` must also commit the filesystem
+journal, about twice the device work of overwriting an initialised block. When a leader writes
+a small batch (a durable single append), it also writes zeros over the next ``ZERO_AHEAD``
+bytes past the data, once per that many bytes, inside the same ``fdatasync``; later small
+appends then overwrite initialised blocks, as the raw overwrite-a-preallocated-file loop does.
+Large batches skip it (their journal commit is amortised; zeroing would double their device
+bytes). The range past the log's end already reads as zeros (WAL-4), so this never changes a
+file's content: the crash-simulation FS, where it could only multiply sector states, skips it.
 """
 
 from __future__ import annotations
@@ -22,13 +32,16 @@ import time
 from dataclasses import dataclass
 
 from tidelog.errors import StorageError
-from tidelog.fsio import FS, Handle, make_dirs, storage_error
+from tidelog.fsio import FS, Handle, OsFS, make_dirs, storage_error
 
 from .format import wal as walfmt
 
 __all__ = ["WalShard", "WalOptions", "wal_dir", "wal_file_name"]
 
 HEADER_SIZE = 64
+ZERO_AHEAD = 1 << 20  # bytes zeroed past a small write's end (module docstring)
+_ZERO_BELOW = 64 << 10  # batches at least this big never trigger zero-ahead
+_ZEROS = bytes(ZERO_AHEAD)
 
 
 @dataclass(frozen=True)
@@ -79,7 +92,10 @@ class WalShard:
         self.gen = first_gen  # gen of the file receiving new placements
         self.offset = HEADER_SIZE
         self.files: dict[int, Handle] = {}
-        self.stats = {"writes": 0, "fdatasyncs": 0, "bytes": 0}
+        self.stats = {"writes": 0, "fdatasyncs": 0, "bytes": 0, "zeroed": 0}
+        # zero-ahead only where it is a physical matter: real files with unwritten extents
+        self._zero_ahead = options.prealloc == "fallocate" and isinstance(fs, OsFS)
+        self._zeroed: dict[int, int] = {}  # gen -> offset up to which the file was written
         make_dirs(self.fs, self.dir)
         self._open_file(first_gen)
         self._stop = False
@@ -190,12 +206,27 @@ class WalShard:
             h.pwrite(data, offset)
             self.stats["writes"] += 1
             self.stats["bytes"] += len(data)
+            if self._zero_ahead:
+                self._zero_past(h, gen, offset + len(data), len(data))
             end = batch[j][3]
             if j + 1 < len(batch) or sync:
                 h.fdatasync()
                 self.stats["fdatasyncs"] += 1
             i = j + 1
         return end
+
+    def _zero_past(self, h: Handle, gen: int, end: int, size: int) -> None:
+        """Zero-ahead (module docstring): called by the leader, right after writing frames that
+        end at ``end``; nothing placed later can have been written yet (leaders take turns)."""
+        done = max(self._zeroed.get(gen, HEADER_SIZE), end)
+        limit = self.options.file_bytes
+        if size < _ZERO_BELOW and done - end < ZERO_AHEAD // 2 and done < limit:
+            hi = min(limit, (end + ZERO_AHEAD) & ~4095)
+            if hi > done:
+                h.pwrite(memoryview(_ZEROS)[: hi - done], done)
+                self.stats["zeroed"] += hi - done
+                done = hi
+        self._zeroed[gen] = done
 
     def _prepare(self, gen: int) -> Handle:
         """The previous file is complete: make it durable, then open the next one."""
@@ -252,6 +283,7 @@ class WalShard:
             # list(): a leader may open the next file concurrently (it never touches old gens)
             for g in sorted(g for g in list(self.files) if g < gen):
                 self.files.pop(g).close()
+                self._zeroed.pop(g, None)
         for name in self.fs.listdir(self.dir):
             if name.startswith("wal-") and name.endswith(".log"):
                 g = int(name[4:-4], 16)

@@ -41,6 +41,7 @@ ROOTS = {
     "tidelog.model": "model",
     "tidelog.backends": "backends",
     "tidelog.adapters": "adapters",
+    "tidelog.bench": "bench",
 }
 MUST_RESOLVE = [
     "tidelog",
@@ -49,8 +50,9 @@ MUST_RESOLVE = [
     "tidelog.backends.file",
     "tidelog.backends.blockdev",
     "tidelog.adapters.spark",
+    "tidelog.bench",
 ]
-MUST_NOT_IMPORT = ["model", "backends", "adapters"]
+MUST_NOT_IMPORT = ["model", "backends", "adapters", "bench"]
 IGNORED_NAMES = {"__pycache__", ".DS_Store"}
 IGNORED_SUFFIXES = (".pyc", ".pyo")
 TIMEOUT = 300

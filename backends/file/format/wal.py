@@ -90,6 +90,7 @@ class FrameType(IntEnum):
 
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
 _APPEND = int(FrameType.APPEND)
+_new = tuple.__new__
 
 HAS_TAG = 0x01
 HAS_NODE = 0x02
@@ -321,7 +322,8 @@ def _decode_at(mv: memoryview, pos: int) -> Frame | _Stop:
     if (node is None and nl) or (tag is None and tl):
         return _Stop("torn", "tag or node bytes present but HAS_TAG/HAS_NODE unset")
     data = bytes(mv[at + nl + tl : cs_at])
-    return Frame(ftype, flags, topic_id, seq, ts, node, tag, data, pos, frame_len + 4)
+    # tuple.__new__: a NamedTuple without its Python-level __new__ (replay decodes every frame)
+    return _new(Frame, (ftype, flags, topic_id, seq, ts, node, tag, data, pos, frame_len + 4))
 
 
 class WalScanner:

@@ -1,0 +1,70 @@
+"""WAL zero-ahead (backends/file/wal.py): small durable writes into a fallocated WAL file also
+zero the next stretch of it, so later appends overwrite initialised blocks instead of converting
+unwritten extents (issue 8's durable single-append target). It never changes what a file holds:
+the bytes past the log's end stay zero (WAL-4), large batches do not trigger it, everything
+reads back after a reopen, and the crash-simulation FS never sees it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import tidelog
+from tidelog.backends.file import FileBackend, open_store
+from tidelog.backends.file.format import wal as walfmt
+from tidelog.backends.file.wal import ZERO_AHEAD
+from tidelog.conformance.crashfs import RecordingFS
+
+
+def _backend(store: tidelog.Store) -> FileBackend:
+    b = store._backend
+    assert isinstance(b, FileBackend)
+    return b
+
+
+def _wal_file(root: Path) -> Path:
+    (name,) = sorted(n for n in os.listdir(root / "wal") if walfmt.parse_file_name(n) is not None)
+    return root / "wal" / name
+
+
+def test_WAL_4_small_durable_writes_zero_ahead_and_keep_the_tail_zero(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}?background=false&wal_file_bytes=4MiB") as store:
+        t = store.topic("t", durability="fsync")
+        shard = _backend(store).shards[0]
+        for i in range(50):
+            t.append(b"r%03d" % i * 25)
+        zeroed = shard.stats["zeroed"]
+        assert ZERO_AHEAD // 2 <= zeroed <= 2 * ZERO_AHEAD
+        assert shard.stats["fdatasyncs"] >= 50  # still one fdatasync per durable append
+        image = _wal_file(root).read_bytes()
+        scanned = walfmt.scan(image)
+        assert scanned.status == "clean"
+        assert walfmt.first_nonzero(image, scanned.end) is None
+        assert len(image) == 4 << 20  # preallocated once, never grown by the zeros
+    with tidelog.open(f"file://{root}") as store:
+        items = store.topic("t").read(0, 100)
+        assert [r.payload for r in items] == [b"r%03d" % i * 25 for i in range(50)]
+
+
+def test_large_batches_do_not_zero_ahead(tmp_path: Path) -> None:
+    with tidelog.open(f"file://{tmp_path / 's'}?background=false") as store:
+        t = store.topic("t", durability="fsync")
+        shard = _backend(store).shards[0]
+        before = shard.stats["zeroed"]
+        for _ in range(5):
+            t.append_many([b"x" * 100] * 1000)  # ~146 KB of frames per write
+        assert shard.stats["zeroed"] == before
+
+
+def test_prealloc_zero_and_the_crash_simulation_fs_never_zero_ahead(tmp_path: Path) -> None:
+    with tidelog.open(f"file://{tmp_path / 'z'}?background=false&prealloc=zero") as store:
+        store.topic("t", durability="fsync").append(b"x")
+        assert _backend(store).shards[0].stats["zeroed"] == 0
+    fs = RecordingFS()
+    store = open_store(fs, "/s", background=False)
+    try:
+        store.topic("t", durability="fsync").append(b"x")
+        assert _backend(store).shards[0].stats["zeroed"] == 0
+    finally:
+        store.close()
