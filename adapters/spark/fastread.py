@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np  # the spark extra brings it (pyspark's Arrow paths need it too)
 import pyarrow as pa
+import xxhash
 
 from tidelog.errors import Corrupt
 
@@ -26,23 +28,17 @@ from .columns import log_schema
 
 __all__ = ["available", "chunk_ranges", "read_chunk"]
 
-try:
-    import numpy as np
-    import xxhash
-
-    _HDR = np.dtype(
-        [
-            ("frame_len", "<u4"),
-            ("flags", "u1"),
-            ("seq", "<u8"),
-            ("ts", "<u8"),
-            ("nl", "<u2"),
-            ("tl", "<u2"),
-            ("dl", "<u4"),
-        ]
-    )  # the record frame header of FORMATS SEG-2, packed: 29 bytes
-except ImportError:  # pragma: no cover - numpy comes with the spark extra (pandas)
-    np = None  # type: ignore[assignment]
+_HDR = np.dtype(
+    [
+        ("frame_len", "<u4"),
+        ("flags", "u1"),
+        ("seq", "<u8"),
+        ("ts", "<u8"),
+        ("nl", "<u2"),
+        ("tl", "<u2"),
+        ("dl", "<u4"),
+    ]
+)  # the record frame header of FORMATS SEG-2, packed: 29 bytes
 
 _HEADER = 29
 _OVERHEAD = _HEADER + 8
@@ -52,8 +48,8 @@ _MAX_BATCH_BYTES = 256 << 20  # Arrow binary offsets are int32: stay far below 2
 
 
 def available() -> bool:
-    """numpy present and an Arrow with binary_view arrays (pyarrow >= 16)."""
-    return np is not None and hasattr(pa, "binary_view")
+    """An Arrow with binary_view arrays (pyarrow >= 16)."""
+    return hasattr(pa, "binary_view")
 
 
 def _is_segchunk(chunk: Any) -> bool:

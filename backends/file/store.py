@@ -331,7 +331,7 @@ class FileBackend(Engine):
                 topic = store.topic(body["topic"], **body.get("config", {}))
                 records = [r for path in body["files"] for r in requests.read_staged(self.fs, path)]
                 producer = tuple(body["producer"]) if body.get("producer") else None
-                seqs = topic.append_records(records, producer=producer)  # type: ignore[arg-type]
+                seqs = topic.append_records(records, producer=producer)
                 self.flush()  # durable before the requester is told
                 return {"ok": True, "seqs": [seqs[0], seqs[-1]] if seqs else []}
             topic = store.topic(body["topic"], create=False)
