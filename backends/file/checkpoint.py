@@ -96,11 +96,18 @@ def _capture(b: FileBackend) -> _Capture:
         firsts = [c.first_seq for c in log.chunks]
         if t.config.durability != "ephemeral" and log.payloads and log.head >= log.base:
             first, payloads, tss, tags, nodes = log.tail_slice(log.head)
-            bundles = t.config.payload == "bundles"
-            tail = _Tail(t.tid, first, payloads, tss, tags, nodes, bundles)
-            tails.append(tail)
-            firsts += [lo for lo, _ in _split(b, tail)]
-            dead += ranges([first + i for i, p in enumerate(payloads) if p is None])
+            # A dead prefix is not sealed: no segment names those seqs, and sealing the chunk
+            # after it cuts them from the tail too (TopicLog.seal). An all-dead tail writes
+            # no file at all (after a subscriber trimmed everything, say).
+            k = next((i for i, p in enumerate(payloads) if p is not None), len(payloads))
+            if k < len(payloads):
+                bundles = t.config.payload == "bundles"
+                tail = _Tail(
+                    t.tid, first + k, payloads[k:], tss[k:], tags[k:], nodes[k:], bundles
+                )
+                tails.append(tail)
+                firsts += [lo for lo, _ in _split(b, tail)]
+                dead += ranges([tail.first + i for i, p in enumerate(tail.payloads) if p is None])
         ceiling = b.ceilings.get(t.tid, log.head)
         jobs = t.jobs
         topics.append(
