@@ -234,15 +234,15 @@ def encode_bundle(bundle: RecordBundle) -> bytes:
     its metadata block and its Arrow IPC stream."""
     if not isinstance(bundle, RecordBundle):
         raise BadArgument(f"expected a RecordBundle, got {type(bundle).__name__}")
-    parts: list[bytes | pa.Buffer] = [HEADER_STRUCT.pack(MAGIC, VERSION, HEADER_SIZE, bundle.bitmap)]
+    header = HEADER_STRUCT.pack(MAGIC, VERSION, HEADER_SIZE, bundle.bitmap)
+    parts: list[bytes | pa.Buffer] = [header]
     for slot, batch in bundle.slots.items():
         stream = _ipc_stream(batch)
         if stream.size > _U32:
             raise BadArgument(f"bundle slot {slot} encodes to {stream.size} bytes; at most {_U32}")
         fingerprint = message_fingerprint(memoryview(stream))
-        parts.append(
-            SLOT_META_STRUCT.pack(bundle.payload_type(slot), fingerprint, batch.num_rows, stream.size)
-        )
+        meta = (bundle.payload_type(slot), fingerprint, batch.num_rows, stream.size)
+        parts.append(SLOT_META_STRUCT.pack(*meta))
         parts.append(stream)
     return b"".join(parts)  # pa.Buffer supports the buffer protocol
 

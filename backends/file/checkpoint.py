@@ -25,12 +25,12 @@ from tidelog.errors import BadArgument, Corrupt
 from tidelog.fsio import make_dirs
 
 from ..common.engine import EngineTopic
-from .chunk import DeadSlots, SegChunk
+from .chunk import SegChunk
+from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
 from .journal import ranges
-from .format import qseg_name
 from .progressfiles import topic_dir
 
 if TYPE_CHECKING:
@@ -49,14 +49,14 @@ class _Tail:
     tags: list[str | None]
     nodes: list[str | None]
     bundles: bool = False  # payload="bundles": sealed as .qseg (spec/BUNDLES.md QSEG)
-    chunks: list[DeadSlots] = field(default_factory=list)
+    chunks: list[SegChunk | QsegChunk] = field(default_factory=list)
 
 
 @dataclass
 class _Capture:
     body: dict[str, Any]
     tails: list[_Tail]
-    detached: list[DeadSlots]
+    detached: list[SegChunk | QsegChunk]
     dropped: list[EngineTopic]
     positions: dict[str, tuple[int, int]]
 
@@ -86,7 +86,7 @@ def checkpoint(b: FileBackend) -> int:
 def _capture(b: FileBackend) -> _Capture:
     topics: list[dict[str, Any]] = []
     tails: list[_Tail] = []
-    detached: list[DeadSlots] = []
+    detached: list[SegChunk | QsegChunk] = []
     for t in sorted(b.by_id.values(), key=lambda x: x.tid):
         log = t.log
         detached += log.drop_dead_chunks()  # type: ignore[arg-type]
@@ -173,7 +173,7 @@ def _write_segments(b: FileBackend, tail: _Tail) -> None:
     make_dirs(b.fs, directory)
     for first, count in _split(b, tail):
         lo = first - tail.first
-        chunk: DeadSlots | None = None
+        chunk: SegChunk | QsegChunk | None = None
         if tail.bundles:
             chunk = _write_qseg(b, directory, tail, first, count)
         if chunk is None:

@@ -22,11 +22,11 @@ from tidelog.errors import Corrupt
 
 from ..common.engine import EngineTopic
 from .chunk import SegChunk
+from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
 from .format.wal import FrameType
-from .format import qseg_name
 from .progressfiles import read_progress, topic_dir
 
 if TYPE_CHECKING:

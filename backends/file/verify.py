@@ -507,6 +507,7 @@ def _check_qseg(ctx: _Ctx, path: str, first_seq: int) -> int | None:
         return None
     from .format import qseg  # pyarrow: only stores with bundle topics need it
 
+    last: int | None = None
     with ctx.guard(path, "QSEG-7"):
         try:
             reader = qseg.open_qseg(data)
@@ -517,8 +518,8 @@ def _check_qseg(ctx: _Ctx, path: str, first_seq: int) -> int | None:
             detail = f"holds seqs from {reader.first_seq}, its name says {first_seq}"
             ctx.error(path, None, "QSEG-10", detail)
             return None
-        return reader.last_seq
-    return None
+        last = reader.last_seq
+    return last
 
 
 def _check_segment(ctx: _Ctx, path: str, topic_id: int, first_seq: int) -> int | None:

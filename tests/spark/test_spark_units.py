@@ -327,3 +327,43 @@ def test_SPK_3_columnar_reads_verify_every_frame(tmp_path: Path) -> None:
     assert reading._sealed_runs(opts, 1, 50)[0]
     with pytest.raises(Corrupt, match="XXH3"):
         list(reading.read_log(opts, 1, 50))
+
+
+def test_SPK_5_slot_reads_of_sealed_qseg_segments_equal_the_public_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPK-5 over QSEG-11: a slot read takes the bundles of sealed Quiver segments zero-copy
+    from the mapped files, and returns exactly what decoding the records Topic.read returns
+    gives (drift, dictionaries, removed bundles, the unsealed tail)."""
+    from tidelog.adapters.spark import fastread, reading
+    from tidelog.adapters.spark.columns import slot_schema
+    from tidelog.bundle import RecordBundle
+
+    root = tmp_path / "s"
+    writer = tidelog.open(f"file://{root}?segment_max_records=3&background=false")
+    t = writer.topic("b", payload="bundles")
+    for i in range(12):
+        cols: dict[str, Any] = {"n": pa.array([i, i], pa.uint8())}
+        if i >= 5:
+            cols["d"] = pa.DictionaryArray.from_arrays(pa.array([0, 1], pa.int8()), ["x", "y"])
+        t.append_bundle(RecordBundle({0 if i % 4 else 1: pa.record_batch(cols)}))
+    t.delete(before_seq=3)
+    writer._backend.checkpoint()  # type: ignore[attr-defined]
+    t.append_bundle(RecordBundle({0: pa.record_batch({"n": pa.array([99], pa.uint8())})}))
+    try:
+        opts = parse_options({"path": str(root), "topic": "b", "slot": "0", "batchRecords": "5"})
+        target = slot_schema(reading.infer_slot_columns(opts))
+        runs, resume = reading._sealed_runs(opts, 1, 13, fastread.is_qseg_chunk)
+        assert len(runs) >= 3 and resume == 13  # sealed: Quiver segments; 13: the tail
+
+        def table() -> pa.Table:
+            return pa.Table.from_batches(list(reading.read_slot(opts, 1, 13, target)), target)
+
+        fast = table()
+        with monkeypatch.context() as m:
+            m.setattr(fastread, "available", lambda: False)
+            slow = table()
+        assert fast.equals(slow) and fast.num_rows == 2 * 8 + 1  # seqs 3,4,6,7,8,10,11,12; 13
+        assert fast.column("_seq").to_pylist()[-1] == 13
+    finally:
+        writer.close()

@@ -22,7 +22,6 @@ from tidelog.backends.file.format.qseg import (
     InvalidFormat,
     QsegError,
     Truncated,
-    open_qseg_file,
 )
 from tidelog.backends.file.verify import verify_store
 from tidelog.bundle import RecordBundle, encode_bundle
@@ -59,11 +58,11 @@ def segment_files(root: Path) -> list[str]:
     return sorted(p.name for p in root.glob("topics/*/seg-*"))
 
 
-def test_QSEG_1_10_11_12_bundle_topic_seals_read_only_qseg_read_back_exactly(tmp_path: Path) -> None:
-    """BND-9, QSEG-1, QSEG-10, QSEG-11, QSEG-12: a payload="bundles" topic seals into .qseg files only (mode 0440),
-    its records come back byte-identical (TOP-5) before and after reopening, the bundles with
-    their exact schemas (dictionary key types, metadata: BND-7), and the batches of a sealed
-    segment are served zero-copy from the mapped file."""
+def test_QSEG_12_bundle_topic_seals_read_only_qseg_read_back_exactly(tmp_path: Path) -> None:
+    """BND-9, QSEG-1, QSEG-10, QSEG-11, QSEG-12: a payload="bundles" topic seals into .qseg
+    files only (mode 0440), its records come back byte-identical (TOP-5) before and after
+    reopening, the bundles with their exact schemas (dictionary key types, metadata: BND-7),
+    and the batches of a sealed segment are served zero-copy from the mapped file."""
     root = tmp_path / "s"
     bundles = [bundle(i) for i in range(10)]
     with tidelog.open(f"file://{root}?{OPTS}") as store:
@@ -86,8 +85,10 @@ def test_QSEG_1_10_11_12_bundle_topic_seals_read_only_qseg_read_back_exactly(tmp
         assert t.state() == state
         got = t.read_bundles(limit=100)
         assert [r.bundle for r in got] == bundles[1:]  # type: ignore[union-attr]
-        assert got[4].bundle[0].schema.field("level").type.index_type == pa.uint16()  # type: ignore[union-attr]
-        assert [r.seq for r in t.read(after=0, limit=100) if r[2] == "t1"] == [2, 5, 8]  # type: ignore[index]
+        level = got[4].bundle[0].schema.field("level")  # type: ignore[union-attr]
+        assert level.type.index_type == pa.uint16()
+        tagged = [r.seq for r in t.read(after=0, limit=100) if r[2] == "t1"]  # type: ignore[index]
+        assert tagged == [2, 5, 8]
         assert t.delete(tag="t1") == 3  # the tag index was rebuilt from the manifests
         chunk = store._backend.topics["b"].log.chunks[0]  # type: ignore[attr-defined]
         mapped = chunk.data
@@ -128,7 +129,8 @@ def test_QSEG_9_a_payload_arrow_would_encode_differently_is_sealed_plain(tmp_pat
     a warning; it still reads back byte-identical."""
     batch = pa.record_batch({"x": [1, 2]})
     sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, batch.schema, options=ipc.IpcWriteOptions(use_legacy_format=True)) as w:
+    legacy_ipc = ipc.IpcWriteOptions(use_legacy_format=True)
+    with ipc.new_stream(sink, batch.schema, options=legacy_ipc) as w:
         w.write_batch(batch)
     stream = sink.getvalue().to_pybytes()
     import hashlib
@@ -158,7 +160,8 @@ def test_QSEG_9_a_payload_arrow_would_encode_differently_is_sealed_plain(tmp_pat
 def _damaged(tmp_path: Path, change: Any) -> tuple[Path, Path]:
     root = tmp_path / "s"
     with tidelog.open(f"file://{root}?{OPTS}") as store:
-        store.topic("b", payload="bundles").append_many([encode_bundle(bundle(i)) for i in range(3)])
+        payloads = [encode_bundle(bundle(i)) for i in range(3)]
+        store.topic("b", payload="bundles").append_many(payloads)
     (path,) = root.glob("topics/*/seg-*.qseg")
     raw = bytearray(path.read_bytes())
     os.chmod(path, 0o640)
