@@ -139,11 +139,28 @@ class Store:
 class Topic:
     """A handle on one topic incarnation."""
 
-    __slots__ = ("_store", "_ref")
+    __slots__ = ("_store", "_ref", "_bundles")
 
     def __init__(self, store: Store, ref: TopicRef) -> None:
         self._store = store
         self._ref = ref
+        self._bundles: bool | None = None  # payload="bundles"? (config is immutable, TOP-9)
+
+    def _check_bundles(self, payloads: Iterable[bytes]) -> None:
+        """BND-9: a topic declared with payload="bundles" takes only valid bundle payloads,
+        refused (bad_argument) before a seq is assigned."""
+        if self._bundles is None:
+            self._bundles = self._store._live().topic_config(self._ref).payload == "bundles"
+        if not self._bundles:
+            return
+        for i, payload in enumerate(payloads):
+            try:
+                decode_bundle(payload)
+            except Corrupt as exc:
+                raise BadArgument(
+                    f"topic {self.name!r} holds bundles (payload='bundles'): payload {i} is "
+                    f"not one ({exc.message}); use append_bundle (BND-9)"
+                ) from None
 
     @property
     def name(self) -> str:
@@ -163,6 +180,7 @@ class Topic:
         data = _payload(payload)
         check_label(tag, "tag")
         check_label(node, "node")
+        self._check_bundles((data,))
         return self._append((data,), tag, node)[0]
 
     def append_many(
@@ -186,6 +204,7 @@ class Topic:
         if not data:
             self._store._live()
             return []
+        self._check_bundles(data)
         return self._append(data, tag, node, producer)
 
     def append_records(
@@ -206,6 +225,7 @@ class Topic:
         backend = self._store._live()
         if not rows:
             return []
+        self._check_bundles(r[0] for r in rows)
         return backend.append_records(self._ref, rows, producer)
 
     # -- Arrow bundles (spec/BUNDLES.md) -----------------------------------------------------
@@ -221,9 +241,12 @@ class Topic:
         With ``producer=(id, n)`` it has ``append_many`` semantics (TOP-11) and returns the list
         of seqs: ``[seq]``, or ``[]`` when ``n`` was already applied."""
         payload = encode_bundle(bundle)
-        if producer is None:
-            return self.append(payload, tag=tag, node=node)
-        return self.append_many([payload], tag=tag, node=node, producer=producer)
+        check_label(tag, "tag")
+        check_label(node, "node")
+        if producer is None:  # encoded here: no BND-9 check needed
+            return self._append((payload,), tag, node)[0]
+        _producer(producer)
+        return self._append([payload], tag, node, producer)
 
     def read_bundles(
         self, after: int = 0, limit: int = 1000, *, wait_ms: int = 0

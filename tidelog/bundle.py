@@ -41,16 +41,19 @@ __all__ = [
     "is_bundle",
     "schema_fingerprint",
     "message_fingerprint",
+    "first_message",
+    "HEADER_STRUCT",
+    "SLOT_META_STRUCT",
 ]
 
 MAGIC = b"TDLB"
 VERSION = 1
 #: magic(4) | version u16 | header_size u16 | slot_bitmap u64 (BND-1, BND-2)
 HEADER_SIZE = 16
-_HEADER = struct.Struct("<4sHHQ")
+HEADER_STRUCT = struct.Struct("<4sHHQ")
 #: payload_type_id u16 | schema_fingerprint [32] | row_count u32 | payload_len u32 (BND-3)
-_SLOT_META = struct.Struct("<H32sII")
-SLOT_META_SIZE = _SLOT_META.size  # 42
+SLOT_META_STRUCT = struct.Struct("<H32sII")
+SLOT_META_SIZE = SLOT_META_STRUCT.size  # 42
 MAX_SLOTS = 64  # one u64 bitmap (seed 002: "current encoding fits <= 64 slots")
 _U32 = (1 << 32) - 1
 _CONTINUATION = b"\xff\xff\xff\xff"
@@ -187,7 +190,7 @@ def _check_slot(slot: object) -> None:
 
 
 # -- fingerprints ----------------------------------------------------------------------------
-def _first_message(stream: memoryview | bytes) -> memoryview:
+def first_message(stream: memoryview | bytes) -> memoryview:
     """The bytes of the first encapsulated IPC message (the schema) of an IPC stream: optional
     continuation marker, int32 metadata length, metadata (padded). A schema message has no
     body. Raises ValueError when the bytes cannot hold one."""
@@ -207,7 +210,7 @@ def _first_message(stream: memoryview | bytes) -> memoryview:
 
 def message_fingerprint(stream: memoryview | bytes) -> bytes:
     """BND-4: SHA-256 of the encapsulated schema message at the start of an IPC stream."""
-    return hashlib.sha256(_first_message(stream)).digest()
+    return hashlib.sha256(first_message(stream)).digest()
 
 
 def schema_fingerprint(schema: pa.Schema) -> bytes:
@@ -231,15 +234,15 @@ def encode_bundle(bundle: RecordBundle) -> bytes:
     its metadata block and its Arrow IPC stream."""
     if not isinstance(bundle, RecordBundle):
         raise BadArgument(f"expected a RecordBundle, got {type(bundle).__name__}")
-    parts: list[bytes | pa.Buffer] = [_HEADER.pack(MAGIC, VERSION, HEADER_SIZE, bundle.bitmap)]
+    header = HEADER_STRUCT.pack(MAGIC, VERSION, HEADER_SIZE, bundle.bitmap)
+    parts: list[bytes | pa.Buffer] = [header]
     for slot, batch in bundle.slots.items():
         stream = _ipc_stream(batch)
         if stream.size > _U32:
             raise BadArgument(f"bundle slot {slot} encodes to {stream.size} bytes; at most {_U32}")
         fingerprint = message_fingerprint(memoryview(stream))
-        parts.append(
-            _SLOT_META.pack(bundle.payload_type(slot), fingerprint, batch.num_rows, stream.size)
-        )
+        meta = (bundle.payload_type(slot), fingerprint, batch.num_rows, stream.size)
+        parts.append(SLOT_META_STRUCT.pack(*meta))
         parts.append(stream)
     return b"".join(parts)  # pa.Buffer supports the buffer protocol
 
@@ -275,7 +278,7 @@ def read_slot_metas(payload: bytes | bytearray | memoryview) -> list[SlotMeta]:
     view = _bytes_view(payload)
     if len(view) < HEADER_SIZE:
         raise Corrupt(f"bundle payload of {len(view)} bytes is shorter than its header (BND-1)")
-    magic, version, header_size, bitmap = _HEADER.unpack_from(view, 0)
+    magic, version, header_size, bitmap = HEADER_STRUCT.unpack_from(view, 0)
     if magic != MAGIC:
         raise Corrupt(f"not a bundle payload: magic {bytes(magic)!r}, expected {MAGIC!r} (BND-1)")
     if version != VERSION:
@@ -289,7 +292,7 @@ def read_slot_metas(payload: bytes | bytearray | memoryview) -> list[SlotMeta]:
             continue
         if off + SLOT_META_SIZE > len(view):
             raise Corrupt(f"bundle slot {slot}: metadata block runs past the payload (BND-3)")
-        type_id, fingerprint, rows, length = _SLOT_META.unpack_from(view, off)
+        type_id, fingerprint, rows, length = SLOT_META_STRUCT.unpack_from(view, off)
         off += SLOT_META_SIZE
         if off + length > len(view):
             raise Corrupt(

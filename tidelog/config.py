@@ -15,9 +15,11 @@ from .errors import BadOption, ConfigMismatch
 from .names import check_topic_name
 from .options import parse_choice, parse_int, parse_size
 
-__all__ = ["TopicConfig", "DURABILITY_CLASSES"]
+__all__ = ["TopicConfig", "DURABILITY_CLASSES", "PAYLOAD_KINDS"]
 
 DURABILITY_CLASSES = ("ephemeral", "memory", "disk", "fsync")
+#: "bundles": every payload is an Arrow RecordBundle (spec/BUNDLES.md BND-9)
+PAYLOAD_KINDS = ("bytes", "bundles")
 
 
 def _opt_int(key: str, value: object) -> int | None:
@@ -44,6 +46,7 @@ _PARSERS: dict[str, Any] = {
     "max_deliveries": _opt_int,
     "dead_letter": _opt_topic,
     "backpressure_wait_ms": lambda k, v: parse_int(k, v, minimum=0),
+    "payload": lambda k, v: parse_choice(k, v, PAYLOAD_KINDS),
 }
 
 
@@ -60,6 +63,7 @@ class TopicConfig:
     max_deliveries: int | None = None
     dead_letter: str | None = None
     backpressure_wait_ms: int = 0
+    payload: str = "bytes"
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:

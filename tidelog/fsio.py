@@ -87,6 +87,9 @@ class FS(Protocol):
 
     def file_size(self, path: str) -> int: ...
 
+    def chmod(self, path: str, mode: int) -> None:
+        """Set a file's permission bits (sealed segments are made read-only, QSEG-10)."""
+
 
 def make_dirs(fs: FS, path: str) -> None:
     """Create ``path`` and any missing parents *durably*: after each new directory its parent is
@@ -214,3 +217,6 @@ class OsFS:
 
     def file_size(self, path: str) -> int:
         return os.stat(path).st_size
+
+    def chmod(self, path: str, mode: int) -> None:
+        os.chmod(path, mode)

@@ -3,7 +3,8 @@
 1. This process owns the store (``file://./tidelog-data``, fsync durability) and applies the
    requests Spark's processes send it (XPR-2) on its maintenance tick.
 2. Producer threads append synthetic telemetry ``RecordBundle``s (slot 0: readings, whose schema
-   drifts half-way; slot 1: occasional device info) while Spark starts.
+   drifts half-way; slot 1: occasional device info) while Spark starts, into a bundle topic
+   (``payload="bundles"``) whose checkpoints seal Quiver ``.qseg`` segments (QSEG-12).
 3. A streaming query reads slot 0 (``maxRecordsPerTrigger`` bundles per micro-batch) and writes
    Parquet; Spark's source commits acknowledge through the durable subscriber, so the store trims
    what the sink has (SPK-10); the last batch is acknowledged from the checkpoint at the end.
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -140,6 +142,11 @@ def spark_session(master: str, app: str = "tidelog-demo", **conf: str) -> Any:
         raise NotAvailable("the Spark demo needs Java 17+ (java on PATH or JAVA_HOME)")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Spark starts its Python workers with `python -m ...` in this process's directory: in a
+    # checkout that puts the ./tidelog source folder (no adapters/ in it: setup.py maps the
+    # folders) ahead of the installed package. Workers inherit the environment of the JVM,
+    # started below from this one: PYTHONSAFEPATH keeps the current directory off sys.path.
+    os.environ["PYTHONSAFEPATH"] = "1"
     log4j = os.path.join(tempfile.gettempdir(), "tidelog-spark-log4j2.properties")
     with open(log4j, "w", encoding="utf-8") as f:
         f.write(_LOG4J)
@@ -255,7 +262,9 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
     try:
         if TOPIC in store.topics():
             store.drop_topic(TOPIC)  # a fresh run: the check counts every record of the topic
-        topic = store.topic(TOPIC, durability="fsync", trim="acked", retention="backpressure")
+        topic = store.topic(
+            TOPIC, durability="fsync", trim="acked", retention="backpressure", payload="bundles"
+        )
         topic.subscribe(SUBSCRIBER, start="earliest")  # before any append: nothing is skipped
         producers = _Producers(cfg, topic)
         producers.start()  # producing overlaps Spark's start-up
@@ -307,11 +316,13 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
         # shows the sink committed, then let the close-time checkpoint reclaim the space.
         store.flush()
         bytes_before = _disk_bytes(data)
+        sealed = len(glob.glob(os.path.join(data, "topics", "*", "seg-*.qseg")))
         live_before = topic.state().count
         hwm = acknowledge_checkpoint(store, TOPIC, SUBSCRIBER, checkpoint)
         state = topic.state()
-        store.close()
+        store.close()  # its checkpoint drops the trimmed segments and retires old WAL files
         bytes_after = _disk_bytes(data)
+        wal_after = _disk_bytes(os.path.join(data, "wal"))
 
         table = spark.read.parquet(parquet).toArrow()
         problems = _verify(table, cfg, producers.quotas, head)
@@ -335,7 +346,12 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
             ),
             ("micro-batches", f"{len(batches)} (maxRecordsPerTrigger={cfg.max_per_trigger})"),
             ("live records", f"{live_before:,} before the final ack -> {state.count} after"),
-            ("bytes on disk", f"{_human(bytes_before)} before trim -> {_human(bytes_after)} after"),
+            ("sealed segments", f"{sealed} Quiver .qseg file(s) on disk before the final ack"),
+            (
+                "bytes on disk",
+                f"{_human(bytes_before)} before trim -> {_human(bytes_after)} after "
+                f"({_human(wal_after)} of it the active WAL file, retired once it fills)",
+            ),
             ("rate in", f"{head / t_in:,.0f} bundles/s = {rows_in / t_in:,.0f} rows/s (fsync)"),
             (
                 "rate out",

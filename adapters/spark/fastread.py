@@ -15,34 +15,30 @@ and falls back rather than guess when they change.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np  # the spark extra brings it (pyspark's Arrow paths need it too)
 import pyarrow as pa
+import xxhash
 
 from tidelog.errors import Corrupt
 
 from .columns import log_schema
 
-__all__ = ["available", "chunk_ranges", "read_chunk"]
+__all__ = ["available", "chunk_ranges", "read_chunk", "is_qseg_chunk"]
 
-try:
-    import numpy as np
-    import xxhash
-
-    _HDR = np.dtype(
-        [
-            ("frame_len", "<u4"),
-            ("flags", "u1"),
-            ("seq", "<u8"),
-            ("ts", "<u8"),
-            ("nl", "<u2"),
-            ("tl", "<u2"),
-            ("dl", "<u4"),
-        ]
-    )  # the record frame header of FORMATS SEG-2, packed: 29 bytes
-except ImportError:  # pragma: no cover - numpy comes with the spark extra (pandas)
-    np = None  # type: ignore[assignment]
+_HDR = np.dtype(
+    [
+        ("frame_len", "<u4"),
+        ("flags", "u1"),
+        ("seq", "<u8"),
+        ("ts", "<u8"),
+        ("nl", "<u2"),
+        ("tl", "<u2"),
+        ("dl", "<u4"),
+    ]
+)  # the record frame header of FORMATS SEG-2, packed: 29 bytes
 
 _HEADER = 29
 _OVERHEAD = _HEADER + 8
@@ -52,8 +48,8 @@ _MAX_BATCH_BYTES = 256 << 20  # Arrow binary offsets are int32: stay far below 2
 
 
 def available() -> bool:
-    """numpy present and an Arrow with binary_view arrays (pyarrow >= 16)."""
-    return np is not None and hasattr(pa, "binary_view")
+    """An Arrow with binary_view arrays (pyarrow >= 16)."""
+    return hasattr(pa, "binary_view")
 
 
 def _is_segchunk(chunk: Any) -> bool:
@@ -67,19 +63,29 @@ def _is_segchunk(chunk: Any) -> bool:
     )
 
 
-def chunk_ranges(log: Any, lo: int, hi: int) -> tuple[list[tuple[Any, int, int]], int]:
+def is_qseg_chunk(chunk: Any) -> bool:
+    """A sealed Quiver segment of a bundle topic (``QsegChunk``): bundles straight from the
+    mapped file, zero-copy (spec/BUNDLES.md QSEG-11)."""
+    return callable(getattr(chunk, "bundle", None)) and isinstance(
+        getattr(chunk, "dead", None), bytearray
+    )
+
+
+def chunk_ranges(
+    log: Any, lo: int, hi: int, accept: Callable[[Any], bool] = _is_segchunk
+) -> tuple[list[tuple[Any, int, int]], int]:
     """Live runs ``(chunk, i0, i1)`` (inclusive slot indexes) of sealed chunks within seqs
-    ``lo..hi``, and the first seq not covered by them (where the public read takes over).
-    Dead slots are skipped silently: above ``evict_floor`` they are voluntary removals (TMB-4),
-    and the caller starts at the floor."""
+    ``lo..hi`` that ``accept`` takes, and the first seq not covered by them (where the public
+    read takes over). Dead slots are skipped silently: above ``evict_floor`` they are voluntary
+    removals (TMB-4), and the caller starts at the floor."""
     runs: list[tuple[Any, int, int]] = []
     resume = lo
     for chunk in log.chunks:
         first, count = chunk.first_seq, chunk.count
         if first + count - 1 < resume:
             continue
-        if first > hi or not _is_segchunk(chunk):
-            break  # past the range, or not a SegChunk: the public read goes on from here
+        if first > hi or not accept(chunk):
+            break  # past the range, or another kind of chunk: the public read goes on here
         # seqs between sealed chunks belong to whole segments dropped once nothing in them
         # was live: removed, and read silently like any dead slot
         resume = max(resume, first)

@@ -9,7 +9,7 @@ view is a cache, not state: every task reads only what its partition names.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -114,9 +114,11 @@ def _items(
             return
 
 
-def _sealed_runs(opts: SourceOptions, lo: int, hi: int) -> tuple[list[Any], int]:
-    """Live runs of sealed segments the columnar reader can serve within ``lo..hi``, and the
-    first seq it does not cover. Only where the public read would return exactly those
+def _sealed_runs(
+    opts: SourceOptions, lo: int, hi: int, accept: Any = None
+) -> tuple[list[Any], int]:
+    """Live runs of sealed segments the columnar readers can serve within ``lo..hi``, and the
+    first seq they do not cover. Only where the public read would return exactly those
     records: at or above ``evict_floor``, no loss range, no ts filter (else no runs)."""
     if opts.from_ts is not None or opts.to_ts is not None or not fastread.available():
         return [], lo
@@ -129,7 +131,9 @@ def _sealed_runs(opts: SourceOptions, lo: int, hi: int) -> tuple[list[Any], int]
     hi = min(hi, getattr(log, "visible", state.head_seq))
     if any(a <= hi and b >= lo for a, b in getattr(log, "losses", [(lo, hi)])):
         return [], lo
-    return fastread.chunk_ranges(log, lo, hi)
+    if accept is None:
+        return fastread.chunk_ranges(log, lo, hi)
+    return fastread.chunk_ranges(log, lo, hi, accept)
 
 
 def read_log(opts: SourceOptions, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
@@ -146,21 +150,49 @@ def read_log(opts: SourceOptions, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
 
 
 def read_slot(opts: SourceOptions, lo: int, hi: int, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Slot ``opts.slot`` of every bundle in ``lo..hi``, shaped to ``target`` (SPK-5)."""
-    assert opts.slot is not None
-    for items in _items(opts, lo, hi, opts.batch_records):
-        out: list[pa.RecordBatch] = []
+    """Slot ``opts.slot`` of every bundle in ``lo..hi``, shaped to ``target`` (SPK-5). Sealed
+    Quiver segments hand their bundles over zero-copy from the mapped file (QSEG-11); the rest
+    is decoded from the records ``Topic.read`` returns."""
+    topic(opts)  # refresh this process's view once per task
+    runs, resume = _sealed_runs(opts, lo, hi, fastread.is_qseg_chunk)
+    sealed = ((c.first_seq + i, c.bundle(i)) for c, i0, i1 in runs for i in range(i0, i1 + 1))
+    yield from _slot_batches(opts, target, sealed)
+    if resume <= hi:
+        yield from _slot_batches(opts, target, _decoded(opts, resume, hi))
+
+
+def _decoded(opts: SourceOptions, lo: int, hi: int) -> Iterator[tuple[int, Any]]:
+    for items in _items(opts, lo, hi, opts.batch_records, fresh=False):
         for item in items:
             if isinstance(item, Tombstone):
                 raise _fail_on(item, opts)  # a slot row has no place for a gap marker
             try:
-                batch = decode_bundle(item.payload).get(opts.slot)
+                yield item.seq, decode_bundle(item.payload)
             except TidelogError as exc:
                 raise type(exc)(f"topic {opts.topic!r} seq {item.seq}: {exc.message}") from None
-            if batch is not None and batch.num_rows:
-                out.append(slot_batch(item.seq, batch, target))
-        if out:
-            yield pa.Table.from_batches(out, schema=target).combine_chunks().to_batches()[0]
+
+
+def _slot_batches(
+    opts: SourceOptions, target: pa.Schema, bundles: Iterable[tuple[int, Any]]
+) -> Iterator[pa.RecordBatch]:
+    """(seq, bundle) pairs as ``target`` batches of about ``batchRecords`` rows each."""
+    assert opts.slot is not None
+    out: list[pa.RecordBatch] = []
+    rows = 0
+    for seq, bundle in bundles:
+        batch = bundle.get(opts.slot)
+        if batch is not None and batch.num_rows:
+            out.append(slot_batch(seq, batch, target))
+            rows += batch.num_rows
+            if rows >= opts.batch_records:
+                yield _combine(out, target)
+                out, rows = [], 0
+    if out:
+        yield _combine(out, target)
+
+
+def _combine(batches: list[pa.RecordBatch], target: pa.Schema) -> pa.RecordBatch:
+    return pa.Table.from_batches(batches, schema=target).combine_chunks().to_batches()[0]
 
 
 def infer_slot_columns(opts: SourceOptions) -> pa.Schema:

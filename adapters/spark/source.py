@@ -15,6 +15,8 @@ Where each piece runs (research §3) decides how it reaches the store:
 
 from __future__ import annotations
 
+import hashlib
+import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
@@ -44,13 +47,6 @@ from tidelog.errors import BadArgument, BadOption
 from . import reading, staging
 from .columns import SEQ_COLUMN, log_ddl, log_schema, slot_schema
 from .options import SourceOptions, parse_options
-
-try:  # 4.1+: batches arrive as Arrow, no per-row conversion
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
-except ImportError:  # pragma: no cover - pyspark 4.0
-    from pyspark.sql.datasource import (  # type: ignore[assignment]
-        DataSourceStreamWriter as _StreamWriterBase,
-    )
 
 __all__ = ["TidelogDataSource", "SeqRange", "StagedFile"]
 
@@ -130,7 +126,8 @@ class TidelogDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> TidelogStreamWriter:
         if overwrite:
             raise BadOption("a tidelog topic is an append-only log: use outputMode('append')")
-        return TidelogStreamWriter(self._opts())
+        opts = self._opts()
+        return TidelogStreamWriter(opts, query_key(dict(self.options), opts))
 
 
 def _target_for(opts: SourceOptions, schema: StructType) -> pa.Schema:
@@ -263,20 +260,37 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 # -- batch write -----------------------------------------------------------------------------------
-class TidelogWriter(DataSourceArrowWriter):
+class _Attempt:
+    """The attempt directory of a write (SPK-7): created on the driver side when the writer is
+    pickled to ship it to its tasks (so a writer Spark plans but never runs, or a commit-side
+    copy, creates nothing); tasks only create files inside it (staging.stage)."""
+
+    _parent: str
+    _prefix: str
+    _directory: str | None
+
+    def _attempt(self) -> str:
+        if self._directory is None:
+            self._directory = staging.new_attempt(self._parent, self._prefix)
+        return self._directory
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_directory"] = self._attempt()
+        return state
+
+
+class TidelogWriter(_Attempt, DataSourceArrowWriter):
     """Tasks stage files; ``commit`` makes them visible in one atomic, idempotent ingest with
-    producer ``(spark-job-<uuid>, 1)``; ``abort`` deletes them (SPK-6, SPK-7)."""
+    producer ``(spark-job-<uuid>, 1)``; ``abort`` removes the attempt (SPK-6, SPK-7)."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.job_id = uuid.uuid4().hex  # set in the planner: executors and commit share it
-
-    @property
-    def directory(self) -> str:
-        return f"{self.opts.staging}/job-{self.job_id}"
+        self._parent, self._prefix, self._directory = opts.staging, f"job-{self.job_id}", None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
-        path, rows = staging.stage(self.directory, iterator, self.opts.slot)
+        path, rows = staging.stage(self._attempt(), iterator, self.opts.slot)
         return StagedFile(path, rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -285,30 +299,43 @@ class TidelogWriter(DataSourceArrowWriter):
             if files:
                 staging.ingest(self.opts, files, (f"spark-job-{self.job_id}", 1))
         finally:
-            staging.discard(files)
-            staging.discard_dir(self.directory)
+            if self._directory is not None:
+                staging.remove_attempt(self._directory)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        staging.discard(m.path for m in messages if isinstance(m, StagedFile))
-        staging.discard_dir(self.directory)
+        # Also after tasks that failed (None messages) or still run: the attempt directory is
+        # renamed away first, so nothing they write can remain (staging module docstring).
+        if self._directory is not None:
+            staging.remove_attempt(self._directory)
 
 
 # -- streaming write -------------------------------------------------------------------------------
-class TidelogStreamWriter(_StreamWriterBase):
+def query_key(options: dict[str, str], opts: SourceOptions) -> str:
+    """What names a streaming query's staging directory on the driver side, where Spark's query
+    id is unknown: option producerId, else the checkpoint location (one per query)."""
+    lowered = {str(k).lower(): v for k, v in options.items()}
+    source = opts.producer_id or lowered.get("checkpointlocation")
+    if not source:
+        raise BadOption(
+            "the tidelog streaming sink needs .option('checkpointLocation', ...) on the writer "
+            "(or option producerId): it names the query's staging directory"
+        )
+    return hashlib.sha256(str(source).encode()).hexdigest()[:16]
+
+
+class TidelogStreamWriter(_Attempt, DataSourceStreamArrowWriter):
     """Exactly-once sink: micro-batch ``b`` of query ``q`` is one ingest with producer
     ``(spark-<q>, b + 1)``; a replayed batch is refused by the producer mark (SPK-11)."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, key: str) -> None:
         self.opts = opts
+        self.query_dir = os.path.join(opts.staging, f"query-{key}")
+        self._parent, self._prefix, self._directory = self.query_dir, "attempt", None
 
-    def _directory(self, query_id: str | None) -> str:
-        return f"{self.opts.staging}/query-{query_id or 'unknown'}"
-
-    def write(self, iterator: Iterator[Any]) -> StagedFile:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
         ctx = TaskContext.get()
         query_id = ctx.getLocalProperty(QUERY_ID_KEY) if ctx is not None else None
-        batches = (b if isinstance(b, pa.RecordBatch) else _row_batch(b) for b in iterator)
-        path, rows = staging.stage(self._directory(query_id), batches, self.opts.slot)
+        path, rows = staging.stage(self._attempt(), iterator, self.opts.slot)
         return StagedFile(path, rows, query_id)
 
     def _producer(self, messages: list[Any], batch_id: int) -> tuple[str, int]:
@@ -327,21 +354,9 @@ class TidelogStreamWriter(_StreamWriterBase):
             if files:
                 staging.ingest(self.opts, files, self._producer(messages, batchId))
         finally:
-            self._clean(messages)
+            # Micro-batches of one query run one after another: every attempt directory of
+            # the query is this batch's or a failed earlier one's (SPK-11).
+            staging.sweep(self.query_dir)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self._clean(messages)
-
-    def _clean(self, messages: list[WriterCommitMessage | None]) -> None:
-        # Micro-batches of one query run one after another, so when batch b commits or aborts
-        # every file in the query's directory is b's (failed tasks' included).
-        staged = [m for m in messages if isinstance(m, StagedFile)]
-        staging.discard(m.path for m in staged)
-        for query_id in {m.query_id for m in staged}:
-            staging.discard_dir(self._directory(query_id))
-
-
-def _row_batch(row: Any) -> pa.RecordBatch:
-    """pyspark 4.0 (no Arrow stream writer): one Row as a one-row batch."""
-    data = row.asDict()
-    return pa.RecordBatch.from_pylist([data])
+        staging.sweep(self.query_dir)

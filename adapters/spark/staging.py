@@ -1,9 +1,18 @@
-"""Staged writes and requests to the store's owner (spec/FORMATS.md XPR-2..XPR-4; SPK-6..SPK-8).
+"""Staged writes and requests to the store's owner (spec/FORMATS.md XPR-2..XPR-4; SPK-6, SPK-7,
+SPK-11).
 
 Executors never open the store for writing (it has one writer, LOCK-1): each task writes its
 rows to a staged Arrow IPC file and reports the path in its commit message; the driver-side
 commit hands every file to the owner in ONE ingest request carrying a producer id and sequence,
 which the owner applies as one atomic, idempotent append (TOP-6, TOP-11).
+
+Staged files live in an *attempt directory* (SPK-7) that the driver side creates before any task
+runs; tasks only ever create files inside it, never directories. Removing an attempt therefore
+first renames its directory away: from that instant no task can create a file under the old
+path (it fails loudly instead), and every file created before is in the renamed directory, where
+it is unlinked, even while a straggling task still writes to it (POSIX keeps the open inode; its
+space is freed when the task closes it). So after ``remove_attempt`` returns nothing of the
+attempt is visible or staged, whatever its tasks are still doing.
 """
 
 from __future__ import annotations
@@ -11,46 +20,126 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from tidelog.backends.file import requests
-from tidelog.errors import ERROR_CODES, TidelogError
+from tidelog.errors import ERROR_CODES, StorageError, TidelogError
 
 from .columns import staged_table
 from .options import SourceOptions
 
-__all__ = ["stage", "ingest", "request", "discard", "discard_dir"]
+__all__ = [
+    "new_attempt",
+    "stage",
+    "remove_attempt",
+    "sweep",
+    "ingest",
+    "request",
+    "StagingGone",
+]
+
+_DEAD = ".dead-"  # prefix of an attempt directory being removed
+
+
+class StagingGone(StorageError):
+    """A task found its attempt directory gone: the write was aborted (or already committed)
+    while the task ran. The task fails; its rows were never visible (SPK-7)."""
+
+
+def new_attempt(parent: str, prefix: str) -> str:
+    """Create and return a fresh attempt directory ``parent/<prefix>-<uuid>`` (driver side)."""
+    path = os.path.join(parent, f"{prefix}-{uuid.uuid4().hex}")
+    for _ in range(10):  # a concurrent remove_attempt may rmdir an emptied parent meanwhile
+        try:
+            os.makedirs(path)
+            return path
+        except FileNotFoundError:
+            continue
+    os.makedirs(path)  # pragma: no cover - ten lost races in a row
+    return path
 
 
 def stage(directory: str, batches: Iterator[pa.RecordBatch], slot: int | None) -> tuple[str, int]:
-    """Write a task's batches to a new staged file under ``directory``; returns (path, rows).
-    The file is fsynced: the owner may apply the request after this machine rebooted."""
-    os.makedirs(directory, exist_ok=True)
+    """Write a task's batches to a new staged file in the attempt ``directory``; returns
+    (path, rows), or ("", 0) when the task had no rows. The file is fsynced: the owner may apply
+    the request after this machine rebooted. A task never creates the directory: if it is gone
+    the attempt was aborted, and the task fails with ``StagingGone``."""
     path = os.path.join(directory, f"part-{uuid.uuid4().hex}.arrow")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileNotFoundError:
+        raise StagingGone(
+            f"staging directory {directory} is gone: the write job was aborted (SPK-7)"
+        ) from None
     rows = 0
-    writer: ipc.RecordBatchStreamWriter | None = None
-    with open(path, "wb") as f:
-        try:
-            for batch in batches:
-                staged = staged_table(batch, slot)
-                if writer is None:
-                    writer = ipc.new_stream(f, staged.schema)
-                if staged.num_rows:
-                    writer.write_batch(staged)
-                    rows += staged.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(fd, "wb") as f:
+            writer: ipc.RecordBatchStreamWriter | None = None
+            try:
+                for batch in batches:
+                    staged = staged_table(batch, slot)
+                    if writer is None:
+                        writer = ipc.new_stream(f, staged.schema)
+                    if staged.num_rows:
+                        writer.write_batch(staged)
+                        rows += staged.num_rows
+            finally:
+                if writer is not None:
+                    writer.close()
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):  # a failed task leaves no partial file behind
+            os.unlink(path)
+        raise
     if not rows:  # nothing to ingest: no file to hand over
-        os.unlink(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
         return "", 0
     return path, rows
+
+
+def remove_attempt(directory: str) -> None:
+    """Remove an attempt directory and every file in it, atomically as far as tasks can tell
+    (see the module docstring); then its parent, once empty. Idempotent."""
+    parent = os.path.dirname(directory)
+    dead = os.path.join(parent, _DEAD + uuid.uuid4().hex)
+    try:
+        os.rename(directory, dead)
+    except FileNotFoundError:
+        return
+    _delete_tree(dead)
+    with contextlib.suppress(OSError):  # the shared parent, once no attempt uses it
+        os.rmdir(parent)
+
+
+def _delete_tree(directory: str) -> None:
+    for name in os.listdir(directory):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, name))
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)
+
+
+def sweep(parent: str) -> None:
+    """Remove every attempt directory under ``parent`` (a streaming query's staging directory
+    after one of its micro-batches committed or aborted: micro-batches of a query run one after
+    another, so every attempt there is finished or failed), and ``parent`` once empty."""
+    if not os.path.isdir(parent):
+        return
+    for name in os.listdir(parent):
+        path = os.path.join(parent, name)
+        if name.startswith(_DEAD):
+            _delete_tree(path)  # a removal interrupted half-way
+        else:
+            remove_attempt(path)
+    for directory in (parent, os.path.dirname(parent)):  # each once empty
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
 
 
 def request(opts: SourceOptions, body: dict[str, Any], *, create: bool = False) -> dict[str, Any]:
@@ -83,24 +172,3 @@ def ingest(opts: SourceOptions, files: list[str], producer: tuple[str, int]) -> 
         body["config"] = dict(opts.topic_config)
     seqs: list[int] = request(opts, body, create=True)["seqs"]
     return seqs
-
-
-def discard(paths: Iterable[str]) -> None:
-    for path in paths:
-        if path:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-
-
-def discard_dir(directory: str) -> None:
-    """Remove a job's staging directory with every file in it (abort: nothing staged survives,
-    including files of tasks that failed and so sent no commit message)."""
-    if not os.path.isdir(directory):
-        return
-    for name in os.listdir(directory):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(directory, name))
-    with contextlib.suppress(OSError):
-        os.rmdir(directory)
-    with contextlib.suppress(OSError):  # the shared parent, once no job uses it
-        os.rmdir(os.path.dirname(directory))

@@ -21,10 +21,12 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tidelog.errors import BadArgument, Corrupt
 from tidelog.fsio import make_dirs
 
 from ..common.engine import EngineTopic
 from .chunk import SegChunk
+from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
@@ -32,6 +34,7 @@ from .journal import ranges
 from .progressfiles import topic_dir
 
 if TYPE_CHECKING:
+    from .qchunk import QsegChunk
     from .store import FileBackend
 
 __all__ = ["checkpoint"]
@@ -45,14 +48,15 @@ class _Tail:
     tss: list[int]
     tags: list[str | None]
     nodes: list[str | None]
-    chunks: list[SegChunk] = field(default_factory=list)
+    bundles: bool = False  # payload="bundles": sealed as .qseg (spec/BUNDLES.md QSEG)
+    chunks: list[SegChunk | QsegChunk] = field(default_factory=list)
 
 
 @dataclass
 class _Capture:
     body: dict[str, Any]
     tails: list[_Tail]
-    detached: list[SegChunk]
+    detached: list[SegChunk | QsegChunk]
     dropped: list[EngineTopic]
     positions: dict[str, tuple[int, int]]
 
@@ -82,7 +86,7 @@ def checkpoint(b: FileBackend) -> int:
 def _capture(b: FileBackend) -> _Capture:
     topics: list[dict[str, Any]] = []
     tails: list[_Tail] = []
-    detached: list[SegChunk] = []
+    detached: list[SegChunk | QsegChunk] = []
     for t in sorted(b.by_id.values(), key=lambda x: x.tid):
         log = t.log
         detached += log.drop_dead_chunks()  # type: ignore[arg-type]
@@ -92,10 +96,18 @@ def _capture(b: FileBackend) -> _Capture:
         firsts = [c.first_seq for c in log.chunks]
         if t.config.durability != "ephemeral" and log.payloads and log.head >= log.base:
             first, payloads, tss, tags, nodes = log.tail_slice(log.head)
-            tail = _Tail(t.tid, first, payloads, tss, tags, nodes)
-            tails.append(tail)
-            firsts += [lo for lo, _ in _split(b, tail)]
-            dead += ranges([first + i for i, p in enumerate(payloads) if p is None])
+            # A dead prefix is not sealed: no segment names those seqs, and sealing the chunk
+            # after it cuts them from the tail too (TopicLog.seal). An all-dead tail writes
+            # no file at all (after a subscriber trimmed everything, say).
+            k = next((i for i, p in enumerate(payloads) if p is not None), len(payloads))
+            if k < len(payloads):
+                bundles = t.config.payload == "bundles"
+                tail = _Tail(
+                    t.tid, first + k, payloads[k:], tss[k:], tags[k:], nodes[k:], bundles
+                )
+                tails.append(tail)
+                firsts += [lo for lo, _ in _split(b, tail)]
+                dead += ranges([tail.first + i for i, p in enumerate(tail.payloads) if p is None])
         ceiling = b.ceilings.get(t.tid, log.head)
         jobs = t.jobs
         topics.append(
@@ -160,33 +172,89 @@ def _write_segments(b: FileBackend, tail: _Tail) -> None:
     directory = topic_dir(b.root, tail.tid)
     make_dirs(b.fs, directory)
     for first, count in _split(b, tail):
-        builder = segfmt.SegmentBuilder(tail.tid, first)
-        for i in range(first - tail.first, first - tail.first + count):
-            p = tail.payloads[i]
-            if p is None:  # removed before sealing: an empty placeholder, dead in the snapshot
-                builder.add(tail.first + i, tail.tss[i], None, None, b"")
-            else:
-                builder.add(tail.first + i, tail.tss[i], tail.tags[i], tail.nodes[i], p)
-        data, idx = builder.finish()
-        data_path = os.path.join(directory, segfmt.data_name(first))
-        for path, content in (
-            (data_path, data),
-            (os.path.join(directory, segfmt.idx_name(first)), idx),
-        ):
-            h = b.fs.open(path)
-            try:
-                h.truncate(0)
-                h.pwrite(content, 0)
-                h.fdatasync()
-            finally:
-                h.close()
-        index = segfmt.read_index(idx, topic_id=tail.tid, first_seq=first)
-        chunk = SegChunk(data_path, b.fs.open_read(data_path), index)
+        lo = first - tail.first
+        chunk: SegChunk | QsegChunk | None = None
+        if tail.bundles:
+            chunk = _write_qseg(b, directory, tail, first, count)
+        if chunk is None:
+            chunk = _write_plain(b, directory, tail, first, count)
         for i in range(count):
-            if tail.payloads[first - tail.first + i] is None:
+            if tail.payloads[lo + i] is None:
                 chunk.kill(i)
         tail.chunks.append(chunk)
     b.fs.fsync_dir(directory)
+
+
+def _write_plain(b: FileBackend, directory: str, tail: _Tail, first: int, count: int) -> SegChunk:
+    """A ``.data`` + ``.idx`` pair (SEG-1..SEG-7)."""
+    builder = segfmt.SegmentBuilder(tail.tid, first)
+    for i in range(first - tail.first, first - tail.first + count):
+        p = tail.payloads[i]
+        if p is None:  # removed before sealing: an empty placeholder, dead in the snapshot
+            builder.add(tail.first + i, tail.tss[i], None, None, b"")
+        else:
+            builder.add(tail.first + i, tail.tss[i], tail.tags[i], tail.nodes[i], p)
+    data, idx = builder.finish()
+    _remove_stale(b, os.path.join(directory, qseg_name(first)))
+    data_path = os.path.join(directory, segfmt.data_name(first))
+    for path, content in (
+        (data_path, data),
+        (os.path.join(directory, segfmt.idx_name(first)), idx),
+    ):
+        h = b.fs.open(path)
+        try:
+            h.truncate(0)
+            h.pwrite(content, 0)
+            h.fdatasync()
+        finally:
+            h.close()
+    index = segfmt.read_index(idx, topic_id=tail.tid, first_seq=first)
+    return SegChunk(data_path, b.fs.open_read(data_path), index)
+
+
+def _write_qseg(
+    b: FileBackend, directory: str, tail: _Tail, first: int, count: int
+) -> QsegChunk | None:
+    """A Quiver segment (QSEG-1..QSEG-11): written to ``.tmp``, made read-only (0440, seed 002
+    "Read-Only Enforcement"), fsynced, renamed into place (the directory is fsynced by the
+    caller before the snapshot naming it). None when a payload cannot be sealed byte-exactly
+    (QSEG-9): the caller seals that segment in the plain format instead."""
+    from .format import qseg as qsegfmt  # pyarrow: only bundle topics need it
+    from .qchunk import QsegChunk
+
+    lo = first - tail.first
+    try:
+        content = qsegfmt.build_qseg(
+            tail.payloads[lo : lo + count],
+            first,
+            tss=tail.tss[lo : lo + count],
+            tags=tail.tags[lo : lo + count],
+            nodes=tail.nodes[lo : lo + count],
+        )
+    except (BadArgument, Corrupt) as exc:
+        b.warnings.append(f"topic {tail.tid:016x} seqs from {first}: sealed plain ({exc})")
+        return None
+    path = os.path.join(directory, qseg_name(first))
+    tmp = path + ".tmp"
+    _remove_stale(b, tmp)  # read-only leftover of an interrupted checkpoint
+    h = b.fs.open(tmp)
+    try:
+        h.pwrite(content, 0)
+        b.fs.chmod(tmp, 0o440)
+        h.fsync()  # data and mode
+    finally:
+        h.close()
+    for stale in (segfmt.data_name(first), segfmt.idx_name(first)):
+        _remove_stale(b, os.path.join(directory, stale))
+    b.fs.rename(tmp, path)
+    return QsegChunk(path, b.fs.open_read(path), first)
+
+
+def _remove_stale(b: FileBackend, path: str) -> None:
+    """A file for seqs the current snapshot does not name (they are above every sealed
+    segment): the leftover of a checkpoint a crash interrupted. Safe to delete."""
+    if b.fs.exists(path):
+        b.fs.unlink(path)
 
 
 def write_snapshot(b: FileBackend, n: int, body: dict[str, Any]) -> None:
@@ -219,7 +287,7 @@ def _retire(b: FileBackend, n: int, cap: _Capture) -> None:
             b.fs.unlink(os.path.join(meta, name))
     for chunk in cap.detached:
         chunk.close()
-        for path in (chunk.path, chunk.path[: -len(".data")] + ".idx"):
+        for path in chunk.files():
             if b.fs.exists(path):
                 b.fs.unlink(path)
     for t in cap.dropped:

@@ -1,5 +1,6 @@
 """A sealed segment as a ``SealedChunk`` of the engine's topic log: mmap'd ``.data`` plus the
-decoded ``.idx`` columns, and an in-memory dead-slot map.
+decoded ``.idx`` columns, and an in-memory dead-slot map (``DeadSlots``, shared with the
+``.qseg`` chunks of bundle topics, qchunk.py).
 
 Reads verify each record's checksum (SEG-2): a mismatch in a sealed file is corruption and raises
 ``Corrupt`` naming the file and offset; it is never skipped and never returned as data.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import mmap
 import re
 import struct
+from collections.abc import Iterator
 
 import xxhash
 
@@ -20,7 +22,7 @@ from tidelog.records import Item, Record
 from .format import segment as segfmt
 from .format.segment import SegmentIndex
 
-__all__ = ["SegChunk", "labelled"]
+__all__ = ["DeadSlots", "SegChunk", "labelled"]
 
 _LABELS = struct.Struct("<HH")  # node_len, tag_len inside a record frame
 _LABELS_AT = 4 + 1 + 8 + 8  # after frame_len, flags, seq, ts
@@ -41,24 +43,22 @@ def labelled(index: SegmentIndex, mask: int = _LABELED) -> list[int]:
     return [m.start() for m in _NONZERO.finditer(flags) if flags[m.start()] & mask]
 
 
-class SegChunk:
-    def __init__(self, path: str, handle: Handle, index: SegmentIndex) -> None:
-        self.path = path
-        self.handle = handle
-        self.index = index
-        self.data = handle.map()
-        self.first_seq = index.first_seq
-        self.count = index.count
-        self.dead = bytearray(index.count)
-        self.live = index.count
-        self._first = 0
-        self.nbytes = (
-            sum(index.lengths)
-            - segfmt.RECORD_OVERHEAD * index.count
-            - sum(self._label_bytes(i) for i in labelled(index))
-        )
+class DeadSlots:
+    """The in-memory dead map of a sealed chunk: which of its ``count`` slots were removed since
+    it was written (the file itself never changes). Subclasses provide ``size(i)``."""
 
-    # -- SealedChunk -------------------------------------------------------------------------
+    first_seq: int
+    count: int
+    nbytes: int
+
+    def _init_dead(self) -> None:
+        self.dead = bytearray(self.count)
+        self.live = self.count
+        self._first = 0
+
+    def size(self, i: int) -> int:
+        raise NotImplementedError
+
     def is_live(self, i: int) -> bool:
         return not self.dead[i]
 
@@ -79,6 +79,42 @@ class SegChunk:
         self.nbytes -= size
         return size
 
+    def mark_dead(self, lo: int, hi: int) -> None:
+        """Seqs lo..hi (clipped to this chunk) were removed before the last snapshot."""
+        for seq in range(max(lo, self.first_seq), min(hi, self.first_seq + self.count - 1) + 1):
+            self.kill(seq - self.first_seq)
+
+    def dead_ranges(self) -> list[list[int]]:
+        """Dead seqs as [[lo, hi], ...] runs, found with bytearray.find (C speed)."""
+        out: list[list[int]] = []
+        i, n, d = 0, self.count, self.dead
+        while i < n:
+            start = d.find(1, i)
+            if start < 0:
+                break
+            end = d.find(0, start)
+            end = n if end < 0 else end
+            out.append([self.first_seq + start, self.first_seq + end - 1])
+            i = end
+        return out
+
+
+class SegChunk(DeadSlots):
+    def __init__(self, path: str, handle: Handle, index: SegmentIndex) -> None:
+        self.path = path
+        self.handle = handle
+        self.index = index
+        self.data = handle.map()
+        self.first_seq = index.first_seq
+        self.count = index.count
+        self._init_dead()
+        self.nbytes = (
+            sum(index.lengths)
+            - segfmt.RECORD_OVERHEAD * index.count
+            - sum(self._label_bytes(i) for i in labelled(index))
+        )
+
+    # -- SealedChunk -------------------------------------------------------------------------
     def ts(self, i: int) -> int:
         return int(self.index.tss[i])
 
@@ -97,6 +133,18 @@ class SegChunk:
         if not self.index.flags[i] & segfmt.HAS_TAG:
             return None
         return self.record(i).tag
+
+    def tagged(self) -> Iterator[tuple[int, str]]:
+        """(slot, tag) of every live record that has a tag (recovery's tag index)."""
+        for i in labelled(self.index, segfmt.HAS_TAG):
+            if self.is_live(i):
+                tag = self.tag(i)
+                if tag is not None:
+                    yield i, tag
+
+    def files(self) -> list[str]:
+        """The files of this segment (deleted together once nothing in it is live)."""
+        return [self.path, self.path[: -len(".data")] + ".idx"]
 
     def record(self, i: int) -> Record:
         try:
@@ -160,25 +208,6 @@ class SegChunk:
             raise Corrupt(f"{self.path}: record {self.first_seq + i} lies outside the file")
         node_len, tag_len = _LABELS.unpack_from(self.data, off)
         return int(node_len) + int(tag_len)
-
-    def mark_dead(self, lo: int, hi: int) -> None:
-        """Seqs lo..hi (clipped to this chunk) were removed before the last snapshot."""
-        for seq in range(max(lo, self.first_seq), min(hi, self.first_seq + self.count - 1) + 1):
-            self.kill(seq - self.first_seq)
-
-    def dead_ranges(self) -> list[list[int]]:
-        """Dead seqs as [[lo, hi], ...] runs, found with bytearray.find (C speed)."""
-        out: list[list[int]] = []
-        i, n, d = 0, self.count, self.dead
-        while i < n:
-            start = d.find(1, i)
-            if start < 0:
-                break
-            end = d.find(0, start)
-            end = n if end < 0 else end
-            out.append([self.first_seq + start, self.first_seq + end - 1])
-            i = end
-        return out
 
     def close(self) -> None:
         self.data.release()

@@ -21,7 +21,8 @@ from tidelog.config import TopicConfig
 from tidelog.errors import Corrupt
 
 from ..common.engine import EngineTopic
-from .chunk import SegChunk, labelled
+from .chunk import SegChunk
+from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
@@ -29,6 +30,7 @@ from .format.wal import FrameType
 from .progressfiles import read_progress, topic_dir
 
 if TYPE_CHECKING:
+    from .qchunk import QsegChunk
     from .store import FileBackend
 
 __all__ = ["load_snapshot", "rebuild", "replay_wal", "list_streams", "lose"]
@@ -97,8 +99,15 @@ def rebuild(b: FileBackend, body: dict[str, Any]) -> None:
         t.producers = {str(p): int(n) for p, n in entry.get("producers", {}).items()}
 
 
-def open_chunk(b: FileBackend, tid: int, first: int) -> SegChunk:
+def open_chunk(b: FileBackend, tid: int, first: int) -> SegChunk | QsegChunk:
+    """The sealed segment of ``tid`` starting at ``first``: a Quiver ``.qseg`` (bundle topics,
+    spec/BUNDLES.md QSEG) when that file exists, else the ``.data``/``.idx`` pair (SEG)."""
     directory = topic_dir(b.root, tid)
+    qseg_path = os.path.join(directory, qseg_name(first))
+    if b.fs.exists(qseg_path):
+        from .qchunk import QsegChunk  # pyarrow: imported only where a .qseg exists
+
+        return QsegChunk(qseg_path, b.fs.open_read(qseg_path), first)
     data_path = os.path.join(directory, segfmt.data_name(first))
     idx_path = os.path.join(directory, segfmt.idx_name(first))
     try:
@@ -127,11 +136,8 @@ def _index_tags(t: EngineTopic) -> None:
     """Rebuild the tag index from the sealed records that carry a tag (seed 000 §4 step 2)."""
     per_tag: dict[str, list[int]] = {}
     for c in t.log.chunks:
-        for i in labelled(c.index, segfmt.HAS_TAG):  # type: ignore[attr-defined]
-            if c.is_live(i):
-                tag = c.tag(i)  # type: ignore[attr-defined]
-                if tag is not None:
-                    per_tag.setdefault(tag, []).append(c.first_seq + i)
+        for i, tag in c.tagged():  # type: ignore[attr-defined]
+            per_tag.setdefault(tag, []).append(c.first_seq + i)
     for tag, seqs in per_tag.items():
         t.log.index_tag(tag, seqs)
 

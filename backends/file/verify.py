@@ -26,8 +26,10 @@ from .format import (
     TOPICS_DIR,
     WAL_DIR,
     FormatCorrupt,
+    parse_qseg_name,
     parse_shard_dir_name,
     parse_topic_dir_name,
+    qseg_name,
     wal,
 )
 from .format import progress as prg
@@ -451,10 +453,15 @@ def _check_topic_dir(ctx: _Ctx, path: str, topic_id: int) -> None:
         parsed = seg.parse_name(name)
         if parsed is not None:
             pairs.setdefault(parsed[0], set()).add(parsed[1])
+        elif (first := parse_qseg_name(name)) is not None:
+            pairs.setdefault(first, set()).add("qseg")
         elif prg.parse_file_name(name) is not None:
             with ctx.guard(file_path, "PRG-1"):
                 _check_progress(ctx, file_path)
-        elif name.endswith(TMP_SUFFIX) and prg.parse_file_name(name[: -len(TMP_SUFFIX)]):
+        elif name.endswith(TMP_SUFFIX) and (
+            prg.parse_file_name(name[: -len(TMP_SUFFIX)])
+            or parse_qseg_name(name[: -len(TMP_SUFFIX)]) is not None
+        ):
             _warn_tmp(ctx, file_path)
         else:
             ctx.warn(file_path, None, "LAY-2", "unknown file in a topic directory")
@@ -462,10 +469,20 @@ def _check_topic_dir(ctx: _Ctx, path: str, topic_id: int) -> None:
 
 
 def _check_segments(ctx: _Ctx, path: str, topic_id: int, pairs: dict[int, set[str]]) -> None:
-    """SEG-7: every .data has its .idx and vice versa; segments do not overlap."""
+    """SEG-7: every .data has its .idx and vice versa; segments (plain or .qseg) do not
+    overlap. QSEG-10: one format per segment."""
     prev_last: int | None = None
     for first_seq in sorted(pairs):
         kinds = pairs[first_seq]
+        if "qseg" in kinds:
+            qpath = _join(path, qseg_name(first_seq))
+            if kinds != {"qseg"}:
+                ctx.error(qpath, None, "QSEG-10", "a .data/.idx segment starts at the same seq")
+            last = _check_qseg(ctx, qpath, first_seq)
+            if last is not None and prev_last is not None and first_seq <= prev_last:
+                ctx.error(qpath, None, "SEG-7", f"starts inside the previous segment ({prev_last})")
+            prev_last = last if last is not None else prev_last
+            continue
         if kinds != {"data", "idx"}:
             have = seg.data_name(first_seq) if "data" in kinds else seg.idx_name(first_seq)
             missing = seg.idx_name(first_seq) if "data" in kinds else seg.data_name(first_seq)
@@ -481,6 +498,28 @@ def _check_segments(ctx: _Ctx, path: str, topic_id: int, pairs: dict[int, set[st
         with ctx.guard(_join(path, seg.data_name(first_seq)), "SEG-1"):
             last = _check_segment(ctx, path, topic_id, first_seq)
             prev_last = last if last is not None else prev_last
+
+
+def _check_qseg(ctx: _Ctx, path: str, first_seq: int) -> int | None:
+    """QSEG-1..QSEG-10: a bundle topic's Quiver segment, validated whole; its last seq."""
+    data = ctx.read(path, "QSEG-7")
+    if data is None:
+        return None
+    from .format import qseg  # pyarrow: only stores with bundle topics need it
+
+    last: int | None = None
+    with ctx.guard(path, "QSEG-7"):
+        try:
+            reader = qseg.open_qseg(data)
+        except qseg.QsegError as exc:
+            ctx.error(path, None, exc.rule, f"{exc.kind}: {exc.detail}")
+            return None
+        if reader.first_seq != first_seq:
+            detail = f"holds seqs from {reader.first_seq}, its name says {first_seq}"
+            ctx.error(path, None, "QSEG-10", detail)
+            return None
+        last = reader.last_seq
+    return last
 
 
 def _check_segment(ctx: _Ctx, path: str, topic_id: int, first_seq: int) -> int | None:

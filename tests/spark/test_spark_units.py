@@ -103,6 +103,7 @@ def test_SPK_options_are_checked_before_any_task_runs(tmp_path: Path) -> None:
 
 def test_SPK_6_staged_rows(tmp_path: Path) -> None:
     """SPK-6: the staged file is XPR-4's Arrow stream; an empty task stages nothing."""
+    (tmp_path / "st").mkdir()
     assert stage(str(tmp_path / "st"), iter([]), None) == ("", 0)
     assert not list((tmp_path / "st").iterdir())
     batch = pa.record_batch({"payload": ["a", "b"], "tag": ["t", None], "other": [1, 2]})
@@ -112,6 +113,59 @@ def test_SPK_6_staged_rows(tmp_path: Path) -> None:
     assert table.to_pydict() == {"payload": [b"a", b"b"], "tag": ["t", None], "node": [None] * 2}
     with pytest.raises(BadArgument, match="'payload' column"):
         staged_table(pa.record_batch({"x": [1]}), None)
+
+
+def test_SPK_7_abort_while_tasks_still_write_leaves_nothing(tmp_path: Path) -> None:
+    """SPK-7, the race of a task still writing when the driver aborts: once abort returns no
+    staged file is visible, the straggler finishes into an unlinked file, a task that starts
+    after the abort fails (StagingGone) without creating anything, and a task that fails
+    mid-write removes its own partial file. The attempt directory is created when the writer
+    is shipped to its tasks, never by a task."""
+    pytest.importorskip("pyspark")
+    import pickle
+    import threading
+
+    from tidelog.adapters.spark.source import TidelogWriter
+    from tidelog.adapters.spark.staging import StagingGone
+
+    root = tmp_path / "s"
+    staging = tmp_path / ".s.spark-staging"
+    opts = parse_options({"path": str(root), "topic": "w"})
+    writer = TidelogWriter(opts)
+    assert not staging.exists()  # planned, not shipped: nothing created
+    task = pickle.loads(pickle.dumps(writer))  # what an executor gets
+    driver = pickle.loads(pickle.dumps(writer))  # what commit/abort get: the same attempt
+    (attempt,) = staging.iterdir()
+
+    started, release = threading.Event(), threading.Event()
+    batch = pa.record_batch({"payload": [b"x", b"y"]})
+
+    def slow_rows() -> Any:
+        yield batch
+        started.set()
+        release.wait(30)
+        yield batch
+
+    result: list[Any] = []
+    straggler = threading.Thread(target=lambda: result.append(task.write(slow_rows())))
+    straggler.start()
+    assert started.wait(30)
+    assert [p.name.startswith("part-") for p in attempt.iterdir()] == [True]
+    driver.abort([None])
+    assert not staging.exists()  # nothing staged is visible any more
+    release.set()
+    straggler.join(30)
+    assert result and result[0].rows == 4  # it finished, into a file nobody can see
+    assert not os.path.exists(result[0].path) and not staging.exists()
+    with pytest.raises(StagingGone, match="aborted"):
+        task.write(iter([batch]))  # a task starting after the abort creates nothing
+    assert not staging.exists()
+
+    failing = pickle.loads(pickle.dumps(TidelogWriter(opts)))
+    with pytest.raises(BadArgument, match="holds nulls"):
+        failing.write(iter([batch, pa.record_batch({"payload": pa.array([None], pa.binary())})]))
+    (attempt,) = staging.iterdir()
+    assert list(attempt.iterdir()) == []  # the failed task removed its partial file
 
 
 def test_SPK_8_to_10_stream_reader_offsets_against_a_live_owner(tmp_path: Path) -> None:
@@ -273,3 +327,43 @@ def test_SPK_3_columnar_reads_verify_every_frame(tmp_path: Path) -> None:
     assert reading._sealed_runs(opts, 1, 50)[0]
     with pytest.raises(Corrupt, match="XXH3"):
         list(reading.read_log(opts, 1, 50))
+
+
+def test_SPK_5_slot_reads_of_sealed_qseg_segments_equal_the_public_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPK-5 over QSEG-11: a slot read takes the bundles of sealed Quiver segments zero-copy
+    from the mapped files, and returns exactly what decoding the records Topic.read returns
+    gives (drift, dictionaries, removed bundles, the unsealed tail)."""
+    from tidelog.adapters.spark import fastread, reading
+    from tidelog.adapters.spark.columns import slot_schema
+    from tidelog.bundle import RecordBundle
+
+    root = tmp_path / "s"
+    writer = tidelog.open(f"file://{root}?segment_max_records=3&background=false")
+    t = writer.topic("b", payload="bundles")
+    for i in range(12):
+        cols: dict[str, Any] = {"n": pa.array([i, i], pa.uint8())}
+        if i >= 5:
+            cols["d"] = pa.DictionaryArray.from_arrays(pa.array([0, 1], pa.int8()), ["x", "y"])
+        t.append_bundle(RecordBundle({0 if i % 4 else 1: pa.record_batch(cols)}))
+    t.delete(before_seq=3)
+    writer._backend.checkpoint()  # type: ignore[attr-defined]
+    t.append_bundle(RecordBundle({0: pa.record_batch({"n": pa.array([99], pa.uint8())})}))
+    try:
+        opts = parse_options({"path": str(root), "topic": "b", "slot": "0", "batchRecords": "5"})
+        target = slot_schema(reading.infer_slot_columns(opts))
+        runs, resume = reading._sealed_runs(opts, 1, 13, fastread.is_qseg_chunk)
+        assert len(runs) >= 3 and resume == 13  # sealed: Quiver segments; 13: the tail
+
+        def table() -> pa.Table:
+            return pa.Table.from_batches(list(reading.read_slot(opts, 1, 13, target)), target)
+
+        fast = table()
+        with monkeypatch.context() as m:
+            m.setattr(fastread, "available", lambda: False)
+            slow = table()
+        assert fast.equals(slow) and fast.num_rows == 2 * 8 + 1  # seqs 3,4,6,7,8,10,11,12; 13
+        assert fast.column("_seq").to_pylist()[-1] == 13
+    finally:
+        writer.close()

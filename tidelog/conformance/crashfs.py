@@ -923,6 +923,13 @@ class RecordingFS:
                 raise _oserror(errno.ENOENT, path)
             return self._vfiles[ino].size if ino in self._vfiles else 0
 
+    def chmod(self, path: str, mode: int) -> None:
+        """Permission bits are not part of an image (no reader relies on them; a crash may
+        leave a file writable again), so only the path is checked."""
+        with self._mutex:
+            if self._lookup(path) is None:
+                raise _oserror(errno.ENOENT, path)
+
     # --- file data (called by handles) -----------------------------------------------------
     def _write(self, ino: int, path: str, data: bytes, offset: int) -> None:
         if offset < 0:

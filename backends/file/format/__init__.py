@@ -30,6 +30,8 @@ __all__ = [
     "parse_shard_dir_name",
     "topic_dir_name",
     "parse_topic_dir_name",
+    "qseg_name",
+    "parse_qseg_name",
 ]
 
 META_DIR = "meta"
@@ -53,6 +55,7 @@ class FormatCorrupt(Corrupt):
 
 _SHARD_DIR = re.compile(r"shard-([0-9]{2})")
 _TOPIC_DIR = re.compile(r"[0-9a-f]{16}")
+_QSEG = re.compile(r"seg-([0-9]{20})\.qseg")
 
 
 def dumps_body(obj: dict[str, Any]) -> bytes:
@@ -90,3 +93,14 @@ def topic_dir_name(topic_id: int) -> str:
 
 def parse_topic_dir_name(name: str) -> int | None:
     return int(name, 16) if _TOPIC_DIR.fullmatch(name) else None
+
+
+def qseg_name(first_seq: int) -> str:
+    """``seg-<first_seq:020d>.qseg``: a bundle topic's sealed Quiver segment (BUNDLES QSEG-10;
+    here, not in format.qseg, so that naming files does not import pyarrow)."""
+    return f"seg-{first_seq:020d}.qseg"
+
+
+def parse_qseg_name(name: str) -> int | None:
+    m = _QSEG.fullmatch(name)
+    return int(m.group(1)) if m else None

@@ -24,7 +24,6 @@ would change key types, which seed 002 forbids).
 
 from __future__ import annotations
 
-import re
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
@@ -35,14 +34,22 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from tidelog.bundle import (
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    SLOT_META_SIZE,
+    SLOT_META_STRUCT,
     BundleRecord,
     RecordBundle,
     decode_bundle,
     encode_bundle,
+    first_message,
     message_fingerprint,
     schema_fingerprint,
 )
+from tidelog.bundle import MAGIC as BUNDLE_MAGIC
 from tidelog.errors import BadArgument, Corrupt
+
+from . import parse_qseg_name, qseg_name
 
 __all__ = [
     "MAGIC",
@@ -110,9 +117,6 @@ MANIFEST_SCHEMA = pa.schema(
     ]
 )
 
-_NAME = re.compile(r"seg-([0-9]{20})\.qseg")
-
-
 # -- errors (seed 002 "Error Handling and Recovery") -------------------------------------------
 class QsegError(Corrupt):
     """A ``.qseg`` that cannot be trusted; ``kind`` is seed 002's SegmentError variant and
@@ -167,16 +171,6 @@ class StreamInfo(NamedTuple):
     byte_length: int
     row_count: int
     chunk_count: int
-
-
-def qseg_name(first_seq: int) -> str:
-    """``seg-<first_seq:020d>.qseg``: the file name of a bundle segment (QSEG-10)."""
-    return f"seg-{first_seq:020d}.qseg"
-
-
-def parse_qseg_name(name: str) -> int | None:
-    m = _NAME.fullmatch(name)
-    return int(m.group(1)) if m else None
 
 
 # -- building ----------------------------------------------------------------------------------
@@ -241,19 +235,16 @@ def _encode_stream(batch: pa.RecordBatch) -> pa.Buffer:
     return sink.getvalue()
 
 
-def _as_bundle(item: RecordBundle | bytes | bytearray | memoryview | None, i: int) -> Any:
-    if item is None or isinstance(item, RecordBundle):
-        return item
+def _as_bundle(
+    item: RecordBundle | bytes | bytearray | memoryview | None, i: int
+) -> tuple[RecordBundle | None, bytes | None]:
+    """(bundle, the payload bytes the segment must give back for it)."""
+    if item is None:
+        return None, None
+    if isinstance(item, RecordBundle):
+        return item, encode_bundle(item)
     if isinstance(item, (bytes, bytearray, memoryview)):
-        # A stored payload: the segment must give back these exact bytes (TOP-5), so only a
-        # payload that re-encodes to itself may be sealed this way (QSEG-8).
-        bundle = decode_bundle(item)
-        if encode_bundle(bundle) != bytes(item):
-            raise BadArgument(
-                f"bundle {i}: payload does not re-encode to the same bytes (written by another "
-                "Arrow encoder?); seal it in a plain segment instead (QSEG-9)"
-            )
-        return bundle
+        return decode_bundle(item), bytes(item)
     raise BadArgument(f"bundle {i}: expected a RecordBundle, payload bytes or None")
 
 
@@ -281,7 +272,8 @@ def build_qseg(
     for name, column in (("tss", tss), ("tags", tags), ("nodes", nodes)):
         if column is not None and len(column) != n:
             raise BadArgument(f"{name} has {len(column)} entries for {n} bundles")
-    decoded = [_as_bundle(b, i) for i, b in enumerate(bundles)]
+    pairs = [_as_bundle(b, i) for i, b in enumerate(bundles)]
+    decoded = [bundle for bundle, _ in pairs]
 
     # Group chunks into runs, in arrival order; a key's open run closes when a chunk brings
     # different dictionaries (QSEG-4).
@@ -369,7 +361,16 @@ def build_qseg(
         FOOTER_VERSION, len(encoded), n, dir_off, dir_bytes.size, man_off, man_bytes.size
     )
     head = b"".join(parts) + footer + struct.pack("<I", len(footer)) + MAGIC
-    return head + struct.pack("<I", zlib.crc32(head))
+    built = head + struct.pack("<I", zlib.crc32(head))
+    # QSEG-9: every record must come back byte-identical (TOP-5) from the stored messages
+    reader = open_qseg(built)
+    for i, (_, payload) in enumerate(pairs):
+        if payload is not None and reader.payload(i) != payload:
+            raise BadArgument(
+                f"bundle {i}: its payload is not what the segment's Arrow messages reassemble "
+                "to (written by another Arrow encoder?); seal it in a plain segment (QSEG-9)"
+            )
+    return built
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -384,6 +385,73 @@ def _read_ipc_stream(buf: pa.Buffer, what: str, schema: pa.Schema) -> pa.RecordB
     if not batch.schema.equals(schema):
         raise InvalidFormat("QSEG-5", f"{what}: unexpected schema {batch.schema}")
     return batch
+
+
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # IPC end-of-stream marker (continuation, 0)
+_BLOCK = struct.Struct("<qi4xq")  # Arrow File.fbs struct Block: offset, metaDataLength, bodyLength
+
+
+class _Parts(NamedTuple):
+    """Where one stream's IPC messages lie in the segment (absolute (offset, length) pairs),
+    read from the Arrow file's own footer: what a chunk's standalone IPC stream is made of."""
+
+    schema: tuple[int, int]
+    dictionaries: list[tuple[int, int]]
+    batches: list[tuple[int, int]]
+    rows: list[int]
+
+
+def _file_blocks(
+    view: memoryview, base: int, where: str
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The dictionary and record batch message ranges of the Arrow IPC file ``view`` (which
+    starts at ``base`` in the segment), from its footer (Arrow File.fbs: a flatbuffer ``Footer``
+    whose fields 2 and 3 are vectors of ``Block``). Raises ArrowError on anything malformed."""
+    size = len(view)
+
+    def fail(detail: str) -> ArrowError:
+        return ArrowError("QSEG-2", f"{where}: Arrow file footer: {detail}")
+
+    if size < 18 or bytes(view[size - 6 :]) != _ARROW_FILE_MAGIC:
+        raise fail("no trailing ARROW1 magic")
+    (flen,) = struct.unpack_from("<i", view, size - 10)
+    start = size - 10 - flen
+    if flen < 8 or start < 8:
+        raise fail(f"length {flen} does not fit")
+    fb = view[start : size - 10]
+
+    def u32(at: int) -> int:
+        if not 0 <= at <= len(fb) - 4:
+            raise fail("offset outside the footer")
+        return int(struct.unpack_from("<I", fb, at)[0])
+
+    root = u32(0)
+    vtable = root - struct.unpack_from("<i", fb, root)[0] if root <= len(fb) - 4 else -1
+    if not 0 <= vtable <= len(fb) - 4:
+        raise fail("bad root table")
+    vt_size = struct.unpack_from("<H", fb, vtable)[0]
+
+    def blocks(field: int) -> list[tuple[int, int]]:
+        slot = 4 + 2 * field
+        if slot + 2 > vt_size or vtable + slot + 2 > len(fb):
+            return []
+        rel = struct.unpack_from("<H", fb, vtable + slot)[0]
+        if not rel:
+            return []
+        at = root + rel
+        vec = at + u32(at)
+        n = u32(vec)
+        if vec + 4 + n * _BLOCK.size > len(fb):
+            raise fail("block vector runs past the footer")
+        out = []
+        for k in range(n):
+            off, meta, body = _BLOCK.unpack_from(fb, vec + 4 + k * _BLOCK.size)
+            if off < 8 or meta < 8 or body < 0 or off + meta + body > start:
+                raise fail(f"block {k} at {off}+{meta}+{body} is outside the file")
+            out.append((base + off, meta + body))
+        return out
+
+    return blocks(2), blocks(3)
 
 
 class QsegReader:
@@ -422,6 +490,7 @@ class QsegReader:
             raise InvalidFormat("QSEG-8", "footer counts disagree with directory / manifest")
         self.data_end = min(dir_off, man_off)
         self.streams = self._load_streams()
+        self._parts: list[_Parts] = []
         self._readers = [self._open_stream(s) for s in self.streams]
         self._refs = self._load_manifest()
         man = self._man.to_pydict()
@@ -455,17 +524,22 @@ class QsegReader:
             raise ArrowError("QSEG-2", f"{where} is not an Arrow IPC file")
         try:
             reader = ipc.open_file(data)
-            rows = sum(reader.get_batch(k).num_rows for k in range(reader.num_record_batches))
+            rows = [reader.get_batch(k).num_rows for k in range(reader.num_record_batches)]
         except (pa.ArrowException, ValueError, OSError) as exc:
             raise ArrowError("QSEG-2", f"{where}: {exc}") from None
         try:
+            schema_len = len(first_message(head[8:]))
             fingerprint = message_fingerprint(head[8:])
         except ValueError as exc:
             raise ArrowError("QSEG-2", f"{where}: {exc}") from None
         if fingerprint != info.schema_fingerprint:
             raise InvalidFormat("QSEG-4", f"{where}: schema fingerprint mismatch")
-        if reader.num_record_batches != info.chunk_count or rows != info.row_count:
+        if reader.num_record_batches != info.chunk_count or sum(rows) != info.row_count:
             raise InvalidFormat("QSEG-5", f"{where}: chunk or row count disagrees")
+        dictionaries, batches = _file_blocks(head, info.byte_offset, where)
+        if len(batches) != info.chunk_count:
+            raise ArrowError("QSEG-2", f"{where}: footer lists {len(batches)} record batches")
+        self._parts.append(_Parts((info.byte_offset + 8, schema_len), dictionaries, batches, rows))
         return reader
 
     def _load_manifest(self) -> list[list[tuple[int, int, int]] | None]:
@@ -540,10 +614,44 @@ class QsegReader:
             self.first_seq + i, 0 if ts is None else ts, self._tags[i], self._nodes[i], bundle
         )
 
+    def _slot_stream(self, sid: int, chunk: int) -> list[tuple[int, int]]:
+        """The ranges that form chunk ``chunk`` of stream ``sid`` as a standalone IPC stream:
+        schema message, dictionary messages, its record batch message (then end-of-stream)."""
+        parts = self._parts[sid]
+        return [parts.schema, *parts.dictionaries, parts.batches[chunk]]
+
+    def payload_len(self, i: int) -> int | None:
+        """Bytes of bundle ``i``'s record payload (BND layout), without building it."""
+        refs = self._refs[self._index(i)]
+        if refs is None:
+            return None
+        n = HEADER_SIZE
+        for _, sid, chunk in refs:
+            n += SLOT_META_SIZE + sum(ln for _, ln in self._slot_stream(sid, chunk)) + len(_EOS)
+        return n
+
     def payload(self, i: int) -> bytes | None:
-        """The record payload of bundle ``i``: byte-identical to what was appended (QSEG-9)."""
-        bundle = self.bundle(i)
-        return None if bundle is None else encode_bundle(bundle)
+        """The record payload of bundle ``i``, byte-identical to what was appended (QSEG-9):
+        reassembled from the stored Arrow messages (no Arrow decoding or re-encoding, so it
+        does not depend on the Arrow version reading it)."""
+        refs = self._refs[self._index(i)]
+        if refs is None:
+            return None
+        view = memoryview(self.buffer).cast("B")
+        bitmap = 0
+        for slot, _, _ in refs:
+            bitmap |= 1 << slot
+        out: list[bytes | memoryview] = [HEADER_STRUCT.pack(BUNDLE_MAGIC, 1, HEADER_SIZE, bitmap)]
+        for _, sid, chunk in refs:
+            info, ranges = self.streams[sid], self._slot_stream(sid, chunk)
+            length = sum(ln for _, ln in ranges) + len(_EOS)
+            rows = self._parts[sid].rows[chunk]
+            out.append(
+                SLOT_META_STRUCT.pack(info.payload_type_id, info.schema_fingerprint, rows, length)
+            )
+            out += [view[off : off + ln] for off, ln in ranges]
+            out.append(_EOS)
+        return b"".join(out)
 
     def labels(self, i: int) -> tuple[int | None, str | None, str | None]:
         """(ts, tag, node) of entry ``i`` without touching Arrow data."""
