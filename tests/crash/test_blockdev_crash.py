@@ -13,7 +13,8 @@ the recovered head). ``RingCrashRun`` adds one documented relaxation (BDEV-17): 
 is not written to the device by itself, so a crash may bring trimmed records back; when the exact
 comparison fails on a topic whose history trimmed records, the recovered state must instead be an
 allowed state with some trimmed records live again, evicted-by-cap records below the floor, and
-no record ever lost silently.
+no record ever lost silently; records the pre-crash history trimmed may also be trimmed again
+when the recovered subscriber progress (newer than the records, DUR-9) covers them.
 """
 
 from __future__ import annotations
@@ -99,11 +100,16 @@ class RingCrashRun(CrashRun):
                 if name in m.topics:
                     cands += m.crash_candidates(name)
             appended = _appended(models, name)
-            reasons = [_at_least_once(view, c, _candidate_view(c, clock), appended) for c in cands]
+            trimmed = _trimmed_seqs(models, name)
+            reasons = [
+                _at_least_once(view, c, _candidate_view(c, clock), appended, trimmed)
+                for c in cands
+            ]
             assert any(r is None for r in reasons), (
                 f"BDEV-17: topic {name} recovered as {view}, not an allowed state even with "
                 f"trims undone: {[r for r in reasons if r]}: {where}"
             )
+            self._check_progress(name, view, model_i, model_next, where)
 
 
 def _no_silent_skip(
@@ -146,6 +152,19 @@ def _trimmed(m: ModelStore, name: str) -> bool:
     )
 
 
+def _trimmed_seqs(models: Sequence[ModelStore], name: str) -> set[int]:
+    """Seqs of the topic's current incarnation that the pre-crash history trimmed (SUB-5)."""
+    out: set[int] = set()
+    for m in models:
+        t = m.topics.get(name)
+        if t is None:
+            continue
+        for state in [*t.history, t]:
+            if state.incarnation == t.incarnation:
+                out.update(q for q, f in state.fate.items() if f == "trimmed")
+    return out
+
+
 def _appended(models: Sequence[ModelStore], name: str) -> dict[int, Any]:
     """Every record the workload appended to the topic's current incarnation, by seq."""
     out: dict[int, Any] = {}
@@ -160,12 +179,21 @@ def _appended(models: Sequence[ModelStore], name: str) -> dict[int, Any]:
 
 
 def _at_least_once(
-    got: TopicView, cand: TopicModel, want: TopicView, appended: dict[int, Any]
+    got: TopicView,
+    cand: TopicModel,
+    want: TopicView,
+    appended: dict[int, Any],
+    trimmed: set[int],
 ) -> str | None:
     """BDEV-17: ``got`` is ``cand`` with some trimmed records live again (their trim never
-    reached the device), the cap re-applied (RET-1) and nothing lost silently. None if so."""
+    reached the device), the cap re-applied (RET-1) and nothing lost silently. None if so.
+
+    Subscriber progress may be newer than the records (DUR-9 clamps it to the recovered head):
+    a record of ``cand`` that every recovered hwm covers and that the pre-crash history trimmed
+    (``trimmed``) is trimmed again, silently (SUB-5); every subscriber had resolved it."""
     if got.head != want.head:
         return f"head {got.head} != {want.head}"
+    low_hwm = min((h for _, h in got.subs), default=0)
     live = {r.seq: r for r in got.records}
     for seq, rec in live.items():
         if appended.get(seq) != rec:
@@ -176,6 +204,8 @@ def _at_least_once(
     for q in range(1, got.head + 1):
         if q in live:
             continue
+        if q in cand.records and q in trimmed and q <= low_hwm:
+            continue  # trimmed before the crash, and the recovered progress says so (SUB-5)
         if q in cand.records or cand.fate.get(q) in ("evicted", "lost"):
             if q not in covered:
                 return f"seq {q} missing without a tombstone"
@@ -287,6 +317,7 @@ class FullRingCrashRun(RingCrashRun):
                     and view.tombstones == ((1, view.floor - 1),)
                 )
             assert ok, f"BDEV-16: {name} recovered as {view}, not an allowed state: {where}"
+            self._check_progress(name, view, model_i, model_next, where)
 
 
 @pytest.mark.parametrize("cls", ["fsync", "memory"])
@@ -327,6 +358,56 @@ def test_BDEV_17_subscribers_at_least_once() -> None:
     n = run.check(every_point(run), torn="garbage")
     assert n > 100
     report(f"subscribers, every point ({run.relaxed} needed BDEV-17)", n)
+
+
+def test_BDEV_17_progress_newer_than_records_regression() -> None:
+    """BDEV-17, DUR-9, SUB-5 (regression: TIDELOG_SEED=319459973, CRASH-7 workload 1, crash point
+    30). A memory-class topic: ``flush_sub`` writes the subscriber's hwm 4 to the slot while
+    record 4 is still only in the open page. A crash after that slot write recovers records 1..3
+    with the hwm clamped to 3 (DUR-9), so 1..3 are trimmed again (SUB-5): silent, because the
+    subscriber had resolved them before the crash. (The checker used to demand a tombstone.)"""
+    ops: list[Op] = [
+        ("create", "t", {"durability": "memory"}),
+        ("subscribe", "t", "s", "earliest"),
+        ("append_many", "t", [b"a" * 20, b"b" * 20, b"c" * 20]),
+        ("flush",),
+        ("append", "t", b"d" * 10, None),
+        ("commit", "t", "s", 4),
+        ("flush_sub", "t", "s"),
+    ]
+    run = RingCrashRun(factory(8, 512), ops)
+    assert run.results[-2:] == [4, None]
+    n = run.check(every_point(run), torn="all")
+    assert run.relaxed > 0  # the states of the original failure were reached and accepted
+    report("progress newer than records (regression), every point", n)
+
+
+def test_BDEV_17_progress_newer_than_records_original_workload() -> None:
+    """The original failing workload (seed 319460074, its first 17 ops: the crash was in the
+    17th, ``flush_sub``), every crash point, every sector state."""
+    ops: list[Op] = [
+        ("create", "t", {"durability": "memory", "cap_records": 5}),
+        ("subscribe", "t", "s", "earliest"),
+        ("advance", 1),
+        ("append_many", "t", [b"m" * 23, b"m" * 9, b"m" * 34]),
+        ("append_many", "t", [b"m" * 49, b"m" * 36, b"m" * 34]),
+        ("flush",),
+        ("append", "t", b"A" * 10, "x"),
+        ("commit", "t", "s", 4),
+        ("append", "t", b"\xcb", "x"),
+        ("append_many", "t", [b"m" * 42, b"m" * 35, b"m" * 63]),
+        ("append", "t", b"\xe2" * 10, None),
+        ("append_many", "t", [b"m" * 66, b"m" * 49, b"m" * 41]),
+        ("append", "t", b"\x19" * 300, "x"),
+        ("commit", "t", "s", 1),
+        ("append", "t", b"\xfb" * 10, None),
+        ("append", "t", b"\x0b" * 100, None),
+        ("flush_sub", "t", "s"),
+    ]
+    run = RingCrashRun(factory(8, 512), ops)
+    n = run.check(every_point(run), torn="all")
+    assert run.relaxed > 0
+    report("original CRASH-7 workload 319460074, every point", n)
 
 
 def test_BDEV_11_drop_and_recreate() -> None:
