@@ -211,6 +211,12 @@ class BlockdevBackend(Engine):
     def _setup(self, geom: Geometry, ring_id: int) -> None:
         handle = self.dev.handle
         if isinstance(handle, DeviceHandle) and handle.direct and geom.page_size % handle.align:
+            if self.bopts.direct == "on":
+                raise BadOption(
+                    f"option direct=on: page_size {geom.page_size} is not a multiple of the "
+                    f"{handle.align}-byte sectors O_DIRECT needs on {self.path} (BDEV-20); use "
+                    "direct=auto, or a ring with a larger page_size"
+                )
             handle.drop_direct()
             self.warnings.append(
                 f"page_size {geom.page_size} is not a multiple of the device's {handle.align}-"
@@ -226,19 +232,22 @@ class BlockdevBackend(Engine):
         write the metadata block: slot 0 generation 1, slot 1 zeros."""
         o = self.bopts
         h = self.dev.handle
-        if self.dev.kind == "image" and o.size is not None and o.size != device_bytes:
-            try:
-                h.truncate(o.size)
-                h.fsync()
-            except OSError as exc:
-                raise storage_error(exc, f"resizing {self.path}") from None
+        resize = self.dev.kind == "image" and o.size is not None and o.size != device_bytes
+        if resize and o.size is not None:
             device_bytes = o.size
         page_size = o.page_size or stored_page_size or DEFAULT_PAGE_SIZE  # reformat keeps it
         geom = geometry_for(device_bytes, page_size, str(self.path))
-        self._setup(geom, new_ring_id())
+        self._setup(geom, new_ring_id())  # every check before the first write
+        if resize:
+            try:
+                h.truncate(device_bytes)
+                h.fsync()
+            except OSError as exc:
+                raise storage_error(exc, f"resizing {self.path}") from None
         self.formatted = True
         if not self.dev.created and not self._zero_pages(geom):
-            self.io.write_now(Item("zero", geom.offset(0), bytes(2 * geom.page_size)))
+            for i in (0, 1):  # one whole page per write, like every other write (BDEV-1)
+                self.io.write_now(Item("zero", geom.offset(i), bytes(geom.page_size)))
         self.meta_gen = 0
         self._slots = [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
         body = metamod.build_body(self.bound, 0, None, self.facts, 0)

@@ -206,9 +206,9 @@ def _at_least_once(
             continue
         if q in cand.records and q in trimmed and q <= low_hwm:
             continue  # trimmed before the crash, and the recovered progress says so (SUB-5)
-        if q in cand.records or cand.fate.get(q) in ("evicted", "lost"):
-            if q not in covered:
-                return f"seq {q} missing without a tombstone"
+        involuntary = cand.fate.get(q) in ("evicted", "lost")
+        if (q in cand.records or involuntary) and q not in covered:
+            return f"seq {q} missing without a tombstone"
     if (got.count, got.nbytes) != (len(live), sum(len(r.payload) for r in got.records)):
         return "count/bytes disagree with the records"
     c = cand.config
