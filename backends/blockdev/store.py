@@ -54,7 +54,7 @@ from .journal import RingJournal
 from .options import DEFAULT_PAGE_SIZE, DEFAULT_TOPIC, BlockdevOptions
 from .recovery import recover
 from .ring import RingState
-from .writer import IoQueue, Item
+from .writer import IoQueue, IoStats, Item
 
 __all__ = ["BlockdevBackend", "CAPABILITIES", "RingEviction"]
 
@@ -101,6 +101,7 @@ class BlockdevBackend(Engine):
         self._last_meta: tuple[Any, ...] | None = None
         self._slots = [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
         self.formatted = False
+        self.io_base = IoStats()  # device writes from format until this open (from the slot)
         self.dev: Attached = attach(fs, path, size=bopts.size, direct=bopts.direct)
         self.io = IoQueue(self.dev.handle)
         try:
@@ -206,7 +207,9 @@ class BlockdevBackend(Engine):
         self.ring.looped = slot.looped
         self.facts = dict(slot.body.get("state") or metamod.empty_facts())
         # an unchanged state is not written again (closing an untouched store writes nothing)
-        self._last_meta = (slot.body, slot.ring_id, slot.num_pages, slot.looped)
+        body = {k: v for k, v in slot.body.items() if k != "io"}
+        self._last_meta = (body, slot.ring_id, slot.num_pages, slot.looped)
+        self.io_base = IoStats.from_compact(slot.body.get("io"))
 
     def _setup(self, geom: Geometry, ring_id: int) -> None:
         handle = self.dev.handle
@@ -249,6 +252,7 @@ class BlockdevBackend(Engine):
             for i in (0, 1):  # one whole page per write, like every other write (BDEV-1)
                 self.io.write_now(Item("zero", geom.offset(i), bytes(geom.page_size)))
         self.meta_gen = 0
+        self.io_base = IoStats()
         self._slots = [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
         body = metamod.build_body(self.bound, 0, None, self.facts, 0)
         self._put_slot(body, write_now=True)
@@ -285,12 +289,20 @@ class BlockdevBackend(Engine):
         self._put_slot(body, write_now=False)
 
     def _put_slot(self, body: dict[str, Any], *, write_now: bool) -> None:
+        """Queue (or write) the slot unless nothing it records changed. It also carries the
+        device's write counters since format (BDEV-19): as of this slot, itself included; they
+        alone are never a reason to write it."""
         ring = self.ring
         key = (body, ring.ring_id, ring.num_pages, ring.looped)
         if key == self._last_meta:
             return
         self._last_meta = key
         self.meta_gen += 1
+        handle = self.dev.handle
+        align = handle.align if isinstance(handle, DeviceHandle) else 1
+        whole = SLOT_BYTES % align != 0  # 4 KiB-sector device: rewrite the whole block
+        own = IoStats(meta_writes=1, device_bytes=META_BYTES if whole else SLOT_BYTES, syncs=1)
+        body = {**body, "io": self.io_base.plus(self.io.queued).plus(own).compact()}
         slot = Slot(
             self.meta_gen,
             ring.ring_id,
@@ -302,9 +314,7 @@ class BlockdevBackend(Engine):
         )
         i = slot_index(self.meta_gen)
         self._slots[i] = encode_slot(slot)
-        handle = self.dev.handle
-        align = handle.align if isinstance(handle, DeviceHandle) else 1
-        if SLOT_BYTES % align:  # 4 KiB-sector device: rewrite the whole block (both slots)
+        if whole:
             item = Item("meta", 0, self._slots[0] + self._slots[1])
         else:
             item = Item("meta", i * SLOT_BYTES, self._slots[i])
@@ -496,6 +506,12 @@ class BlockdevBackend(Engine):
         """Device bytes written per payload byte written, since this store was opened."""
         return self.io.stats.write_amplification
 
+    def io_stats_snapshot(self, since: str = "open") -> IoStats:
+        """Device writes since this store was opened, or since the ring was formatted."""
+        with self.io.io_lock:
+            stats = dataclasses.replace(self.io.stats)
+        return self.io_base.plus(stats) if since == "format" else stats
+
     def io_stats(self) -> dict[str, object]:
         out = self.io.stats.to_dict()
         out["write_amplification"] = self.write_amplification
@@ -503,6 +519,7 @@ class BlockdevBackend(Engine):
 
     def describe(self) -> dict[str, object]:
         out = super().describe()
+        lifetime = self.io_stats_snapshot("format")
         with self.lock:
             ring = self.ring
             geom = ring.geometry
@@ -530,6 +547,8 @@ class BlockdevBackend(Engine):
                     "meta_generation": self.meta_gen,
                     "io": self.io.stats.to_dict(),
                     "write_amplification": self.write_amplification,
+                    "io_since_format": lifetime.to_dict(),
+                    "write_amplification_since_format": lifetime.write_amplification,
                     "ring_evictions": len(self.ring_evictions),
                     "warnings": list(self.warnings),
                 }

@@ -446,3 +446,40 @@ def test_BDEV_3_BDEV_7_golden_examples_in_the_spec() -> None:
                    carried=False), encode_record(0, None, None, b"x", False)):  # fmt: skip
         assert golden.hex() in inline
     assert slot[-4:].hex() in text
+
+
+def test_BDEV_4_BDEV_18_worst_case_metadata_fits_the_slot() -> None:
+    """BDEV-4, BDEV-18, BDEV-19: the longest topic name, every config field at its widest,
+    MAX_SUBSCRIBERS subscribers with 64-character names, 20-digit seqs and gaps, and the write
+    counters at u64 max still fit one slot; outcomes and trimmed ranges that do not fit are left
+    out (largest first), never the progress itself."""
+    from tidelog.backends.blockdev.format import SLOT_BODY_MAX, dumps_body
+    from tidelog.backends.blockdev.meta import IO_RESERVE, MAX_SUBSCRIBERS, build_body
+    from tidelog.backends.common.engine import EngineTopic
+    from tidelog.config import TopicConfig
+
+    big = 2**64 - 1
+    name = "t" * 200
+    config = TopicConfig(
+        durability="memory", cap_records=big, cap_bytes=big, ttl_ms=big, discard="reject",
+        retention="drop_oldest", trim="acked", lease_ms=big, max_deliveries=None,
+        dead_letter=None, backpressure_wait_ms=big,
+    )  # fmt: skip
+    t = EngineTopic(name, config, big)
+    for i in range(MAX_SUBSCRIBERS):
+        s = t.progress.add(f"{i}" + "s" * 63, big - 10**6)
+        s.hwm, s.gap = big - 10**6, (big - 10, big - 1)
+        s.outcomes = {big - 10**6 + 2 * k: "acked" for k in range(1, 30 + 10 * i)}
+    facts = {"head": big, "floor": big, "last_ts": big,
+             "trimmed": [[big - 100 * k, big - 100 * k + 50] for k in range(40)]}  # fmt: skip
+    body = build_body(name, big, t, facts, big)
+    full = dumps_body({**body, "io": [big] * 7})
+    assert len(full) <= SLOT_BODY_MAX and len(dumps_body(body)) + IO_RESERVE <= SLOT_BODY_MAX
+    assert len(body["subs"]) == MAX_SUBSCRIBERS
+    assert all(s["hwm"] == big - 10**6 and s["gap"] for s in body["subs"].values())
+    assert body["state"]["trimmed"] == []  # left out last, after every subscriber's outcomes
+    assert not any("acked" in s for s in body["subs"].values())
+    few = {k: v for k, v in list(t.progress.subs.items())[:1]}
+    t.progress.subs = few
+    kept = build_body(name, big, t, {**facts, "trimmed": facts["trimmed"][:5]}, big)
+    assert len(kept["state"]["trimmed"]) == 5 and all("acked" in s for s in kept["subs"].values())

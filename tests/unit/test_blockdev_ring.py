@@ -33,7 +33,7 @@ from tidelog.backends.blockdev.format import (
 from tidelog.backends.blockdev.ring import RingScan, ScannedPage, assemble
 from tidelog.cli import main
 from tidelog.clock import FakeClock
-from tidelog.errors import BadOption, Corrupt, NoSuchTopic, NotAvailable
+from tidelog.errors import BadArgument, BadOption, Corrupt, NoSuchTopic, NotAvailable
 from tidelog.fsio import OsFS
 from tidelog.model.ring import RingHead, find_head, find_head_linear, page_seq, retained_pages
 from tidelog.records import Record, Tombstone
@@ -548,6 +548,31 @@ def test_BDEV_18_one_topic_per_device(tmp_path: Path) -> None:
         assert store.topic("t").state().head_seq == 0
 
 
+def test_BDEV_4_full_slot_degrades_to_at_least_once(tmp_path: Path) -> None:
+    """BDEV-4, BDEV-18 (exact_progress False), SUB-9: out-of-order acks that fit the 2 KiB slot
+    survive a clean reopen exactly; too many are left out of it, and after the reopen those
+    records are delivered again (at-least-once): the hwm is kept, nothing is lost."""
+    path = tmp_path / "r.img"
+    with new_ring(path, 64, page_size=4096) as store:
+        t = store.topic("t", durability="memory", trim="none")
+        t.append_many([bytes([i % 251]) * 20 for i in range(800)])
+        few, many = t.subscribe("few", start="earliest"), t.subscribe("many", start="earliest")
+        for q in range(2, 21, 2):
+            few.ack(q)
+        for q in range(2, 801, 2):
+            many.ack(q)
+    with tidelog.open(uri(path)) as store:
+        t = store.topic("t")
+        few, many = t.subscriber("few"), t.subscriber("many")
+        assert few.hwm == many.hwm == 0
+        assert [r.seq for r in few.poll(15)] == [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 22, 23,
+                                                 24, 25]  # fmt: skip
+        got = [r.seq for r in many.poll(1000)]
+        assert got == list(range(1, 801))  # the acked ones again, in order, none missing
+        many.commit(800)
+        assert many.hwm == 800
+
+
 # -- write amplification (BDEV-19) ------------------------------------------------------------
 def _amplification(
     tmp: Path, cls: str, size: int, count: int = 1000, batch: int = 1
@@ -592,18 +617,44 @@ def test_BDEV_19_write_amplification_measured(tmp_path: Path) -> None:
 
 
 def test_BDEV_19_describe_and_inspect_show_it(tmp_path: Path) -> None:
-    """BDEV-19: store.describe(), the backend property and `tidelog inspect` report it."""
+    """BDEV-19: io_stats(store) (a snapshot with a write_amplification property),
+    store.describe() and `tidelog inspect` (text and JSON) report the same counts; another
+    backend's store has none (not_available)."""
+    from tidelog.backends.blockdev import io_stats
+
     path = tmp_path / "r.img"
     with new_ring(path, 8) as store:
         store.topic("t", durability="memory").append_many([b"x" * 100] * 10)
         store.flush()
+        stats = io_stats(store)
         facts = store.describe()
-        b: Any = store._backend
-        assert facts["write_amplification"] == b.write_amplification > 1
-        assert facts["io"]["payload_bytes_written"] == 1000  # type: ignore[index]
+        # 1030+ bytes of records: two full 512-byte pages and the flushed partial third
+        assert (stats.page_writes, stats.records, stats.payload_bytes) == (3, 10, 1000)
+        assert stats.device_bytes == 3 * PAGE + stats.meta_writes * SLOT_BYTES
+        assert stats.write_amplification == stats.device_bytes / 1000
+        assert facts["write_amplification"] == stats.write_amplification
+        assert facts["io"]["device_bytes_written"] == stats.device_bytes  # type: ignore[index]
+        store.topic("t").append(b"more")
+        store.flush()
+        assert io_stats(store).records == 11
+        assert stats.records == 10  # a snapshot: later writes do not change it
+    session = io_stats(store)  # the close wrote the last page and the slot
+    with tidelog.open(uri(path)) as store:
+        assert io_stats(store).device_bytes == 0  # nothing written since this open
+        assert io_stats(store, since="format") == session  # the slot counted all of it
+        assert store.describe()["write_amplification_since_format"] == (
+            session.device_bytes / session.payload_bytes
+        )
+        with pytest.raises(BadArgument):
+            io_stats(store, since="boot")
     result = CliRunner().invoke(main, ["inspect", uri(path), "--json"])
     assert result.exit_code == 0, result.output
-    assert "write_amplification" in result.output and '"page_count": 8' in result.output
+    assert '"page_count": 8' in result.output
+    assert f'"write_amplification_since_format": {session.write_amplification}' in result.output
+    text = CliRunner().invoke(main, ["inspect", uri(path)])
+    assert text.exit_code == 0 and "write_amplification" in text.output, text.output
+    with tidelog.open("memory://") as other, pytest.raises(NotAvailable, match="blockdev"):
+        io_stats(other)
 
 
 # -- direct I/O and the raw-device path (BDEV-11, BDEV-12, BDEV-20) ----------------------------
