@@ -285,6 +285,12 @@ class BlockdevBackend(Engine):
         if t is not None and j.sealed_through == t.log.head:
             # every record is in a page queued before this slot: the facts are durable-safe
             self.facts = metamod.facts_of(t)
+        elif t is not None:
+            # Records are still in the open page: keep the older head and trims, but the floor
+            # is always current, like the subscribers' progress next to it (which may cover
+            # evicted seqs): what it puts below the floor was evicted for good, and recovery
+            # clamps it to the head it finds (BDEV-14, BDEV-17).
+            self.facts = {**self.facts, "floor": t.log.evict_floor}
         body = metamod.build_body(self.bound, self.incarnations, t, self.facts, self.ring.lap)
         self._put_slot(body, write_now=False)
 

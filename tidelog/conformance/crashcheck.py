@@ -269,8 +269,8 @@ class CrashRun:
             )
             self._check_progress(name, view, model_i, model_next, where)
 
+    @staticmethod
     def _check_progress(
-        self,
         name: str,
         view: TopicView,
         model_i: ModelStore,
