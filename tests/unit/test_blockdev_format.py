@@ -270,6 +270,37 @@ def test_BDEV_11_new_image_is_created_atomically(tmp_path: Path) -> None:
         assert [r.payload for r in store.topic("t").read()] == [b"one", b"two", b"three"]
 
 
+def test_BDEV_11_BDEV_12_uri_creates_an_image(tmp_path: Path) -> None:
+    """BDEV-11, BDEV-12, URI-1: the issue's URI creates a sparse 64 MiB image holding
+    (64 MiB - 4 KiB) // 4 KiB = 16383 pages, rounded to even; only the metadata slot is written;
+    the default topic binding is "default"; reopening needs no size."""
+    path = tmp_path / "img"
+    with tidelog.open(f"blockdev://{path}?size=64MiB&page_size=4096") as store:
+        facts = store.describe()
+        assert (facts["page_count"], facts["page_size"], facts["device"]) == (16382, 4096, "image")
+        assert facts["topic_binding"] == "default" and facts["formatted"] is True
+        assert facts["io"]["device_bytes_written"] == SLOT_BYTES  # type: ignore[index]
+    assert path.stat().st_size == 64 << 20
+    with tidelog.open(f"blockdev://{path}") as store:
+        assert store.describe()["formatted"] is False
+        assert store.topic("default").append(b"x") == 1
+
+
+def test_BDEV_3_BDEV_11_wrong_magic_is_refused_untouched(tmp_path: Path) -> None:
+    """BDEV-3, BDEV-11: a ring whose metadata magic is wrong in both slots (another format, or a
+    damaged block) is Corrupt naming the magic, and is left byte-identical."""
+    path = tmp_path / "r.img"
+    make_ring(path)
+    data = bytearray(path.read_bytes())
+    for off in (0, SLOT_BYTES):
+        if data[off : off + 8] == b"TDLRING1":
+            data[off : off + 8] = b"TDLRING9"
+    path.write_bytes(bytes(data))
+    with pytest.raises(Corrupt, match=r"bad magic b'TDLRING9'.*format=true"):
+        tidelog.open(ring_uri(path))
+    assert path.read_bytes() == bytes(data)
+
+
 @pytest.mark.parametrize("content", ["random", "text"])
 def test_BDEV_11_foreign_data_is_never_overwritten(tmp_path: Path, content: str) -> None:
     """BDEV-11: a file that is not a ring is Corrupt with a hint, and stays byte-identical;
@@ -349,8 +380,10 @@ def test_BDEV_12_truncated_ring_is_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "r.img"
     make_ring(path)
     os.truncate(path, 4096 + 4 * 512)
+    before = path.read_bytes()
     with pytest.raises(Corrupt, match="truncated"):
         tidelog.open(ring_uri(path))
+    assert path.read_bytes() == before
 
 
 def test_BDEV_3_newer_version_is_refused_untouched(tmp_path: Path) -> None:

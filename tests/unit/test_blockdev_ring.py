@@ -421,6 +421,44 @@ def test_BDEV_14_explicit_requests_and_cadence(tmp_path: Path) -> None:
     store.close()
 
 
+def _tail_after_crash(path: Path, every: int) -> tuple[int, int, int]:
+    """(persisted, recovered, final) hwm of a fast subscriber when the process dies."""
+    store = new_ring(path, 16, meta_every=every)
+    t = store.topic("t", durability="fsync", trim="none")
+    fast, slow = t.subscribe("fast", start="earliest"), t.subscribe("slow", start="earliest")
+    persisted, gen = 0, store.describe()["meta_generation"]
+    for i in range(12):
+        t.append(bytes([i]) * 300)  # one page each
+        if store.describe()["meta_generation"] != gen:  # a slot went with this append
+            gen, persisted = store.describe()["meta_generation"], fast.hwm
+        fast.commit(i + 1)
+        if i == 4:
+            slow.commit(5)
+    final = fast.hwm
+    store._backend.abandon()  # type: ignore[attr-defined]  # the process dies: no close
+    with tidelog.open(uri(path)) as store:
+        t = store.topic("t")
+        got = t.subscriber("fast")
+        recovered = got.hwm
+        redelivered = [r.seq for r in got.poll(100)]
+        assert redelivered == list(range(recovered + 1, 13)), redelivered  # none skipped
+        assert t.subscriber("slow").hwm == 5  # the page trailers carry the lowest hwm
+    return persisted, recovered, final
+
+
+def test_BDEV_14_BDEV_17_consumer_tail_after_a_crash(tmp_path: Path) -> None:
+    """BDEV-14, BDEV-17, DUR-9, SUB-9: the consumer tail is persisted at registration, flushes,
+    clean close, every meta_every pages (the optional cadence) and, for the slowest subscriber,
+    in every page trailer. After the process dies, redelivery starts at or before the last
+    persisted tail, never after an unacked record; the cadence moves that point forward."""
+    never = _tail_after_crash(tmp_path / "never.img", 0)
+    often = _tail_after_crash(tmp_path / "often.img", 2)
+    for persisted, recovered, final in (never, often):
+        assert persisted <= recovered <= final == 12
+    assert never == (2, 5, 12)  # last slot: num_pages 3; then the trailers' lowest hwm (slow's)
+    assert often == (10, 10, 12)  # meta_every=2: a slot with the 11th page, when fast had 10
+
+
 def test_BDEV_15_memory_class_writes_full_pages_and_close_writes_the_rest(tmp_path: Path) -> None:
     """BDEV-15, DUR-1, DUR-7: memory appends reach the device only in full pages; flush and
     close write the partial page (padded, PARTIAL); a clean reopen has everything."""
