@@ -30,7 +30,8 @@ import os
 import tempfile
 from typing import Any
 
-from hypothesis import event, settings
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from tidelog.api import Store
@@ -196,3 +197,22 @@ BlockdevMachine.TestCase.settings = settings(
     deadline=None,
 )
 TestBlockdevVsModel = BlockdevMachine.TestCase
+
+
+@given(data=st.data())
+@settings(max_examples=50, deadline=None)
+def test_CAP_2_the_machine_reads_the_ring_capabilities(data: st.DataObject) -> None:
+    """CAP-1, CAP-2: the machine takes its rules from Store.capabilities: one topic (the ring's
+    binding, t0), only the classes the ring offers, no queue configuration; its delete and queue
+    rules are off (their preconditions read the same flags)."""
+    from tidelog.backends.blockdev import CAPABILITIES
+    from tidelog.conformance.machine import topic_configs
+
+    m = BlockdevMachine()
+    try:
+        assert m.caps == CAPABILITIES and m.topic_names == ("t0",)
+        assert not (m.caps.deletes or m.caps.queue or m.caps.multi_topic)
+        cfg = data.draw(topic_configs(m.caps, "t0"))
+        assert cfg["durability"] in ("memory", "fsync") and "max_deliveries" not in cfg
+    finally:
+        m.teardown()

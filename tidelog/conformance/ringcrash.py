@@ -16,7 +16,8 @@ BDEV-17 says a ring may change it (subscriber progress and trims are at-least-on
 
 and nothing is ever missing silently. With ``ring_full`` (a ring too small for what the topic
 keeps, BDEV-16) a crash during the write that overwrites live records may also lose the oldest
-records, below a floor that tombstones them.
+records, below a floor that tombstones them. ``RingCrashRun`` also runs ``verify`` on every
+crash state (BDEV-21: a state a power loss leaves holds no error, at most warnings).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import tidelog
+from tidelog.backends.blockdev import verify_image
 from tidelog.clock import Clock
 from tidelog.model import ModelStore, TopicModel
 from tidelog.records import Record
@@ -193,6 +195,12 @@ class RingCrashRun(CrashRun):
     relaxed = 0  # states that needed a BDEV-16/BDEV-17 relaxation (reported)
 
     def check_state(self, state: RecordingFS) -> None:
+        # BDEV-21: verify (offline, read-only) finds no error in a state a power loss leaves;
+        # before recovery, which writes to the state
+        for path, data in sorted(state.tree().items()):
+            if data is not None and not path.endswith(".tmp"):
+                report = verify_image(state, path)
+                assert report.ok, f"verify {path}: {report.errors}: {state.description}"
         super().check_state(state)
         at = state.crash_at if state.crash_at is not None else len(self.fs.history)
         i = self.acked_by(at)
