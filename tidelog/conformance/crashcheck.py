@@ -28,10 +28,10 @@ from .crashfs import RecordingFS
 __all__ = ["CrashRun", "Op", "apply_op", "observe"]
 
 #: ("create", topic, {config}) | ("append", topic, payload, tag) | ("append_many", topic,
-#: [payloads]) | ("append_records", topic, [(payload, tag, node), ...]) | ("delete", topic, before) | ("subscribe", topic, sub, start) |
-#: ("ack", topic, sub, seq) | ("commit", topic, sub, seq) | ("flush_sub", topic, sub) |
-#: ("claim", topic, node, n) | ("complete_first", topic) | ("drop", topic) | ("flush",) |
-#: ("checkpoint",) | ("advance", ms)
+#: [payloads]) | ("append_records", topic, [(payload, tag, node), ...]) |
+#: ("delete", topic, before) | ("subscribe", topic, sub, start) | ("ack", topic, sub, seq) |
+#: ("commit", topic, sub, seq) | ("flush_sub", topic, sub) | ("claim", topic, node, n) |
+#: ("complete_first", topic) | ("drop", topic) | ("flush",) | ("checkpoint",) | ("advance", ms)
 Op = tuple[Any, ...]
 StoreFactory = Callable[[RecordingFS, Clock], Store]
 
