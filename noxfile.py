@@ -2,6 +2,7 @@
 
   tests      build + install the wheel (not editable), pytest -n auto, then a short CrossHair pass
   crash      a long crash campaign (many workloads, sampled states, SIGKILLs), seeded
+  blockdev_device  the blockdev backend on loop devices (root + losetup; tests/device)
   stateful   a long stateful campaign (TIDELOG_STATEFUL_EXAMPLES, default 20000), seeded
   crosshair  CrossHair (PEP 316 contracts) over every module of tidelog.model, bounded in time
   lint       ruff check + mypy (strict on tidelog and tidelog.model) on the installed layout
@@ -318,6 +319,16 @@ def crash(session: nox.Session) -> None:
             f"crash campaign: {sum(counts)} crash states recovered and checked "
             f"over {len(counts)} workloads (seed {seed})"
         )
+
+
+@nox.session
+def blockdev_device(session: nox.Session) -> None:
+    """The blockdev backend on real block devices (tests/device: loop devices, so root and
+    losetup are required; a missing one fails the session). The default suite runs the same code
+    paths on image files instead. ARGS go to pytest."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    _pytest(session, seed, "tests/device", *session.posargs, TIDELOG_DEVICE_TESTS="1")
 
 
 @nox.session

@@ -28,10 +28,10 @@ from .crashfs import RecordingFS
 __all__ = ["CrashRun", "Op", "apply_op", "observe"]
 
 #: ("create", topic, {config}) | ("append", topic, payload, tag) | ("append_many", topic,
-#: [payloads]) | ("append_records", topic, [(payload, tag, node), ...]) | ("delete", topic, before) | ("subscribe", topic, sub, start) |
-#: ("ack", topic, sub, seq) | ("commit", topic, sub, seq) | ("flush_sub", topic, sub) |
-#: ("claim", topic, node, n) | ("complete_first", topic) | ("drop", topic) | ("flush",) |
-#: ("checkpoint",) | ("advance", ms)
+#: [payloads]) | ("append_records", topic, [(payload, tag, node), ...]) |
+#: ("delete", topic, before) | ("subscribe", topic, sub, start) | ("ack", topic, sub, seq) |
+#: ("commit", topic, sub, seq) | ("flush_sub", topic, sub) | ("claim", topic, node, n) |
+#: ("complete_first", topic) | ("drop", topic) | ("flush",) | ("checkpoint",) | ("advance", ms)
 Op = tuple[Any, ...]
 StoreFactory = Callable[[RecordingFS, Clock], Store]
 
@@ -267,18 +267,29 @@ class CrashRun:
                 f"topic {name} ({cls}) recovered as {view} which no allowed state matches; "
                 f"allowed: {views}: {where}"
             )
-            for sub, hwm in view.subs:
-                known = [
-                    m.topics[name].subs[sub]
-                    for m in (model_i, model_next)
-                    if m is not None and name in m.topics and sub in m.topics[name].subs
-                ]
-                lo = min((s.flushed_hwm for s in known), default=0)
-                hi = max((s.hwm for s in known), default=view.head)
-                live = {r.seq for r in view.records}
-                # DUR-9: at least what was flushed, at most what was resolved; above the model's
-                # hwm only across seqs that are not live (lost or removed seqs resolve silently)
-                assert min(lo, view.head) <= hwm, f"{name}/{sub}: hwm {hwm} < flushed {lo}: {where}"
-                assert hwm <= hi or not any(hi < q <= hwm for q in live), (
-                    f"{name}/{sub}: hwm {hwm} passed unresolved live records above {hi}: {where}"
-                )
+            self._check_progress(name, view, model_i, model_next, where)
+
+    @staticmethod
+    def _check_progress(
+        name: str,
+        view: TopicView,
+        model_i: ModelStore,
+        model_next: ModelStore | None,
+        where: str,
+    ) -> None:
+        """DUR-9: every recovered subscriber hwm within the model's at-least-once bounds."""
+        for sub, hwm in view.subs:
+            known = [
+                m.topics[name].subs[sub]
+                for m in (model_i, model_next)
+                if m is not None and name in m.topics and sub in m.topics[name].subs
+            ]
+            lo = min((s.flushed_hwm for s in known), default=0)
+            hi = max((s.hwm for s in known), default=view.head)
+            live = {r.seq for r in view.records}
+            # DUR-9: at least what was flushed, at most what was resolved; above the model's
+            # hwm only across seqs that are not live (lost or removed seqs resolve silently)
+            assert min(lo, view.head) <= hwm, f"{name}/{sub}: hwm {hwm} < flushed {lo}: {where}"
+            assert hwm <= hi or not any(hi < q <= hwm for q in live), (
+                f"{name}/{sub}: hwm {hwm} passed unresolved live records above {hi}: {where}"
+            )
