@@ -19,7 +19,6 @@ from typing import Any
 import click
 
 import tidelog
-import tidelog.sf
 from tidelog.cli import main
 from tidelog.forward import Forwarder, Receiver
 

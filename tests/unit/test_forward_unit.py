@@ -494,6 +494,35 @@ def test_FWD_3_auth_failure_is_terminal_at_once() -> None:
         assert srv.upgrades == 3 and len(fake.sleeps) == 2
 
 
+def test_FWD_3_version_outside_range_is_transient(tmp_path: Path) -> None:
+    """FWD-3 (seed §8, §13.3): an upgrade answering an X-QWP-Version other than 1 is a
+    per-endpoint mismatch: transient (retried under initial_connect_retry=on, terminal at the
+    first connect under off); an absent header means version 1."""
+    versions = iter(["2", "2", None])
+
+    async def ack(ws: ServerConnection) -> None:
+        seq = 0
+        async for _ in ws:
+            await ws.send(wire.encode_ok(seq))
+            seq += 1
+
+    def answer(conn: ServerConnection, request: Any, response: Any) -> Any:
+        version = next(versions, None)
+        if version is not None:
+            response.headers[wire.H_VERSION] = version
+        return None
+
+    with Scripted(ack, process_response=answer) as srv:
+        with pytest.raises(SenderFailed, match=r"X-QWP-Version: '2'"):
+            Forwarder(conf(srv.port))
+        fake = FakeTime()
+        with Forwarder(conf(srv.port, initial_connect_retry="on"), sleep=fake.sleep,
+                       clock=fake.clock) as fwd:  # fmt: skip
+            fwd.append(b"v1")
+            assert fwd.wait_acked(timeout=WAIT)
+        assert srv.upgrades == 3 and len(fake.sleeps) == 1
+
+
 @pytest.mark.parametrize(("code", "terminal"), [(1008, True), (1002, True), (1011, False)])
 def test_FWD_11_close_codes(tmp_path: Path, code: int, terminal: bool) -> None:
     """FWD-11 (FSN-8): 1002/1003/1007/1008/1009/1010 halt as PROTOCOL_VIOLATION with

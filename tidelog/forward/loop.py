@@ -339,7 +339,7 @@ class IOLoop:
     def _headers(self, fsn_at_zero: int) -> dict[str, str]:
         conf = self.conf
         headers = {
-            wire.H_MAX_VERSION: "1",
+            wire.H_MAX_VERSION: str(wire.QWP_VERSION),
             wire.H_CLIENT_ID: conf.client_id,
             wire.H_FSN_AT_ZERO: str(fsn_at_zero),
         }
@@ -391,6 +391,12 @@ class IOLoop:
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             raise _Transient(repr(exc)) from None
         headers = ws.response.headers if ws.response is not None else {}
+        version = headers.get(wire.H_VERSION, str(wire.QWP_VERSION)).strip()
+        if version != str(wire.QWP_VERSION):
+            # seed §8, §13.3: a version outside what we asked for (X-QWP-Max-Version: 1) is a
+            # per-endpoint mismatch: transient, so the walk moves on to the next host.
+            ws.transport.abort()
+            raise _Transient(f"{host}:{port} negotiated {wire.H_VERSION}: {version!r}, not 1")
         if conf.request_durable_ack and headers.get(wire.H_DURABLE_ACK, "").lower() != "enabled":
             await ws.close(1000)
             raise _Terminal(

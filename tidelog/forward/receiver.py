@@ -214,7 +214,7 @@ class Receiver:
         if response.status_code != 101:
             return None
         headers: Headers = response.headers
-        headers[wire.H_VERSION] = "1"
+        headers[wire.H_VERSION] = str(wire.QWP_VERSION)
         wants = request.headers.get(wire.H_REQUEST_DURABLE_ACK, "").lower() == "true"
         if wants and self.durable_ack:
             headers[wire.H_DURABLE_ACK] = "enabled"
