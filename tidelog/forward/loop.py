@@ -146,6 +146,8 @@ class IOLoop:
             target=self._thread_main, name="tidelog-forward-io", daemon=True
         )
         source.add_listener(self._on_publish)
+        # What recovery (or the subscriber) seeded, before anything moves it (FSN-5).
+        self._trace("start", acked=self.acked, published=source.published_fsn())
 
     # -- thread plumbing ---------------------------------------------------------------------
     def start(self) -> None:
