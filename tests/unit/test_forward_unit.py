@@ -382,6 +382,52 @@ def test_FWD_18_receiver_answers_ok_then_durable(rx: Receiver) -> None:
     asyncio.run(go())
 
 
+def test_FWD_18_durable_ack_only_after_the_flush(tmp_path: Path) -> None:
+    """FWD-18: OKs come after the append, but no durable ack covers a frame before
+    ``Store.flush()`` returned: with the flush held, none arrives at all (a sentinel frame's OK
+    proves everything the receiver sent for earlier frames arrived); released, one does."""
+    from websockets.asyncio.client import connect
+
+    store = tidelog.open(f"file://{tmp_path / 'rx'}")
+    gate = threading.Event()
+    real_flush = store.flush
+
+    def held_flush() -> None:
+        gate.wait(WAIT)
+        real_flush()
+
+    store.flush = held_flush  # type: ignore[method-assign]
+    r = Receiver(store, "events", flush_interval_ms=1, owns_store=True).start()
+
+    async def go() -> list[wire.Response]:
+        headers = {wire.H_CLIENT_ID: "c", wire.H_FSN_AT_ZERO: "0",
+                   wire.H_REQUEST_DURABLE_ACK: "true"}  # fmt: skip
+        got: list[wire.Response] = []
+
+        async def until(pred: Callable[[wire.Response], bool]) -> None:
+            while not got or not pred(got[-1]):
+                got.append(wire.decode(await asyncio.wait_for(ws.recv(), WAIT)))
+
+        async with connect(f"ws://127.0.0.1:{r.port}/write/v4", additional_headers=headers,
+                           proxy=None) as ws:  # fmt: skip
+            for i in range(20):
+                await ws.send(b"f%d" % i)
+            await until(lambda m: isinstance(m, wire.Ok) and m.sequence == 19)
+            await ws.send(b"sentinel")
+            await until(lambda m: isinstance(m, wire.Ok) and m.sequence == 20)
+            assert not [m for m in got if isinstance(m, wire.DurableAck)], got
+            gate.set()
+            await until(lambda m: isinstance(m, wire.DurableAck) and m.tables["events"] >= 21)
+        return got
+
+    try:
+        got = asyncio.run(go())
+    finally:
+        gate.set()
+        r.stop()
+    assert isinstance(got[-1], wire.DurableAck)
+
+
 def test_FWD_19_receiver_deduplicates_across_restarts(tmp_path: Path) -> None:
     """FWD-19: replays are acknowledged, not stored again -- within a connection, across
     connections, across a clean receiver restart, and after a restart whose checkpoint is
@@ -839,6 +885,28 @@ def test_FWD_22_topic_source_with_holes(rx: Receiver, tmp_path: Path) -> None:
     got = stored(f"file://{tmp_path / 'rx'}")
     live = [i for i in range(3, 22) if i not in (5, 6, 12)]
     assert [(f, p) for _, f, p in got] == [(i - 1, b"r%d" % i) for i in live]
+
+
+def test_FWD_5_a_failing_source_halts_instead_of_reconnecting_forever(rx: Receiver) -> None:
+    """FWD-5: a source that cannot be read (an unreadable segment, a store closed under the
+    forwarder) is a local fault no reconnect cures: the loop halts loudly, once."""
+    from tidelog.errors import StorageError
+    from tidelog.forward import MemorySource
+
+    class Unreadable(MemorySource):
+        def read(self, fsn: int, max_frames: int) -> Any:
+            raise StorageError(f"segment holding FSN {fsn}: Input/output error")
+
+    source = Unreadable(1 << 20, 1 << 16, 0)
+    fwd = Forwarder(conf(rx.port), source=source)
+    source.append(b"x")
+    fwd.wait_acked(timeout=WAIT)
+    error = fwd.last_terminal_error
+    assert error is not None and error.category == "PROTOCOL_VIOLATION"
+    assert "reading memory at FSN 0 failed" in error.message and "Input/output" in error.message
+    assert fwd.counters()["connections"] == 1
+    with pytest.raises(SenderFailed):
+        fwd.close()
 
 
 def test_FWD_2_memory_mode(rx: Receiver) -> None:

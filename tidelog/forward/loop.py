@@ -30,6 +30,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 import tidelog
 from tidelog.clock import Clock
+from tidelog.errors import TidelogError
 from tidelog.model.fsn import (
     backoff_sleep,
     close_code_is_terminal,
@@ -78,6 +79,11 @@ class _RoleReject(Exception):
 
 class _Transient(Exception):
     pass
+
+
+class _SourceFailed(Exception):
+    """Reading the source failed: a local fault (an unreadable segment, a closed store) that
+    no reconnect can cure, so it halts instead of reconnecting forever (FWD-5)."""
 
 
 class _MonotonicClock:
@@ -448,6 +454,9 @@ class IOLoop:
                 exc = first.exception()
                 if isinstance(exc, ConnectionClosed):
                     outcome = self._closed(exc)
+                elif isinstance(exc, _SourceFailed):
+                    self._latch(self._synthesized("PROTOCOL_VIOLATION", str(exc)))
+                    outcome = Outcome.HALT
                 elif exc is not None:
                     log.warning("connection failed: %r", exc)
                 else:
@@ -497,7 +506,12 @@ class IOLoop:
                     await self._wakeup.wait()
                 self._want_wakeup = False
                 continue
-            frames = await self._read(fsn)
+            try:
+                frames = await self._read(fsn)
+            except (TidelogError, OSError) as exc:
+                raise _SourceFailed(
+                    f"reading {self.source.name} at FSN {fsn} failed: {exc!r}"
+                ) from exc
             if isinstance(frames, Gap):
                 return await self._skip_gap(st, fsn, frames.next_fsn)
             for payload in frames:
