@@ -909,6 +909,21 @@ def test_FWD_5_a_failing_source_halts_instead_of_reconnecting_forever(rx: Receiv
         fwd.close()
 
 
+def test_FWD_15_stop_requested_before_the_loop_first_ran_is_not_lost() -> None:
+    """FWD-15 regression (a hang seen on a loaded box): close() right after an async start
+    can ask the I/O loop to stop before its thread ever ran; the request must still stop it
+    (it used to be dropped, leaving close() joining a loop that reconnects forever)."""
+    from tidelog.forward import MemorySource
+    from tidelog.forward.loop import IOLoop
+
+    c = parse_conf(conf(_closed_port(), initial_connect_retry="async"))
+    io = IOLoop(c, MemorySource(1 << 20, 1 << 16, 0), ErrorInbox(16, None))
+    io._loop.call_soon_threadsafe(io._request_stop)  # what stop() does, before start()
+    io.start()
+    io._thread.join(WAIT)
+    assert not io.running
+
+
 def test_FWD_2_memory_mode(rx: Receiver) -> None:
     """FWD-2: without sf_dir the frames live in RAM (seed §3 Memory mode) and drain the same."""
     with Forwarder(conf(rx.port, sender_id="mem")) as fwd:

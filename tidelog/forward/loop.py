@@ -144,6 +144,11 @@ class IOLoop:
         self.outage_attempts = 0
         self.first_outcome = threading.Event()
         self._loop = asyncio.new_event_loop()
+        # Created here, not in _main: a stop() requested before the thread first ran must not
+        # be lost (asyncio.Event binds to the running loop only on first use, Python >= 3.10).
+        self._stop_event = asyncio.Event()
+        self._wakeup = asyncio.Event()
+        self._ack_event = asyncio.Event()
         self._want_wakeup = False
         self._last_send = 0.0
         # A daemon: a forwarder nobody closed must not keep the interpreter alive in its
@@ -227,9 +232,6 @@ class IOLoop:
 
     # -- the reconnect loop (seed §13.6) ---------------------------------------------------------
     async def _main(self) -> None:
-        self._stop_event = asyncio.Event()
-        self._wakeup = asyncio.Event()
-        self._ack_event = asyncio.Event()
         try:
             await self._reconnect_loop()
         except Exception as exc:  # a bug must surface as a terminal error, never vanish
