@@ -149,8 +149,8 @@ class FaultProxy:
         return self
 
     def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._main())
+        with asyncio.Runner(loop_factory=lambda: self._loop) as runner:
+            runner.run(self._main())
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()

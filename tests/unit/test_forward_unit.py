@@ -100,7 +100,8 @@ class Scripted:
         self._thread.join(WAIT)
 
     def _run(self) -> None:
-        self._loop.run_until_complete(self._main())
+        with asyncio.Runner(loop_factory=lambda: self._loop) as runner:
+            runner.run(self._main())
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
@@ -840,6 +841,44 @@ def test_FWD_17_orphan_adoption(rx: Receiver, tmp_path: Path) -> None:
     )
 
 
+def test_FWD_17_drainer_pool_is_bounded(tmp_path: Path) -> None:
+    """FWD-17 (seed §18.2): five orphans, max_background_drainers=2, a receiver that never
+    acknowledges: exactly two drainers run (two orphan connections), the rest wait; closing the
+    sender stops them without .failed, and every orphan keeps its frames."""
+    sf = tmp_path / "sf"
+    names = [f"orphan{i}" for i in range(5)]
+    for name in names:
+        with Slot.open(str(sf), name) as s:
+            s.append(name.encode())
+    clients: list[str] = []
+
+    async def silent(ws: ServerConnection) -> None:
+        assert ws.request is not None
+        clients.append(ws.request.headers[wire.H_CLIENT_ID])
+        async for _ in ws:
+            pass
+
+    with Scripted(silent) as srv:
+        c = conf(srv.port, sf_dir=sf, sender_id="main", drain_orphans="on",
+                 max_background_drainers=2)  # fmt: skip
+        fwd = Forwarder(c)
+        pool = fwd._drainers
+        end = time.monotonic() + WAIT
+        while len(clients) < 3 and time.monotonic() < end:  # main + two drainers
+            time.sleep(0.01)
+        assert "main" in clients and len(clients) == 3
+        assert pool.active == 2 and pool.peak_active == 2
+        fwd.close()
+    assert pool.peak_active == 2 and len({c for c in clients if c != "main"}) == 2
+    counters = fwd.counters()
+    assert counters["total_background_drainers_failed"] == 0
+    assert counters["total_background_drainers_succeeded"] == 0
+    for name in names:
+        assert not (sf / name / FAILED_FILE).exists()
+        with Slot.open(str(sf), name) as s:  # released, frames kept
+            assert s.read(0) == [name.encode()]
+
+
 def test_FWD_17_drainer_gives_up_with_failed_sentinel(tmp_path: Path) -> None:
     """FWD-17: a drainer whose reconnect budget runs out writes .failed before releasing."""
     sf = tmp_path / "sf"
@@ -922,6 +961,42 @@ def test_FWD_15_stop_requested_before_the_loop_first_ran_is_not_lost() -> None:
     io.start()
     io._thread.join(WAIT)
     assert not io.running
+
+
+def test_FWD_2_cli_forward_drains_a_slot_or_a_topic(rx: Receiver, tmp_path: Path) -> None:
+    """FWD-2, FWD-16: ``tidelog forward CONNECT_STRING`` drains the slot (stdin lines appended
+    as frames) or ``--from URI --topic NAME``, prints the counters as JSON; a forwarder that
+    cannot start is a one-line ``sender_error`` (exit 2), never a traceback."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tidelog.cli import main
+
+    runner = CliRunner()
+    slot_conf = conf(rx.port, sf_dir=tmp_path / "sf", sender_id="cli")
+    result = runner.invoke(main, ["forward", slot_conf, "--stdin", "--until-drained"],
+                           input="a\nb\nc\n")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    counters = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (counters["acked_fsn"], counters["frames_sent"]) == (2, 3)
+    assert counters["last_terminal_error"] == ""
+    src = f"file://{tmp_path / 'src'}"
+    with tidelog.open(src) as store:
+        store.topic("out").append_many([b"x", b"y"])
+    result = runner.invoke(main, ["forward", conf(rx.port, sender_id="cli-topic"), "--from", src,
+                                  "--topic", "out", "--until-drained"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["acked_fsn"] == 1
+    result = runner.invoke(main, ["forward", conf(_closed_port())])
+    assert result.exit_code == 2 and "tidelog: error: sender_error:" in result.stderr
+    assert "initial_connect_retry=off" in result.stderr and "Traceback" not in result.output
+    rx.stop()
+    got = stored(f"file://{tmp_path / 'rx'}")
+    assert [(c, f, p) for c, f, p in got] == [
+        ("cli", 0, b"a"), ("cli", 1, b"b"), ("cli", 2, b"c"), ("cli-topic", 0, b"x"),
+        ("cli-topic", 1, b"y"),
+    ]  # fmt: skip
 
 
 def test_FWD_2_memory_mode(rx: Receiver) -> None:

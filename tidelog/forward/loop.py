@@ -165,12 +165,12 @@ class IOLoop:
         self._thread.start()
 
     def _thread_main(self) -> None:
-        asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_until_complete(self._main())
+            # The Runner cancels and awaits whatever tasks are left before closing the loop.
+            with asyncio.Runner(loop_factory=lambda: self._loop) as runner:
+                runner.run(self._main())
         finally:
             self.first_outcome.set()
-            self._loop.close()
 
     def stop(self, timeout: float | None = None) -> None:
         """Ask the loop to stop (closing the connection with 1000) and join the thread."""

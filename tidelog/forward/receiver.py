@@ -130,10 +130,10 @@ class Receiver:
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        finally:
-            loop.close()
+        # The Runner cancels and awaits whatever tasks are left (a handshake cut short by the
+        # stop) before closing the loop.
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            runner.run(self._serve())
 
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
