@@ -991,6 +991,12 @@ def test_FWD_2_cli_forward_drains_a_slot_or_a_topic(rx: Receiver, tmp_path: Path
     result = runner.invoke(main, ["forward", conf(_closed_port())])
     assert result.exit_code == 2 and "tidelog: error: sender_error:" in result.stderr
     assert "initial_connect_retry=off" in result.stderr and "Traceback" not in result.output
+    with _halting_server() as srv:  # a halt: counters, then the one-line error
+        result = runner.invoke(main, ["forward", conf(srv.port, sender_id="h"), "--stdin",
+                                      "--until-drained"], input="bad\n")  # fmt: skip
+    assert result.exit_code == 2 and "PARSE_ERROR" in result.stderr
+    counters = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "PARSE_ERROR" in counters["last_terminal_error"]
     rx.stop()
     got = stored(f"file://{tmp_path / 'rx'}")
     assert [(c, f, p) for c, f, p in got] == [
