@@ -840,7 +840,8 @@ def test_sigkill_sender_and_receiver(tmp_path: Path) -> None:
     expected_start: tuple[int, int] | None = None
     try:
         while True:
-            sender = Proc([sys.executable, "-c", SENDER, conf, str(total)])
+            # -P: the installed tidelog, never a source tree in the working directory
+            sender = Proc([sys.executable, "-P", "-c", SENDER, conf, str(total)])
             start = json.loads(sender.wait_line(lambda s: s.startswith('{"start"')))
             if expected_start is not None:  # FSN-5: the process recovered what the model says
                 assert (start["acked"], start["start"]) == expected_start, start
