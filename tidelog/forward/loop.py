@@ -140,7 +140,9 @@ class IOLoop:
         self.state_cond = threading.Condition()
         self.connected = False
         self.ever_connected = False
-        self.outage_since: float | None = None  # wall time, for the backpressure message
+        # Wall time the current outage began, for the backpressure message (seed §16). Until
+        # the first connect succeeds the loop is in its retry loop: that is an outage too.
+        self.outage_since: float | None = time.time()
         self.outage_attempts = 0
         self.first_outcome = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -306,6 +308,7 @@ class IOLoop:
                 log.info("connect to %s:%d failed: %s", *hosts[idx], exc)
                 if outage_start is None:
                     outage_start = self.clock.now_ms()
+                if self.outage_since is None:
                     self.outage_since = time.time()
                 if not seen_first and conf.initial_connect_retry == "off":
                     self._latch(
@@ -609,8 +612,9 @@ class IOLoop:
     # -- introspection -------------------------------------------------------------------------
     def backpressure_message(self, cap: int, deadline_ms: int) -> str:
         """The two distinct messages of seed §16."""
-        if self.outage_since is not None and not self.connected:
-            since = datetime.fromtimestamp(self.outage_since, UTC).isoformat(timespec="seconds")
+        if not self.connected:
+            began = self.outage_since if self.outage_since is not None else time.time()
+            since = datetime.fromtimestamp(began, UTC).isoformat(timespec="seconds")
             return (
                 f"backpressure while reconnecting: the buffer is full (cap {cap} bytes) and "
                 f"did not drain within {deadline_ms} ms; reconnect attempt "
