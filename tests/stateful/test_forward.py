@@ -38,6 +38,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,6 +69,7 @@ SCENARIOS = int(os.environ.get("TIDELOG_FORWARD_SCENARIOS", DEFAULT_SCENARIOS))
 STEPS = int(os.environ.get("TIDELOG_FORWARD_STEPS", DEFAULT_STEPS))
 KILLS = int(os.environ.get("TIDELOG_FORWARD_KILLS", DEFAULT_KILLS))
 BASE_SEED = int(os.environ.get("TIDELOG_FORWARD_SEED", "5005"))
+SMALL_WAL = "wal_file_bytes=1MiB"
 WAIT = 30.0  # generous: a timeout is a failure, never a correctness mechanism
 TERMINAL_CODES = (1002, 1003, 1007, 1008, 1009, 1010)
 RECONNECT_CODES = (1000, 1001, 1011, 1012, 4000)
@@ -465,10 +467,13 @@ class Scenario:
             "close_flush_timeout_millis=0;durable_ack_keepalive_interval_millis=20;"
             f"tidelog_max_batch_frames={self.rng.choice([1, 7, 64])};{extra}"
         )
-        self.rx_uri = f"file://{tmp / 'rx'}"
+        # Small WAL files: the 64 MiB default is preallocated, and a campaign has many stores.
+        self.rx_uri = f"file://{tmp / 'rx'}?{SMALL_WAL}"
         self.rx: Receiver | None = None
         self.proxy = FaultProxy(lambda: self.rx.port if self.rx is not None else None, self.rng)
-        self.src_store = tidelog.open(f"file://{tmp / 'src'}") if self.source == "topic" else None
+        self.src_store = (
+            tidelog.open(f"file://{tmp / 'src'}?{SMALL_WAL}") if self.source == "topic" else None
+        )
         self.model = ForwarderModel()
         self.oracles: list[Oracle] = []
         self.fwd: Forwarder | None = None
@@ -707,6 +712,9 @@ def test_forward_fault_scenarios(index: int, tmp_path: Path) -> None:
             f"{scenario.durable}) failed after {scenario.log}: {exc}"
         ) from exc
     report("fault scenario", seed, scenario.proxy.counts)
+    # Passed: free the disk now (a long campaign would otherwise keep every store until the
+    # session ends); a failed scenario keeps its directory for the post-mortem.
+    shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -796,7 +804,7 @@ def test_sigkill_sender_and_receiver(tmp_path: Path) -> None:
     rng = random.Random(BASE_SEED)
     total = 300 + 80 * KILLS
     rx_port = free_port()
-    rx_uri = f"file://{tmp_path / 'rx'}"
+    rx_uri = f"file://{tmp_path / 'rx'}?{SMALL_WAL}"
     slot_dir = str(tmp_path / "sf" / "killme")
     serve_args = [
         str(Path(sys.executable).parent / "tidelog"), "serve", "--uri", rx_uri, "--topic", "events",

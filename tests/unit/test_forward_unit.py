@@ -45,6 +45,13 @@ WAIT = 30.0
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
+def store_uri(path: Path, **options: object) -> str:
+    """A file:// store with a small WAL file (the 64 MiB default is preallocated: dozens of
+    receivers would fill a CI disk)."""
+    query = "&".join(f"{k}={v}" for k, v in {"wal_file_bytes": "1MiB", **options}.items())
+    return f"file://{path}?{query}"
+
+
 def conf(port: int, **keys: object) -> str:
     base: dict[str, object] = {
         "addr": f"127.0.0.1:{port}",
@@ -58,7 +65,7 @@ def conf(port: int, **keys: object) -> str:
 
 @pytest.fixture
 def rx(tmp_path: Path) -> Iterator[Receiver]:
-    receiver = Receiver.open(f"file://{tmp_path / 'rx'}", "events", flush_interval_ms=5).start()
+    receiver = Receiver.open(store_uri(tmp_path / "rx"), "events", flush_interval_ms=5).start()
     yield receiver
     receiver.stop()
 
@@ -339,7 +346,7 @@ def test_FWD_5_FWD_18_slot_drains_in_order(rx: Receiver, tmp_path: Path, durable
         slot = fwd.source.slot  # type: ignore[attr-defined]
     assert slot.closed
     rx.stop()
-    got = stored(f"file://{tmp_path / 'rx'}")
+    got = stored(store_uri(tmp_path / "rx"))
     assert got == [("edge", i, b"m%d" % i) for i in range(300)]
     with Slot.open(str(tmp_path / "sf"), "edge", max_bytes=1024) as s:
         assert s.acked_fsn == 299 and len(s.segment_names()) == 1  # trimmed, active kept
@@ -389,7 +396,7 @@ def test_FWD_18_durable_ack_only_after_the_flush(tmp_path: Path) -> None:
     proves everything the receiver sent for earlier frames arrived); released, one does."""
     from websockets.asyncio.client import connect
 
-    store = tidelog.open(f"file://{tmp_path / 'rx'}")
+    store = tidelog.open(store_uri(tmp_path / "rx"))
     gate = threading.Event()
     real_flush = store.flush
 
@@ -435,7 +442,7 @@ def test_FWD_19_receiver_deduplicates_across_restarts(tmp_path: Path) -> None:
     stale (the topic's producer marks, TOP-11, are the authority)."""
     from websockets.asyncio.client import connect
 
-    uri = f"file://{tmp_path / 'rx'}"
+    uri = store_uri(tmp_path / "rx")
 
     async def send(port: int, fsn0: int, frames: list[bytes]) -> list[wire.Response]:
         headers = {wire.H_CLIENT_ID: "c", wire.H_FSN_AT_ZERO: str(fsn0)}
@@ -490,7 +497,7 @@ def test_FWD_21_rejected_frame_is_never_passed(tmp_path: Path) -> None:
     """FWD-21, FWD-9: a frame the receiver cannot store gets WRITE_ERROR (dropped by default)
     and the connection closes with 1011, so the receiver's mark never passes a frame it does
     not hold; the sender reconnects and delivers the rest."""
-    uri = f"file://{tmp_path / 'rx'}?max_record_bytes=64"
+    uri = store_uri(tmp_path / "rx", max_record_bytes=64)
     r = Receiver.open(uri, "events").start()
     errors: list[SenderError] = []
     c = conf(r.port, sf_dir=tmp_path / "sf", sender_id="s")
@@ -502,7 +509,7 @@ def test_FWD_21_rejected_frame_is_never_passed(tmp_path: Path) -> None:
         assert fwd.counters()["connections"] >= 2
     r.stop()
     assert [e.category for e in errors] == ["WRITE_ERROR"] and errors[0].first_fsn == 1
-    assert [(f, p) for _, f, p in stored(f"file://{tmp_path / 'rx'}")] == [
+    assert [(f, p) for _, f, p in stored(store_uri(tmp_path / "rx"))] == [
         (0, b"a"), (2, b"c"), (3, b"d"),
     ]  # fmt: skip
 
@@ -513,7 +520,7 @@ def test_FWD_21_rejected_frame_is_never_passed(tmp_path: Path) -> None:
 def test_FWD_4_durable_ack_must_be_confirmed(tmp_path: Path) -> None:
     """FWD-4: request_durable_ack=on against a server that does not echo
     X-QWP-Durable-Ack: enabled fails loudly instead of buffering for acks that never come."""
-    r = Receiver.open(f"file://{tmp_path / 'rx'}", "events", durable_ack=False).start()
+    r = Receiver.open(store_uri(tmp_path / "rx"), "events", durable_ack=False).start()
     try:
         with pytest.raises(SenderFailed, match="did not answer X-QWP-Durable-Ack"):
             Forwarder(conf(r.port, request_durable_ack="on", initial_connect_retry="on"))
@@ -645,7 +652,7 @@ def test_FWD_13_initial_connect_retry_modes(tmp_path: Path) -> None:
     async def start_on_third(seconds: float) -> None:
         await fake.sleep(seconds)
         if len(fake.sleeps) == 2:
-            started.append(Receiver.open(f"file://{tmp_path / 'rx'}", "events", port=port).start())
+            started.append(Receiver.open(store_uri(tmp_path / "rx"), "events", port=port).start())
 
     with Forwarder(conf(port, initial_connect_retry="on"), sleep=start_on_third,
                    clock=fake.clock) as fwd:  # fmt: skip
@@ -656,7 +663,7 @@ def test_FWD_13_initial_connect_retry_modes(tmp_path: Path) -> None:
     for _ in range(10):
         fwd.append(b"early")
     assert fwd.acked_fsn == -1
-    r = Receiver.open(f"file://{tmp_path / 'rx2'}", "events", port=port2).start()
+    r = Receiver.open(store_uri(tmp_path / "rx2"), "events", port=port2).start()
     try:
         assert fwd.wait_acked(timeout=WAIT)
         fwd.close()
@@ -858,7 +865,7 @@ def test_FWD_17_orphan_adoption(rx: Receiver, tmp_path: Path) -> None:
     assert counters["active_background_drainers"] == 0
     assert (broken / FAILED_FILE).read_text().startswith("recovery refused")
     rx.stop()
-    got = stored(f"file://{tmp_path / 'rx'}")
+    got = stored(store_uri(tmp_path / "rx"))
     assert sorted((c, f) for c, f, _ in got) == sorted(
         [("orphan1", i) for i in range(5)] + [("orphan2", i) for i in range(3)]
     )
@@ -928,7 +935,7 @@ def test_FWD_22_topic_source_with_holes(rx: Receiver, tmp_path: Path) -> None:
     """FWD-22, FWD-2: a topic drains through a durable subscriber with fsn = seq - 1;
     deleted records are holes the forwarder steps over with a fresh connection; the
     subscriber's commit trims what was acknowledged; appends go to the topic itself."""
-    with tidelog.open(f"file://{tmp_path / 'src'}") as store:
+    with tidelog.open(store_uri(tmp_path / "src")) as store:
         topic = store.topic("out")
         for i in range(1, 21):
             topic.append(b"r%d" % i, tag="drop" if i in (5, 6, 12) else None)
@@ -944,7 +951,7 @@ def test_FWD_22_topic_source_with_holes(rx: Receiver, tmp_path: Path) -> None:
         assert topic.subscriber("forward").hwm == 21
         assert topic.state().count == 0  # trim="acked": everything delivered is trimmed
     rx.stop()
-    got = stored(f"file://{tmp_path / 'rx'}")
+    got = stored(store_uri(tmp_path / "rx"))
     live = [i for i in range(3, 22) if i not in (5, 6, 12)]
     assert [(f, p) for _, f, p in got] == [(i - 1, b"r%d" % i) for i in live]
 
@@ -1004,7 +1011,7 @@ def test_FWD_2_cli_forward_drains_a_slot_or_a_topic(rx: Receiver, tmp_path: Path
     counters = json.loads(result.stdout.strip().splitlines()[-1])
     assert (counters["acked_fsn"], counters["frames_sent"]) == (2, 3)
     assert counters["last_terminal_error"] == ""
-    src = f"file://{tmp_path / 'src'}"
+    src = store_uri(tmp_path / "src")
     with tidelog.open(src) as store:
         store.topic("out").append_many([b"x", b"y"])
     result = runner.invoke(main, ["forward", conf(rx.port, sender_id="cli-topic"), "--from", src,
@@ -1021,7 +1028,7 @@ def test_FWD_2_cli_forward_drains_a_slot_or_a_topic(rx: Receiver, tmp_path: Path
     counters = json.loads(result.stdout.strip().splitlines()[-1])
     assert "PARSE_ERROR" in counters["last_terminal_error"]
     rx.stop()
-    got = stored(f"file://{tmp_path / 'rx'}")
+    got = stored(store_uri(tmp_path / "rx"))
     assert [(c, f, p) for c, f, p in got] == [
         ("cli", 0, b"a"), ("cli", 1, b"b"), ("cli", 2, b"c"), ("cli-topic", 0, b"x"),
         ("cli-topic", 1, b"y"),
