@@ -298,7 +298,9 @@ def tests(session: nox.Session) -> None:
         flush=True,
     )
     report = _forward_report(session)
-    _pytest(session, seed, *session.posargs, TIDELOG_FORWARD_REPORT=report)
+    _pytest(
+        session, seed, *session.posargs, TIDELOG_FORWARD_REPORT=report, TIDELOG_FORBID_SKIPS="1"
+    )
     _log_forward_faults(session, report, seed)
     if session.posargs:
         session.log("crosshair pass skipped: pytest was given arguments (a partial run)")
