@@ -197,9 +197,15 @@ class Engine(Backend):
         self.changed.notify_all()
 
     def apply_append(
-        self, t: EngineTopic, payloads: Sequence[bytes], tag: str | None, node: str | None, ts: int
+        self,
+        t: EngineTopic,
+        payloads: Sequence[bytes],
+        tag: str | None,
+        node: str | None,
+        ts: int,
+        nbytes: int | None = None,
     ) -> list[int]:
-        seqs = t.log.append(payloads, tag, node, ts)
+        seqs = t.log.append(payloads, tag, node, ts, nbytes)
         if t.log.gate_visibility:
             self._unpublished.append(t)
         if self.journal is not None:
@@ -441,13 +447,16 @@ class Engine(Backend):
         n = 0
         nbytes = 0
         limit = self.options.max_record_bytes
+        sizes: list[int] = []
         for payloads, _, _ in runs:  # RET-7 order: too_large, caps, store_full, topic_full, ...
             n += len(payloads)
-            for p in payloads:
-                size = len(p)
-                if size > limit:
-                    raise TooLarge(f"record of {size} bytes exceeds max_record_bytes={limit}")
-                nbytes += size
+            size = sum(map(len, payloads))  # C-level: no Python loop per record
+            if size > limit:  # only then can a single record be too large
+                big = max(map(len, payloads))
+                if big > limit:
+                    raise TooLarge(f"record of {big} bytes exceeds max_record_bytes={limit}")
+            sizes.append(size)
+            nbytes += size
         if c.cap_records is not None and n > c.cap_records:
             raise TooLarge(f"batch of {n} records exceeds cap_records={c.cap_records}")
         if c.cap_bytes is not None and nbytes > c.cap_bytes:
@@ -478,8 +487,8 @@ class Engine(Backend):
                     )
         ts = now if log.last_ts is None or now > log.last_ts else log.last_ts
         seqs: list[int] = []
-        for payloads, tag, node in runs:
-            seqs += self.apply_append(t, payloads, tag, node, ts)
+        for (payloads, tag, node), size in zip(runs, sizes):
+            seqs += self.apply_append(t, payloads, tag, node, ts, size)
         if victims:
             self.apply_evict(t, victims[-1], "cap")
         return seqs

@@ -165,8 +165,15 @@ class TopicLog:
 
     # -- append ----------------------------------------------------------------------------
     def append(
-        self, payloads: Sequence[bytes], tag: str | None, node: str | None, ts: int
+        self,
+        payloads: Sequence[bytes],
+        tag: str | None,
+        node: str | None,
+        ts: int,
+        nbytes: int | None = None,
     ) -> list[int]:
+        """Append a run sharing ts and labels; ``nbytes`` is their total size if the caller
+        knows it. Bulk list operations only: no Python loop per record."""
         first = self.head + 1
         n = len(payloads)
         if n == 1:  # the common single append: no temporary lists
@@ -183,7 +190,7 @@ class TopicLog:
         if not self.gate_visibility:
             self.visible = self.head
         self.count += n
-        self.nbytes += sum(len(p) for p in payloads)
+        self.nbytes += sum(map(len, payloads)) if nbytes is None else nbytes
         self.last_ts = ts
         seqs = list(range(first, first + n))
         if tag is not None:

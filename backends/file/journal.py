@@ -174,27 +174,25 @@ class WalJournal:
 
 
 def _encode(effects: list[_Effect]) -> bytes:
-    """Frames of one op in one shard; the last carries BATCH_END (WAL-7)."""
+    """Frames of one op in one shard; the last carries BATCH_END (WAL-7). A run of several
+    records is one APPEND_BATCH frame (WAL-14): no per-record Python work."""
     frames: list[bytes] = []
     n = len(effects)
     for k, e in enumerate(effects):
         last_effect = k == n - 1
         if e[0] == "append":
             _, tid, first_seq, ts, tag, node, payloads, durable = e
-            m = len(payloads)
-            for i, p in enumerate(payloads):
-                frames.append(
-                    walfmt.encode_append(
-                        tid,
-                        first_seq + i,
-                        ts,
-                        tag,
-                        node,
-                        p,
-                        batch_end=last_effect and i == m - 1,
-                        durable=durable,
-                    )
-                )
+            if len(payloads) == 1:
+                frame = walfmt.encode_append(
+                    tid, first_seq, ts, tag, node, payloads[0], batch_end=last_effect,
+                    durable=durable,
+                )  # fmt: skip
+            else:
+                frame = walfmt.encode_append_batch(
+                    tid, first_seq, ts, tag, node, payloads, batch_end=last_effect,
+                    durable=durable,
+                )  # fmt: skip
+            frames.append(frame)
         else:
             _, ftype, tid, body, seq, durable = e
             frames.append(

@@ -54,6 +54,22 @@ def test_DUR_2_fsync_appends_every_crash_point_exhaustive() -> None:
     report("exhaustive", n)
 
 
+def test_TOP_6_WAL_14_torn_batch_frames_at_every_sector() -> None:
+    """TOP-6, WAL-14, DUR-2, CRASH-1: append_many frames spanning several 512-byte sectors, with
+    each sector independently intact, half-written, zeroed or garbage at every crash point:
+    recovery keeps a whole batch or none of it, and every acknowledged batch."""
+    ops: list[Op] = [
+        ("create", "t", {"durability": "fsync"}),
+        ("append_many", "t", [bytes([65 + i]) * 150 for i in range(6)]),  # 950 B, 2-3 sectors
+        ("append", "t", b"between", None),
+        ("append_many", "t", [b"x" * 600, b"", b"y" * 300]),  # straddles 3 sectors
+    ]
+    run = CrashRun(open_file_store, ops)
+    n = run.check(every_point(run), torn="all")
+    assert n > 200
+    report("exhaustive", n)
+
+
 def every_point(run: CrashRun) -> list[int]:
     """Every crash point of the recorded I/O history (not only the sync barriers)."""
     return list(range(len(run.fs.history) + 1))

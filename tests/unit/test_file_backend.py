@@ -4,6 +4,7 @@ sealing and dropping, recovery of a torn WAL tail, and option validation."""
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -11,10 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+import xxhash
 
 import tidelog
 from tidelog import FakeClock
 from tidelog.backends.file import FileBackend
+from tidelog.backends.file.format import wal as walfmt
 
 
 def backend(store: tidelog.Store) -> FileBackend:
@@ -152,6 +155,52 @@ def test_WAL_5_torn_tail_is_truncated_and_reported(tmp_path: Path) -> None:
         assert [r.payload for r in t.read()] == [b"kept-1", b"kept-2"]  # type: ignore[union-attr]
         assert any("torn tail" in w for w in backend(store).warnings)
         assert t.append(b"next") == 3
+
+
+def test_WAL_14_append_many_is_one_batch_frame_and_replays(tmp_path: Path) -> None:
+    """WAL-14, TOP-6, DUR-2: append_many writes one APPEND_BATCH frame; after a crash replay
+    gives back every record with its seq, ts and labels (append_records runs keep their own),
+    and single appends between them too."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?background=false&prealloc=none"
+    store = tidelog.open(uri)
+    t = store.topic("t", durability="fsync")
+    t.append(b"single")
+    t.append_many([b"a", b"", b"c" * 5000], tag="x")
+    t.append_records([(b"r1", None, "n"), (b"r2", None, "n"), (b"r3", "y", None)])
+    t.append(b"s2")
+    t.append(b"s3")
+    want = [(r.seq, r.ts, r.tag, r.node, r.payload) for r in t.read()]  # type: ignore[union-attr]
+    image = next(root.glob("wal/wal-*.log")).read_bytes()
+    types = [f.type for f in walfmt.scan(image).frames if f.type in (1, 16)]
+    assert types == [1, 16, 16, 1, 1, 1]  # the r1/r2 run is one frame, r3 its own APPEND
+    backend(store).abandon()
+    with tidelog.open(uri) as store:
+        t = store.topic("t")
+        got = [(r.seq, r.ts, r.tag, r.node, r.payload) for r in t.read()]  # type: ignore[union-attr]
+        assert got == want and len(got) == 9
+        assert store.topic("t").append(b"next") == 10
+
+
+def test_WAL_14_a_batch_frame_with_bad_lengths_stops_recovery(tmp_path: Path) -> None:
+    """WAL-14: a checksum-valid APPEND_BATCH whose lengths disagree with its data is a writer
+    bug, not a torn tail: opening the store refuses (Corrupt) instead of dropping records."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?background=false&prealloc=none"
+    store = tidelog.open(uri)
+    store.topic("t").append(b"kept")
+    tid = 1
+    b = backend(store)
+    b.abandon()
+    data = struct.pack("<III", 2, 1, 9) + b"ab"
+    body = struct.pack("<BBQQQHHI", 16, 0x08, tid, 2, 0, 0, 0, len(data)) + data
+    digest = struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
+    frame = struct.pack("<I", len(body) + 8) + body + digest
+    wal = next(root.glob("wal/wal-*.log"))
+    with wal.open("ab") as f:
+        f.write(frame)
+    with pytest.raises(tidelog.Corrupt, match="WAL-14"):
+        tidelog.open(uri)
 
 
 @pytest.mark.parametrize(
