@@ -301,6 +301,13 @@ class TopicLog:
             self.losses.sort()
 
     # -- sealing (file backend) ---------------------------------------------------------------
+    def tail_dead(self) -> int:
+        """How many tail slots are dead (None), from the counters alone: no scan of the tail."""
+        sealed = 0
+        for c in self.chunks:
+            sealed += c.live
+        return len(self.payloads) - (self.count - sealed)
+
     def tail_slice(
         self, through: int
     ) -> tuple[int, list[bytes | None], list[int], list[str | None], list[str | None]]:
@@ -315,10 +322,11 @@ class TopicLog:
         killed in it, so the chunk reflects the current state. Totals do not change: the
         records only move."""
         first, n = chunk.first_seq, chunk.count
-        for i in range(n):
-            j = first + i - self.base
-            if (j < 0 or self.payloads[j] is None) and chunk.is_live(i):
-                chunk.kill(i)
+        if first < self.base or self.tail_dead():  # else nothing died since: no loop
+            for i in range(n):
+                j = first + i - self.base
+                if (j < 0 or self.payloads[j] is None) and chunk.is_live(i):
+                    chunk.kill(i)
         cut = first + n - self.base
         if cut > 0:
             del self.payloads[:cut], self.tss[:cut], self.tags[:cut], self.nodes[:cut]
