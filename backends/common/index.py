@@ -197,6 +197,21 @@ class TopicLog:
             self.index_tag(tag, seqs)
         return seqs
 
+    def append_one(self, payload: bytes, ts: int) -> int:
+        """``append((payload,), None, None, ts)`` without the generality: the lean single
+        append (no tag, no node)."""
+        self.payloads.append(payload)
+        self.tss.append(ts)
+        self.tags.append(None)
+        self.nodes.append(None)
+        self.head = seq = self.head + 1
+        if not self.gate_visibility:
+            self.visible = seq
+        self.count += 1
+        self.nbytes += len(payload)
+        self.last_ts = ts
+        return seq
+
     def index_tag(self, tag: str, seqs: list[int]) -> None:
         """Add ascending ``seqs`` (all above any already indexed) to the tag index."""
         lst = self.tag_seqs.get(tag)

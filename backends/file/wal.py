@@ -1,7 +1,13 @@
 """One WAL shard: an ordered stream of frames over preallocated files, with group commit.
 
-Placement is decided at submit time: each op's frames (one contiguous chunk) get a (file gen,
-offset) under the shard lock, so a checkpoint can name an exact replay position. Writing is
+Placement is decided in op order under the shard lock: each op's frames (one contiguous chunk)
+get a (file gen, offset), so a checkpoint can name an exact replay position. Single-record
+appends (``defer``, the lean path) are queued as (topic, ts, seq, payload) and placed, in op
+order, before the next chunk, by a writer taking the pending data, or when a checkpoint asks
+for the position: consecutive ones of a topic sharing a ts become one APPEND_BATCH frame
+(WAL-14), encoded a whole run at a time instead of frame by frame on the appender's path.
+Tickets are op numbers: ``wait_synced(op)`` returns once op ``op`` and every op before it on
+this shard are on stable storage. Writing is
 leader/follower group commit: the first caller that needs durability becomes the leader, writes
 every pending chunk with one pwrite per file and calls fdatasync once, then wakes the followers
 whose chunks that covered. A lone writer is never delayed (no thread hand-off); concurrent
@@ -83,10 +89,20 @@ class WalShard:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)  # waiters for a leader's write/sync
         self._tick = threading.Condition(self.lock)  # the committer's own: woken only to stop
-        self.pending: list[tuple[int, int, bytes, int]] = []  # gen, offset, data, stream end
-        self.submitted = 0  # stream positions: bytes of frames submitted / written / synced
+        self.pending: list[tuple[int, int, bytes, int, int]] = []  # gen, offset, data, end, op
+        # deferred single records, op order, not yet placed: closed runs (topic, ts, durable,
+        # first seq, payloads) and the open run they are appended to while they extend it
+        self.records: list[tuple[int, int, bool, int, list[bytes]]] = []
+        self._run: list[bytes] = []
+        self._run_tid = self._run_ts = self._run_first = self._run_next = -1
+        self._run_durable = False
+        self.submitted = 0  # stream positions: bytes of frames placed / written / synced
         self.written = 0
         self.synced = 0
+        self.ops = 0  # ops submitted (placed or deferred) / written / synced, in op order
+        self.ops_placed = 0
+        self.ops_written = 0
+        self.ops_synced = 0
         self.leading = False
         self.failed: StorageError | None = None
         self.gen = first_gen  # gen of the file receiving new placements
@@ -127,34 +143,91 @@ class WalShard:
 
     # -- submitting ------------------------------------------------------------------------
     def submit(self, data: bytes) -> int:
-        """Place one op's frames; returns the stream position that covers them."""
+        """Place one op's frames; returns its op number (the ticket for ``wait_synced``)."""
         with self.lock:
             if self.failed is not None:
                 raise self.failed
-            if self.offset + len(data) > self.options.file_bytes and self.offset > HEADER_SIZE:
-                self.gen += 1  # rotate: the chunk starts the next file (frames never split)
-                self.offset = HEADER_SIZE
-            self.submitted += len(data)
-            self.pending.append((self.gen, self.offset, data, self.submitted))
-            self.offset += len(data)
-            return self.submitted
+            if self.records or self._run:
+                self._place_records()
+            self.ops += 1
+            self._place(data, self.ops)
+            return self.ops
+
+    def defer(self, tid: int, ts: int, durable: bool, seq: int, payload: bytes) -> int:
+        """Queue one op of a single record without tag or node (module docstring); returns its
+        op number. It is placed before anything submitted after it. A record continuing the
+        open run (same topic, ts and class, the next seq) only joins its payload list."""
+        with self.lock:
+            if self.failed is not None:
+                raise self.failed
+            if seq == self._run_next and tid == self._run_tid and ts == self._run_ts:
+                self._run.append(payload)  # a topic's class never changes: same durable
+            else:
+                if self._run:
+                    self._close_run()
+                self._run_tid, self._run_ts, self._run_durable = tid, ts, durable
+                self._run_first = seq
+                self._run = [payload]
+            self._run_next = seq + 1
+            self.ops += 1
+            return self.ops
+
+    def _place(self, data: bytes, op: int) -> None:
+        """Give ``data`` (ops up to ``op``) its place in the stream; lock held."""
+        if self.offset + len(data) > self.options.file_bytes and self.offset > HEADER_SIZE:
+            self.gen += 1  # rotate: the chunk starts the next file (frames never split)
+            self.offset = HEADER_SIZE
+        self.submitted += len(data)
+        self.pending.append((self.gen, self.offset, data, self.submitted, op))
+        self.offset += len(data)
+        self.ops_placed = op
+
+    def _close_run(self) -> None:
+        self.records.append(
+            (self._run_tid, self._run_ts, self._run_durable, self._run_first, self._run)
+        )
+        self._run = []
+        self._run_next = -1
+
+    def _place_records(self) -> None:
+        """Place the deferred records, in op order, each run of one topic sharing a ts as one
+        APPEND_BATCH frame (WAL-14; one op batch, BATCH_END): a run costs a few C-level calls,
+        not a frame encode per record. Lock held."""
+        if self._run:
+            self._close_run()
+        runs, self.records = self.records, []
+        op = self.ops - sum(len(r[4]) for r in runs)  # deferred records are the newest ops
+        for tid, ts, durable, first, payloads in runs:
+            if len(payloads) == 1:
+                frame = walfmt.encode_append(
+                    tid, first, ts, None, None, payloads[0], batch_end=True, durable=durable
+                )
+            else:
+                frame = walfmt.encode_append_batch(
+                    tid, first, ts, None, None, payloads, batch_end=True, durable=durable
+                )
+            op += len(payloads)
+            self._place(frame, op)
 
     def position(self) -> tuple[int, int]:
-        """(gen, offset) just after the last submitted frame: where replay would resume."""
+        """(gen, offset) just after the last submitted op's frames: where replay would resume
+        (deferred records are placed first)."""
         with self.lock:
+            if self.records or self._run:
+                self._place_records()
             return self.gen, self.offset
 
-    def wait_synced(self, pos: int) -> None:
-        """Block until every frame up to stream position ``pos`` is on stable storage."""
+    def wait_synced(self, op: int) -> None:
+        """Block until op ``op`` (and every op before it) is on stable storage."""
         with self.lock:
-            while self.synced < pos:
+            while self.ops_synced < op:
                 if self.failed is not None:
                     raise self.failed
                 if self.leading:
                     self.cond.wait()
                 else:
                     self._lead(sync=True)
-            if self.failed is not None and self.synced < pos:
+            if self.failed is not None and self.ops_synced < op:
                 raise self.failed
 
     def flush(self, sync: bool) -> None:
@@ -164,7 +237,7 @@ class WalShard:
                 self.cond.wait()
             if self.failed is not None:
                 raise self.failed
-            if self.pending or (sync and self.synced < self.written):
+            if self.pending or self.records or self._run or (sync and self.synced < self.written):
                 self._lead(sync=sync)
             if self.failed is not None:
                 raise self.failed
@@ -172,6 +245,8 @@ class WalShard:
     def _lead(self, sync: bool) -> None:
         """Called with the lock held and no leader: write (and sync) all pending chunks."""
         self.leading = True
+        if self.records or self._run:
+            self._place_records()
         batch, self.pending = self.pending, []
         self.lock.release()
         try:
@@ -186,12 +261,15 @@ class WalShard:
         if error is not None:
             self.failed = error
         else:
-            self.written = max(self.written, end or self.written)
+            if batch:
+                self.written = max(self.written, end)
+                self.ops_written = max(self.ops_written, batch[-1][4])
             if sync:
                 self.synced = self.written
+                self.ops_synced = self.ops_written
         self.cond.notify_all()
 
-    def _write(self, batch: list[tuple[int, int, bytes, int]], sync: bool) -> int:
+    def _write(self, batch: list[tuple[int, int, bytes, int, int]], sync: bool) -> int:
         """One pwrite per run of chunks in the same file; a file is synced before the next file
         gets its first byte."""
         end = 0
@@ -202,7 +280,7 @@ class WalShard:
             while j + 1 < len(batch) and batch[j + 1][0] == gen:
                 j += 1
             h = self.files.get(gen) or self._prepare(gen)
-            data = b"".join(c[2] for c in batch[i : j + 1])
+            data = batch[i][2] if i == j else b"".join([c[2] for c in batch[i : j + 1]])
             h.pwrite(data, offset)
             self.stats["writes"] += 1
             self.stats["bytes"] += len(data)
@@ -247,7 +325,7 @@ class WalShard:
                 if (
                     self.failed is None
                     and not self.leading
-                    and (self.pending or self.synced < self.written)
+                    and (self.pending or self.records or self._run or self.synced < self.written)
                 ):
                     self._lead(sync=True)
 
@@ -269,6 +347,7 @@ class WalShard:
         with self.lock:
             self._stop = True
             self.pending = []
+            self.records, self._run, self._run_next = [], [], -1
             self.cond.notify_all()
             self._tick.notify_all()
         self._thread.join(timeout=5)

@@ -11,6 +11,7 @@ import random
 import pytest
 
 from tidelog.backends.file import open_store
+from tidelog.backends.file.format import wal as walfmt
 from tidelog.clock import Clock
 from tidelog.conformance.crashcheck import CrashRun, Op
 from tidelog.conformance.crashfs import RecordingFS
@@ -67,6 +68,39 @@ def test_TOP_6_WAL_14_torn_batch_frames_at_every_sector() -> None:
     run = CrashRun(open_file_store, ops)
     n = run.check(every_point(run), torn="all")
     assert n > 200
+    report("exhaustive", n)
+
+
+def test_DUR_3_WAL_14_single_appends_merged_into_runs() -> None:
+    """DUR-3, DUR-2, WAL-14, WAL-11: consecutive single appends of a topic sharing a ts are
+    framed as one APPEND_BATCH when placed (one op batch for several ops); torn at every
+    sector at every crash point, recovery still gives a prefix of each topic's history with
+    every flushed or fsync op, never half a run."""
+    ops: list[Op] = [
+        ("create", "d", {"durability": "disk"}),
+        ("create", "f", {"durability": "fsync"}),
+        ("append", "d", b"1" * 300, None),
+        ("append", "d", b"2" * 300, None),
+        ("append", "d", b"3", None),
+        ("append", "f", b"f1", None),  # places d's run first, then syncs both
+        ("advance", 1),
+        ("append", "d", b"4" * 200, None),
+        ("append", "d", b"5", None),
+        ("flush",),
+        ("append", "d", b"6", None),
+        ("append", "d", b"7", None),
+    ]
+    run = CrashRun(open_file_store, ops)
+    wal_dir = f"{ROOT}/wal"
+    image = b"".join(
+        run.fs.open_read(f"{wal_dir}/{name}").pread(1 << 20, 0)
+        for name in run.fs.listdir(wal_dir)
+        if name.endswith(".log")
+    )
+    types = [f.type for f in walfmt.scan(image).frames]
+    assert types.count(walfmt.FrameType.APPEND_BATCH) >= 2  # d's runs were merged
+    n = run.check(every_point(run), torn="garbage")
+    assert n > 100
     report("exhaustive", n)
 
 

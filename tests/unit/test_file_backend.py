@@ -10,14 +10,16 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import xxhash
 
 import tidelog
 from tidelog import FakeClock
-from tidelog.backends.file import FileBackend
+from tidelog.backends.file import FileBackend, open_store
 from tidelog.backends.file.format import wal as walfmt
+from tidelog.fsio import OsFS
 
 
 def backend(store: tidelog.Store) -> FileBackend:
@@ -88,6 +90,70 @@ def test_group_commit_shares_fdatasyncs_between_writers(tmp_path: Path) -> None:
         assert syncs < n_threads * each, f"{syncs} fdatasyncs for {n_threads * each} appends"
 
 
+class _GatedHandle:
+    """A file handle whose fdatasync waits for a permit once the gate is armed."""
+
+    def __init__(self, inner: Any, gate: _Gate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def fdatasync(self) -> None:
+        self._gate.wait()
+        self._inner.fdatasync()
+
+
+class _Gate:
+    def __init__(self) -> None:
+        self.armed = False
+        self.entered = threading.Semaphore(0)  # one release per fdatasync that started waiting
+        self.permits = threading.Semaphore(0)
+
+    def wait(self) -> None:
+        if self.armed:
+            self.entered.release()
+            assert self.permits.acquire(timeout=30), "test gate never opened"
+
+
+class _GatedFS(OsFS):
+    def __init__(self, gate: _Gate) -> None:
+        self.gate = gate
+
+    def open(self, path: str, *, create: bool = True) -> Any:
+        return _GatedHandle(super().open(path, create=create), self.gate)
+
+
+def test_WAL_13_a_record_is_readable_once_its_own_op_is_durable(tmp_path: Path) -> None:
+    """WAL-13, DUR-2, WAL-11: when an fsync op becomes durable it publishes its own records,
+    never those of a later op another thread placed meanwhile that no fdatasync covers yet
+    (regression: it published up to the head)."""
+    gate = _Gate()
+    store = open_store(_GatedFS(gate), str(tmp_path / "s"), background=False, prealloc="none")
+    t = store.topic("t", durability="fsync")
+    t.append(b"a")
+    gate.armed = True
+    first = threading.Thread(target=t.append, args=(b"b",))
+    first.start()
+    assert gate.entered.acquire(timeout=30)  # b's leader is inside its fdatasync
+    second = threading.Thread(target=t.append, args=(b"c",))
+    second.start()
+    deadline = time.monotonic() + 30
+    while backend(store).shards[0].ops < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)  # c is queued behind b's sync
+    gate.permits.release()  # b's fdatasync completes; c's leader starts its own and waits
+    first.join(timeout=30)
+    assert gate.entered.acquire(timeout=30)
+    assert t.state().head_seq == 2  # c is placed, maybe written, but not durable
+    assert [r.payload for r in t.read()] == [b"a", b"b"]  # type: ignore[union-attr]
+    gate.permits.release()
+    second.join(timeout=30)
+    assert [r.payload for r in t.read()] == [b"a", b"b", b"c"]  # type: ignore[union-attr]
+    gate.armed = False
+    store.close()
+
+
 def test_disk_class_is_written_by_the_committer(tmp_path: Path) -> None:
     """DUR-3, WAL-11, WAL-12: a disk append returns before any fdatasync (only the first one
     waits, for its durable seq reservation); the committer writes and syncs it within
@@ -96,13 +162,13 @@ def test_disk_class_is_written_by_the_committer(tmp_path: Path) -> None:
         t = store.topic("t", durability="disk", trim="none")
         shard = backend(store).shards[0]
         t.append(b"first")  # the first append makes a durable head reservation
-        synced = shard.synced
+        synced = shard.ops_synced
         t.append(b"second")
-        assert shard.synced == synced  # acknowledged without waiting
+        assert shard.ops_synced == synced < shard.ops  # acknowledged without waiting
         deadline = time.monotonic() + 5
-        while shard.synced < shard.submitted and time.monotonic() < deadline:
+        while shard.ops_synced < shard.ops and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert shard.synced == shard.submitted
+        assert shard.ops_synced == shard.ops and shard.synced == shard.submitted
 
 
 def test_segments_are_sealed_and_dropped_whole(tmp_path: Path) -> None:
