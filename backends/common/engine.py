@@ -13,12 +13,13 @@ concurrent writers share group commits.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
 from typing import TypeVar
 
 from tidelog.backend import Backend, Capabilities, StoreOptions, TopicRef
-from tidelog.clock import Clock
+from tidelog.clock import Clock, SystemClock
 from tidelog.config import TopicConfig
 from tidelog.errors import (
     Backpressure,
@@ -79,6 +80,7 @@ class Engine(Backend):
         journal: Journal | None = None,
     ) -> None:
         self.clock = clock
+        self._wall = type(clock) is SystemClock  # append_fast reads the time without a call
         self.options = options
         self.capabilities = capabilities
         self.journal = journal
@@ -192,6 +194,7 @@ class Engine(Backend):
     # ======================================================================================
     def apply_create(self, name: str, config: TopicConfig, tid: int) -> EngineTopic:
         t = EngineTopic(name, config, tid)
+        t.lean = t.lean and self.options.max_bytes is None and not self.readonly
         self.topics[name] = t
         self.by_id[tid] = t
         self.incarnations = max(self.incarnations, tid)
@@ -368,6 +371,7 @@ class Engine(Backend):
         """Apply the restart rules (DUR-1, SUB-9, QUE-8) and reopen."""
         with self.lock:
             self.clock = clock
+            self._wall = type(clock) is SystemClock
             self.closed = False
             now = clock.now_ms()
             for name in sorted(self.topics):
@@ -431,7 +435,7 @@ class Engine(Backend):
         requires there (TOP-1, TOP-5, DUR classes through the journal's ``append_one``). None
         when any of that does not hold (or the journal needs the general path, e.g. for a seq
         reservation): the caller then uses ``append``, which decides and raises as usual."""
-        if len(payload) > self.options.max_record_bytes or self.readonly:
+        if len(payload) > self.options.max_record_bytes:
             return None
         journal = self.journal
         with self.lock:
@@ -439,15 +443,14 @@ class Engine(Backend):
             if (
                 t is None
                 or t.tid != ref.incarnation
-                or not t.lean
+                or not t.lean  # also False for read-only views and stores with max_bytes
                 or self.closed
-                or self.options.max_bytes is not None
                 or t.jobs.leases
                 or t.jobs.delayed
             ):
                 return None
             log = t.log
-            now = self.clock.now_ms()
+            now = time.time_ns() // 1_000_000 if self._wall else self.clock.now_ms()
             last = log.last_ts
             ts = now if last is None or now > last else last  # TOP-5
             seq = log.head + 1

@@ -298,8 +298,10 @@ def write_snapshot(b: FileBackend, n: int, body: dict[str, Any]) -> None:
 
 def _retire(b: FileBackend, n: int, cap: _Capture) -> None:
     for shard in b.shards:
-        # WAL-8: an informational mark of where this checkpoint happened (replay skips it)
-        shard.submit(walfmt.encode_control(walfmt.FrameType.CHECKPOINT, 0, {"snapshot": n}))
+        # WAL-8: an informational mark of where this checkpoint happened (replay skips it);
+        # submitted like every op, under the store lock (WalShard)
+        with b.lock:
+            shard.submit(walfmt.encode_control(walfmt.FrameType.CHECKPOINT, 0, {"snapshot": n}))
         shard.flush(sync=True)
         gen, _ = cap.positions[b.stream_key(shard.shard)]
         shard.retire_before(gen)

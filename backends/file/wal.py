@@ -7,7 +7,12 @@ order, before the next chunk, by a writer taking the pending data, or when a che
 for the position: consecutive ones of a topic sharing a ts become one APPEND_BATCH frame
 (WAL-14), encoded a whole run at a time instead of frame by frame on the appender's path.
 Tickets are op numbers: ``wait_synced(op)`` returns once op ``op`` and every op before it on
-this shard are on stable storage. Writing is
+this shard are on stable storage.
+
+Locks: ``outer`` is the engine's store lock. Every op submits (``submit``, ``defer``) holding
+it, so it alone guards the deferred records, and placing them takes it too (then the shard
+lock): a deferral costs no lock of its own. The shard lock guards placement state against the
+writer threads; nothing takes ``outer`` while holding it. Writing is
 leader/follower group commit: the first caller that needs durability becomes the leader, writes
 every pending chunk with one pwrite per file and calls fdatasync once, then wakes the followers
 whose chunks that covered. A lone writer is never delayed (no thread hand-off); concurrent
@@ -79,8 +84,10 @@ class WalShard:
         store_id: bytes,
         options: WalOptions,
         first_gen: int,
+        outer: threading.RLock,
     ) -> None:
         self.fs = fs
+        self.outer = outer
         self.dir = wal_dir(root, shard, shard_count)
         self.shard = shard
         self.shard_count = shard_count
@@ -143,7 +150,8 @@ class WalShard:
 
     # -- submitting ------------------------------------------------------------------------
     def submit(self, data: bytes) -> int:
-        """Place one op's frames; returns its op number (the ticket for ``wait_synced``)."""
+        """Place one op's frames (``outer`` held); returns its op number (the ticket for
+        ``wait_synced``)."""
         with self.lock:
             if self.failed is not None:
                 raise self.failed
@@ -154,23 +162,29 @@ class WalShard:
             return self.ops
 
     def defer(self, tid: int, ts: int, durable: bool, seq: int, payload: bytes) -> int:
-        """Queue one op of a single record without tag or node (module docstring); returns its
-        op number. It is placed before anything submitted after it. A record continuing the
-        open run (same topic, ts and class, the next seq) only joins its payload list."""
-        with self.lock:
-            if self.failed is not None:
-                raise self.failed
-            if seq == self._run_next and tid == self._run_tid and ts == self._run_ts:
-                self._run.append(payload)  # a topic's class never changes: same durable
-            else:
-                if self._run:
-                    self._close_run()
-                self._run_tid, self._run_ts, self._run_durable = tid, ts, durable
-                self._run_first = seq
-                self._run = [payload]
-            self._run_next = seq + 1
-            self.ops += 1
-            return self.ops
+        """Queue one op of a single record without tag or node (module docstring; ``outer``
+        held); returns its op number. It is placed before anything submitted after it. A
+        record continuing the open run (same topic and ts, the next seq) joins its list."""
+        if self.failed is not None:
+            raise self.failed
+        if seq == self._run_next and tid == self._run_tid and ts == self._run_ts:
+            self._run.append(payload)  # a topic's class never changes: same durable
+        else:
+            if self._run:
+                self._close_run()
+            self._run_tid, self._run_ts, self._run_durable = tid, ts, durable
+            self._run_first = seq
+            self._run = [payload]
+        self._run_next = seq + 1
+        self.ops += 1
+        return self.ops
+
+    def _place_deferred(self) -> None:
+        """Place the deferred records now; called without the shard lock (takes ``outer``,
+        then the shard lock, the order every submit uses)."""
+        with self.outer, self.lock:
+            if self.records or self._run:
+                self._place_records()
 
     def _place(self, data: bytes, op: int) -> None:
         """Give ``data`` (ops up to ``op``) its place in the stream; lock held."""
@@ -192,7 +206,7 @@ class WalShard:
     def _place_records(self) -> None:
         """Place the deferred records, in op order, each run of one topic sharing a ts as one
         APPEND_BATCH frame (WAL-14; one op batch, BATCH_END): a run costs a few C-level calls,
-        not a frame encode per record. Lock held."""
+        not a frame encode per record. ``outer`` and the shard lock held."""
         if self._run:
             self._close_run()
         runs, self.records = self.records, []
@@ -211,7 +225,7 @@ class WalShard:
 
     def position(self) -> tuple[int, int]:
         """(gen, offset) just after the last submitted op's frames: where replay would resume
-        (deferred records are placed first)."""
+        (deferred records are placed first; ``outer`` held)."""
         with self.lock:
             if self.records or self._run:
                 self._place_records()
@@ -219,25 +233,28 @@ class WalShard:
 
     def wait_synced(self, op: int) -> None:
         """Block until op ``op`` (and every op before it) is on stable storage."""
-        with self.lock:
-            while self.ops_synced < op:
+        while True:
+            if self.ops_placed < op and self.failed is None:
+                self._place_deferred()  # the op was deferred: give it its place first
+            with self.lock:
+                if self.ops_synced >= op:
+                    return
                 if self.failed is not None:
                     raise self.failed
                 if self.leading:
                     self.cond.wait()
-                else:
+                elif self.ops_placed >= op:
                     self._lead(sync=True)
-            if self.failed is not None and self.ops_synced < op:
-                raise self.failed
 
     def flush(self, sync: bool) -> None:
         """Write everything pending (and fdatasync it if ``sync``); used at close and flush()."""
+        self._place_deferred()
         with self.lock:
             while self.leading:
                 self.cond.wait()
             if self.failed is not None:
                 raise self.failed
-            if self.pending or self.records or self._run or (sync and self.synced < self.written):
+            if self.pending or (sync and self.synced < self.written):
                 self._lead(sync=sync)
             if self.failed is not None:
                 raise self.failed
@@ -245,8 +262,6 @@ class WalShard:
     def _lead(self, sync: bool) -> None:
         """Called with the lock held and no leader: write (and sync) all pending chunks."""
         self.leading = True
-        if self.records or self._run:
-            self._place_records()
         batch, self.pending = self.pending, []
         self.lock.release()
         try:
@@ -322,10 +337,15 @@ class WalShard:
                 self._tick.wait(interval)
                 if self._stop:
                     return
+            if self.failed is None:
+                self._place_deferred()
+            with self.lock:
+                if self._stop:
+                    return
                 if (
                     self.failed is None
                     and not self.leading
-                    and (self.pending or self.records or self._run or self.synced < self.written)
+                    and (self.pending or self.synced < self.written)
                 ):
                     self._lead(sync=True)
 
