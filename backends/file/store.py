@@ -196,9 +196,15 @@ class FileBackend(Engine):
         for shard in range(n):
             self.shards.append(
                 WalShard(
-                    self.fs, self.root, shard, n, self.store_id, wopts, first_gen=top + 1,
+                    self.fs,
+                    self.root,
+                    shard,
+                    n,
+                    self.store_id,
+                    wopts,
+                    first_gen=top + 1,
                     outer=self.lock,
-                )  # fmt: skip
+                )
             )
         journal = WalJournal(self.shards, self.fopts.head_reserve)
         journal.ceilings = self.ceilings

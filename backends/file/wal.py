@@ -340,8 +340,6 @@ class WalShard:
             if self.failed is None:
                 self._place_deferred()
             with self.lock:
-                if self._stop:
-                    return
                 if (
                     self.failed is None
                     and not self.leading
