@@ -94,6 +94,7 @@ class Engine(Backend):
         # gated topics the current op appended to, each with the last seq the op appended
         self._unpublished: list[tuple[EngineTopic, int]] = []
         self._waiters = 0  # threads in wait(): _bump notifies only when someone listens
+        self._publishing = threading.Lock()  # _finish: gated topics' visible
         self._one: Callable[[EngineTopic, int, int, bytes], object] | None = None
         self._one_for: Journal | None = None  # the journal _one was looked up on
 
@@ -152,11 +153,16 @@ class Engine(Backend):
             assert self.journal is not None
             self.journal.wait(ticket)
         if touched:
-            with self.lock:
+            # A lock of its own, not the store lock that every op contends for: only publishers
+            # write a gated topic's ``visible`` (it only grows; readers read it once per op).
+            with self._publishing:
                 for t, seq in touched:
                     if t.log.visible < seq:
                         t.log.visible = seq
-                        self._bump(t)
+                        t.version += 1
+            if self._waiters:
+                with self.lock:
+                    self.changed.notify_all()
 
     def _bump(self, t: EngineTopic) -> None:
         t.version += 1
@@ -407,14 +413,15 @@ class Engine(Backend):
     @staticmethod
     def _peek_state(t: EngineTopic) -> TopicState:
         log = t.log
-        if log.visible == log.head:
+        visible = log.visible  # read once: a publisher may raise it meanwhile (_finish)
+        if visible == log.head:
             return TopicState(log.head, log.earliest, log.evict_floor, log.count, log.nbytes)
         # fsync topic with an append in flight: report what readers can see
-        pending = log.live_between(log.visible + 1, log.head)
+        pending = log.live_between(visible + 1, log.head)
         count = log.count - len(pending)
         nbytes = log.nbytes - sum(len(log.record(q).payload) for q in pending)
-        earliest = min(log.earliest, log.visible + 1)
-        return TopicState(log.visible, earliest, log.evict_floor, count, nbytes)
+        earliest = min(log.earliest, visible + 1)
+        return TopicState(visible, earliest, log.evict_floor, count, nbytes)
 
     # ======================================================================================
     # topic log

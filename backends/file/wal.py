@@ -9,6 +9,13 @@ for the position: consecutive ones of a topic sharing a ts become one APPEND_BAT
 Tickets are op numbers: ``wait_synced(op)`` returns once op ``op`` and every op before it on
 this shard are on stable storage.
 
+Waking: each waiting thread sleeps on a gate of its own. A sync opens the gates of the ops it
+covered and of one more waiter, which leads the next sync with everything queued meanwhile (no
+wake-everyone storm racing for the lead). Gathering: the threads a sync released usually append
+again at once; a new leader waits for them (until as many have come back, at most half the last
+sync and 1 ms), so one fdatasync covers all the producers instead of half of them alternately.
+A lone writer never waits: the sync released only itself.
+
 Locks: ``outer`` is the engine's store lock. Every op submits (``submit``, ``defer``) holding
 it, so it alone guards the deferred records, and placing them takes it too (then the shard
 lock): a deferral costs no lock of its own. The shard lock guards placement state against the
@@ -48,6 +55,24 @@ from tidelog.fsio import FS, Handle, OsFS, make_dirs, storage_error
 from .format import wal as walfmt
 
 __all__ = ["WalShard", "WalOptions", "wal_dir", "wal_file_name"]
+
+_GATHER_MAX_S = 0.001  # a leader waits at most this long for released threads to come back
+
+
+class _Gate:
+    """One waiting thread's wake-up: ``wait`` blocks until ``open`` (a lock taken twice)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def wait(self) -> None:
+        self._lock.acquire()
+
+    def open(self) -> None:
+        self._lock.release()
 
 HEADER_SIZE = 64
 ZERO_AHEAD = 1 << 20  # bytes zeroed past a small write's end (module docstring)
@@ -94,8 +119,20 @@ class WalShard:
         self.store_id = store_id
         self.options = options
         self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)  # waiters for a leader's write/sync
+        self.cond = threading.Condition(self.lock)  # flush/close waiting for a leader to end
+        self._cond_waiters = 0
         self._tick = threading.Condition(self.lock)  # the committer's own: woken only to stop
+        # ops waiting for a sync, each thread on a lock of its own (held until it is woken):
+        # a sync wakes exactly the waiters it covered, plus one other to lead the next
+        self._waiters: list[tuple[int, _Gate]] = []
+        # gathering (module docstring): threads the last sync released, counted back in
+        self._gather = threading.Condition(self.lock)
+        self._gathering = False
+        self._arrived = 0  # wait_synced calls so far
+        self._arrived_at_sync = 0  # ... when the last sync ended
+        self._released = 0  # threads the last sync released (its covered waiters and leader)
+        self._gathered_round = -1  # _arrived_at_sync of the round already gathered
+        self._sync_s = 0.0  # duration of the last write + fdatasync
         self.pending: list[tuple[int, int, bytes, int, int]] = []  # gen, offset, data, end, op
         # deferred single records, op order, not yet placed: closed runs (topic, ts, durable,
         # first seq, payloads) and the open run they are appended to while they extend it
@@ -210,7 +247,7 @@ class WalShard:
         if self._run:
             self._close_run()
         runs, self.records = self.records, []
-        op = self.ops - sum(len(r[4]) for r in runs)  # deferred records are the newest ops
+        op = self.ops_placed  # deferred records are the newest ops: they follow it
         for tid, ts, durable, first, payloads in runs:
             if len(payloads) == 1:
                 frame = walfmt.encode_append(
@@ -232,26 +269,67 @@ class WalShard:
             return self.gen, self.offset
 
     def wait_synced(self, op: int) -> None:
-        """Block until op ``op`` (and every op before it) is on stable storage."""
+        """Block until op ``op`` (and every op before it) is on stable storage: lead a write +
+        fdatasync if nobody is, else sleep until a sync covers the op (or this thread is
+        picked to lead the next one)."""
+        arrived = False
         while True:
-            if self.ops_placed < op and self.failed is None:
-                self._place_deferred()  # the op was deferred: give it its place first
-            with self.lock:
+            place = False
+            self.lock.acquire()
+            try:
+                if not arrived:
+                    arrived = True
+                    self._arrived += 1
+                    if self._gathering:
+                        self._gather.notify()
                 if self.ops_synced >= op:
                     return
                 if self.failed is not None:
                     raise self.failed
-                if self.leading:
-                    self.cond.wait()
-                elif self.ops_placed >= op:
-                    self._lead(sync=True)
+                if not self.leading:
+                    # about to lead: deferred ops (maybe this one) are placed first, by the
+                    # leader alone (one store-lock round trip per sync, not per op)
+                    place = self.ops_placed < self.ops
+                    if not place and (self._released <= 1 or not self._gathered()):
+                        self._lead(sync=True, waiter=True)
+                    continue
+                gate = _Gate()
+                self._waiters.append((op, gate))
+            finally:
+                self.lock.release()
+                if place:
+                    self._place_deferred()
+            gate.wait()
+
+    def _gathered(self) -> bool:
+        """About to lead (lock held): gather (module docstring) the threads the last sync
+        released. True if it waited: the caller then places what arrived and leads."""
+        expect = self._released
+        if expect <= 1 or self._gathered_round == self._arrived_at_sync:
+            return False
+        self._gathered_round = self._arrived_at_sync
+        deadline = time.monotonic() + min(self._sync_s * 0.5, _GATHER_MAX_S)
+        self.leading = self._gathering = True
+        try:
+            while self._arrived - self._arrived_at_sync < expect:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._gather.wait(left)
+        finally:
+            self.leading = self._gathering = False
+        return True
 
     def flush(self, sync: bool) -> None:
         """Write everything pending (and fdatasync it if ``sync``); used at close and flush()."""
         self._place_deferred()
         with self.lock:
             while self.leading:
-                self.cond.wait()
+                self._cond_waiters += 1
+                try:
+                    self.cond.wait()
+                finally:
+                    self._cond_waiters -= 1
             if self.failed is not None:
                 raise self.failed
             if self.pending or (sync and self.synced < self.written):
@@ -259,11 +337,14 @@ class WalShard:
             if self.failed is not None:
                 raise self.failed
 
-    def _lead(self, sync: bool) -> None:
-        """Called with the lock held and no leader: write (and sync) all pending chunks."""
+    def _lead(self, sync: bool, waiter: bool = False) -> None:
+        """Called with the lock held and no leader: write (and sync) all pending chunks, then
+        wake the waiters that covered, and one more to lead if any are left. ``waiter``: the
+        leader itself waits for an op (it counts as a thread the sync releases)."""
         self.leading = True
         batch, self.pending = self.pending, []
         self.lock.release()
+        started = time.monotonic()
         try:
             end = self._write(batch, sync)
             error = None
@@ -282,17 +363,33 @@ class WalShard:
             if sync:
                 self.synced = self.written
                 self.ops_synced = self.ops_written
-        self.cond.notify_all()
+                self._sync_s = time.monotonic() - started
+        waiters, synced = self._waiters, self.ops_synced
+        if self.failed is not None:
+            woken, self._waiters = waiters, []
+        else:
+            woken = [w for w in waiters if w[0] <= synced]
+            self._waiters = rest = [w for w in waiters if w[0] > synced] if woken else waiters
+            if sync:  # threads this sync returns to their callers (they tend to come back)
+                self._released = len(woken) + waiter
+                self._arrived_at_sync = self._arrived
+            if rest:  # the next leader: its op is placed or will be when it wakes
+                woken.append(rest.pop(0))
+        for _, gate in woken:
+            gate.open()
+        if self._cond_waiters:
+            self.cond.notify_all()
 
     def _write(self, batch: list[tuple[int, int, bytes, int, int]], sync: bool) -> int:
         """One pwrite per run of chunks in the same file; a file is synced before the next file
         gets its first byte."""
         end = 0
         i = 0
-        while i < len(batch):
+        n = len(batch)
+        while i < n:
             gen, offset = batch[i][0], batch[i][1]
             j = i
-            while j + 1 < len(batch) and batch[j + 1][0] == gen:
+            while j + 1 < n and batch[j + 1][0] == gen:
                 j += 1
             h = self.files.get(gen) or self._prepare(gen)
             data = batch[i][2] if i == j else b"".join([c[2] for c in batch[i : j + 1]])
@@ -302,7 +399,7 @@ class WalShard:
             if self._zero_ahead:
                 self._zero_past(h, gen, offset + len(data), len(data))
             end = batch[j][3]
-            if j + 1 < len(batch) or sync:
+            if j + 1 < n or sync:
                 h.fdatasync()
                 self.stats["fdatasyncs"] += 1
             i = j + 1
@@ -366,6 +463,11 @@ class WalShard:
             self._stop = True
             self.pending = []
             self.records, self._run, self._run_next = [], [], -1
+            if self._waiters:  # nothing will be written: whoever waits gets an error
+                self.failed = self.failed or StorageError(f"WAL shard {self.shard} abandoned")
+                for _, gate in self._waiters:
+                    gate.open()
+                self._waiters = []
             self.cond.notify_all()
             self._tick.notify_all()
         self._thread.join(timeout=5)

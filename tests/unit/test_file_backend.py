@@ -154,6 +154,38 @@ def test_WAL_13_a_record_is_readable_once_its_own_op_is_durable(tmp_path: Path) 
     store.close()
 
 
+def test_WAL_11_ops_queued_during_a_sync_share_the_next_one(tmp_path: Path) -> None:
+    """WAL-11 group commit: while a leader's fdatasync runs, later fsync ops queue; when it
+    ends, one of them leads a single write + fdatasync for all of them (its waiters are woken
+    one by one, not all at once to race for the lead)."""
+    gate = _Gate()
+    store = open_store(_GatedFS(gate), str(tmp_path / "s"), background=False, prealloc="none")
+    t = store.topic("t", durability="fsync")
+    t.append(b"warm")
+    shard = backend(store).shards[0]
+    gate.armed = True
+    syncs = shard.stats["fdatasyncs"]
+    first = threading.Thread(target=t.append, args=(b"lead",))
+    first.start()
+    assert gate.entered.acquire(timeout=30)  # the leader is inside its fdatasync
+    queued = [threading.Thread(target=t.append, args=(bytes([i]),)) for i in range(5)]
+    for th in queued:
+        th.start()
+    deadline = time.monotonic() + 30
+    while len(shard._waiters) < 5 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(shard._waiters) == 5  # queued behind the running sync
+    gate.permits.release()  # the leader's sync ends; one queued op leads the next
+    assert gate.entered.acquire(timeout=30)
+    gate.permits.release()
+    for th in [first, *queued]:
+        th.join(timeout=30)
+    assert shard.stats["fdatasyncs"] - syncs == 2
+    assert t.state().head_seq == 7
+    gate.armed = False
+    store.close()
+
+
 def test_disk_class_is_written_by_the_committer(tmp_path: Path) -> None:
     """DUR-3, WAL-11, WAL-12: a disk append returns before any fdatasync (only the first one
     waits, for its durable seq reservation); the committer writes and syncs it within
