@@ -36,6 +36,7 @@ __all__ = ["load_snapshot", "rebuild", "replay_wal", "list_streams", "lose"]
 
 _RECORDS = (int(FrameType.APPEND), int(FrameType.APPEND_BATCH))
 _APPEND = int(FrameType.APPEND)
+_CHECKPOINT = int(FrameType.CHECKPOINT)
 
 
 # -- snapshot --------------------------------------------------------------------------------
@@ -195,12 +196,9 @@ def replay_wal(
                         "log is damaged in the middle, not torn (WAL)"
                     )
                 continue
-            apply_batches(b, frames)
-            b.positions[key] = [gen, end]
             # a batch of only CHECKPOINT marks carries no effect: the store is still "clean"
-            b.replayed_batches += sum(
-                1 for batch in frames if any(f.type != FrameType.CHECKPOINT for f in batch)
-            )
+            b.replayed_batches += apply_batches(b, frames)
+            b.positions[key] = [gen, end]
             if readonly:
                 if torn:
                     break  # the writer is mid-op here: the next refresh resumes at this point
@@ -261,18 +259,23 @@ class _NoHeader(Corrupt):
     it was being created), corruption anywhere else."""
 
 
-def apply_batches(b: FileBackend, batches: list[list[walfmt.Frame]]) -> None:
+def apply_batches(b: FileBackend, batches: list[list[walfmt.Frame]]) -> int:
     """Apply complete op batches in order (journal off: replay does not log again).
 
     Records go to the engine run by run, not frame by frame: consecutive records of one topic
     with consecutive seqs, one ts and the same tag and node -- an APPEND_BATCH frame (WAL-14),
     or single APPEND frames in a row, even from different ops -- become one ``apply_append``.
     That is the state applying them op by op gives (an append only appends; each keeps its own
-    labels, TOP-6), for a fraction of the per-record Python work."""
+    labels, TOP-6), for a fraction of the per-record Python work. Returns how many batches
+    carried an effect (a batch of CHECKPOINT marks only does not)."""
     payloads: list[bytes] = []
     tid = first = nxt = ts = -1
     tag = node = None
+    marks = 0
     for batch in batches:
+        if len(batch) == 1 and batch[0][0] == _CHECKPOINT:
+            marks += 1
+            continue  # informational (WAL-8): replay skips it
         for f in batch:
             ftype, _, f_tid, seq, f_ts, f_node, f_tag, data, offset, _ = f
             if ftype in _RECORDS:
@@ -301,6 +304,7 @@ def apply_batches(b: FileBackend, batches: list[list[walfmt.Frame]]) -> None:
             _apply_control(b, f)
     if payloads:
         _apply_run(b, tid, first, payloads, tag, node, ts)
+    return len(batches) - marks
 
 
 def _apply_run(

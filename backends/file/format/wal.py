@@ -498,10 +498,48 @@ class WalScanner:
 
 def scan(buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE) -> ScanResult:
     """Every valid frame from ``start`` up to the first zero frame_len, end of buffer, or frame
-    that cannot be trusted (WAL-4, WAL-5). Never raises on garbage."""
-    scanner = WalScanner(buf, start)
-    frames = list(scanner)
-    return ScanResult(frames, scanner.end, scanner.status, scanner.detail, scanner.unknown)
+    that cannot be trusted (WAL-4, WAL-5). Never raises on garbage. Runs of frames without
+    tag or node (the common case) are decoded by an inlined loop (recovery replays every
+    frame); anything else, including where the log ends, goes through ``_decode_at``."""
+    mv = memoryview(buf)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    if start > len(mv):
+        return ScanResult([], start, "torn", f"start {start} is past the end of the file", [])
+    frames: list[Frame] = []
+    unknown: list[int] = []
+    pos = start
+    while True:
+        pos = _plain_run(mv, pos, frames, unknown)
+        got = _decode_at(mv, pos)
+        if isinstance(got, _Stop):
+            return ScanResult(frames, pos, got.status, got.detail, unknown)
+        if got.type not in _KNOWN_TYPES:
+            unknown.append(pos)
+        frames.append(got)
+        pos += got.length
+
+
+def _plain_run(mv: memoryview, pos: int, frames: list[Frame], unknown: list[int]) -> int:
+    """Decode consecutive valid frames without tag or node from ``pos`` into ``frames``; return
+    the offset of the first one it does not take (labelled, damaged, or the log's end), for
+    ``_decode_at`` to judge. The checks are exactly ``_decode_at``'s for such frames."""
+    size = len(mv)
+    unpack, unpack_u64, digest = _FRAME.unpack_from, _U64.unpack_from, xxhash.xxh3_64_intdigest
+    append, known, labels = frames.append, _KNOWN_TYPES, HAS_TAG | HAS_NODE
+    while pos + FRAME_OVERHEAD <= size:
+        frame_len, ftype, flags, topic_id, seq, ts, nl, tl, dl = unpack(mv, pos)
+        if nl or tl or flags & labels or frame_len != _LEN_FIXED + dl or frame_len > size - pos - 4:
+            return pos
+        cs_at = pos + frame_len - 4
+        if digest(mv[pos + 4 : cs_at]) != unpack_u64(mv, cs_at)[0]:
+            return pos
+        if ftype not in known:
+            unknown.append(pos)
+        data = bytes(mv[pos + FRAME_HEADER_SIZE : cs_at])
+        append(_new(Frame, (ftype, flags, topic_id, seq, ts, None, None, data, pos, frame_len + 4)))
+        pos = cs_at + 8
+    return pos
 
 
 def split_batches(frames: list[Frame]) -> tuple[list[list[Frame]], list[Frame]]:
