@@ -326,7 +326,8 @@ class WalShard:
 
     def flush(self, sync: bool) -> None:
         """Write everything pending (and fdatasync it if ``sync``); used at close and flush()."""
-        self._place_deferred()
+        if self.records or self._run:
+            self._place_deferred()
         with self.lock:
             while self.leading:
                 self._cond_waiters += 1
@@ -438,7 +439,7 @@ class WalShard:
                 self._tick.wait(interval)
                 if self._stop:
                     return
-            if self.failed is None:
+            if self.failed is None and (self.records or self._run):  # a hint; placing rechecks
                 self._place_deferred()
             with self.lock:
                 if (
