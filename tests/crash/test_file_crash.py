@@ -203,7 +203,9 @@ def _random_ops(rng: random.Random, n: int) -> list[Op]:
         elif k < 0.55:
             labels = [None, "x", "y"]
             rows = [(b"r" * rng.randrange(40), rng.choice(labels), rng.choice(labels))]
-            rows += [(b"s", rng.choice(labels), rng.choice(labels)) for _ in range(rng.randrange(3))]
+            rows += [
+                (b"s", rng.choice(labels), rng.choice(labels)) for _ in range(rng.randrange(3))
+            ]
             ops.append(("append_records", topic, rows))
         elif k < 0.62:
             ops.append(("delete", topic, rng.randrange(1, 8)))
