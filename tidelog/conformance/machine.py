@@ -19,7 +19,7 @@ import contextlib
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 from hypothesis import event
 from hypothesis import strategies as st
@@ -39,8 +39,20 @@ from tidelog.errors import TidelogError
 from tidelog.records import Lease
 
 from .invariants import check_topic
+from .sut import RingEvent
 
-__all__ = ["LogMachine", "Outcome"]
+__all__ = ["LogMachine", "Outcome", "FAILURE_HOOKS", "fail"]
+
+#: called with the message whenever the suite finds a difference, just before it raises (the
+#: conformance runner times the first failure of a run with it)
+FAILURE_HOOKS: list[Callable[[str], None]] = []
+
+
+def fail(message: str) -> NoReturn:
+    """Report a conformance failure: an AssertionError naming what differed."""
+    for hook in FAILURE_HOOKS:
+        hook(message)
+    raise AssertionError(message)
 
 TOPICS = ("t0", "t1", "dlq")
 SUBS = ("s0", "s1")
@@ -56,7 +68,9 @@ payloads = st.binary(max_size=12)
 
 
 @st.composite
-def topic_configs(draw: Any, caps: Capabilities, name: str) -> dict[str, Any]:
+def topic_configs(
+    draw: Any, caps: Capabilities, name: str, trims: tuple[str, ...] = ("acked", "none")
+) -> dict[str, Any]:
     durability = caps.durability
     cfg: dict[str, Any] = {"durability": draw(st.sampled_from(sorted(durability)))}
     if draw(st.integers(0, 3)):
@@ -67,7 +81,7 @@ def topic_configs(draw: Any, caps: Capabilities, name: str) -> dict[str, Any]:
         cfg["ttl_ms"] = draw(st.sampled_from(DURATIONS))
     cfg["discard"] = draw(st.sampled_from(["old", "reject"]))
     cfg["retention"] = draw(st.sampled_from(["backpressure", "drop_oldest"]))
-    cfg["trim"] = draw(st.sampled_from(["acked", "none"]))
+    cfg["trim"] = draw(st.sampled_from(trims))
     cfg["lease_ms"] = draw(st.sampled_from(DURATIONS))
     if caps.queue and caps.multi_topic and name != "dlq" and draw(st.integers(0, 2)) == 0:
         cfg["max_deliveries"] = draw(st.integers(1, 3))
@@ -109,7 +123,7 @@ def _note(op: str, out: Outcome) -> None:
 def _sub_handle(topic: Topic, name: str) -> Subscriber:
     """A subscriber handle that does not check existence (remote topics make their own)."""
     make = getattr(topic, "subscriber_handle", None)
-    return make(name) if make is not None else Subscriber(topic, name)  # type: ignore[no-any-return]
+    return make(name) if make is not None else Subscriber(topic, name)
 
 
 def _append_one(topic: Topic, *, payload: bytes, tag: str | None) -> int:
@@ -123,6 +137,8 @@ class LogMachine(RuleBasedStateMachine):
     capabilities: Capabilities | None = None
     #: whether the backend supports close + reopen by URI (named stores / directories)
     supports_reopen: bool = True
+    #: the trim policies topics are created with (SUB-5)
+    trims: tuple[str, ...] = ("acked", "none")
 
     @staticmethod
     def sut_uri(name: str) -> str:
@@ -165,7 +181,9 @@ class LogMachine(RuleBasedStateMachine):
     def both(self, fn: Callable[[Store], Any]) -> Outcome:
         expected = _run(lambda: fn(self.model))
         actual = _run(lambda: fn(self.sut))
-        assert actual == expected, f"backend returned {actual!r}, model {expected!r}"
+        if actual != expected:
+            fail(f"backend returned {actual!r}, model {expected!r}")
+        self.learn_ring()
         _note("store", expected)
         return expected
 
@@ -177,7 +195,9 @@ class LogMachine(RuleBasedStateMachine):
         else:
             expected = _run(lambda: fn(pair[0]))
             actual = _run(lambda: fn(pair[1]))
-        assert actual == expected, f"on topic {name}: backend {actual!r}, model {expected!r}"
+        if actual != expected:
+            fail(f"on topic {name}: backend {actual!r}, model {expected!r}")
+        self.learn_ring()
         _note("topic", expected)
         return expected
 
@@ -188,7 +208,9 @@ class LogMachine(RuleBasedStateMachine):
         m, s = (_sub_handle(pair[0], sub), _sub_handle(pair[1], sub))
         expected = _run(lambda: fn(m))
         actual = _run(lambda: fn(s))
-        assert actual == expected, f"on {topic}/{sub}: backend {actual!r}, model {expected!r}"
+        if actual != expected:
+            fail(f"on {topic}/{sub}: backend {actual!r}, model {expected!r}")
+        self.learn_ring()
         _note("subscriber", expected)
         return expected
 
@@ -200,6 +222,38 @@ class LogMachine(RuleBasedStateMachine):
             return pair[0].state().head_seq
         except TidelogError:
             return 0
+
+    # -- involuntary evictions the model cannot predict (ring overwrite, BDEV-16) -------------
+    def ring_events(self) -> list[RingEvent]:
+        """Hook: ring overwrites the backend reported since the last call."""
+        return []
+
+    def ring_pages(self) -> int | None:
+        """Hook: the page count of the backend's ring (None: not a ring)."""
+        return None
+
+    def learn_ring(self) -> None:
+        """BDEV-16, TMB-1, SUB-7: apply the reported ring overwrites to the model as the
+        involuntary evictions they are, after checking each was legitimate: the ring really was
+        full, i.e. ``pages`` newer pages each holding a newer record existed."""
+        events = self.ring_events()
+        if not events:
+            return
+        pages = self.ring_pages()
+        model: Any = self.model._backend
+        for ev in events:
+            if pages is None or ev.head - ev.through < pages:
+                fail(
+                    f"BDEV-16: ring overwrite evicted {ev.topic} through seq {ev.through} at head "
+                    f"{ev.head}, but a ring of {pages} pages was not full"
+                )
+            event("ring overwrite evicted live records")
+            with model.lock:
+                t = model.topics.get(ev.topic)
+                seqs = [q for q in t.live_sorted() if q <= ev.through] if t is not None else []
+                if seqs:
+                    model._remove_involuntary(t, seqs, "evicted")
+                    model._record_history(t)
 
     # -- rules: store ----------------------------------------------------------------------
     @initialize(data=st.data())
@@ -219,7 +273,7 @@ class LogMachine(RuleBasedStateMachine):
         self.create_topic(data.draw(st.sampled_from(self.topic_names)), data)
 
     def create_topic(self, name: str, data: st.DataObject) -> None:
-        cfg = data.draw(topic_configs(self.caps, name))
+        cfg = data.draw(topic_configs(self.caps, name, self.trims))
         if name in self.handles and data.draw(st.booleans()):
             cfg = {}  # plain lookup of an existing topic
         out = self.both(lambda s: s.topic(name, **cfg).name)
@@ -244,7 +298,8 @@ class LogMachine(RuleBasedStateMachine):
         """TOP-10: handles from before a drop raise no_such_topic, even after re-creation."""
         m, s = data.draw(st.sampled_from(self.stale))
         expected, actual = _run(lambda: m.append(b"x")), _run(lambda: s.append(b"x"))
-        assert expected.code == actual.code == "no_such_topic", (expected, actual)
+        if not expected.code == actual.code == "no_such_topic":
+            fail(f"TOP-10: a handle from before the drop gave {actual!r}, model {expected!r}")
 
     @rule(ms=st.sampled_from(STEPS))
     def advance_clock(self, ms: int) -> None:
@@ -259,8 +314,9 @@ class LogMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         """DUR-1, SUB-9, QUE-8: clean close + reopen, then the restart rules hold."""
-        self.model.close()
         self.sut.close()
+        self.learn_ring()  # the last page written at close may have overwritten some (BDEV-16)
+        self.model.close()
         self.model = tidelog.open(self.model_uri, clock=self.clock)
         self.sut = self.open_sut()
         self.handles = {
@@ -434,20 +490,29 @@ class LogMachine(RuleBasedStateMachine):
     @invariant()
     def states_agree(self) -> None:
         """Every topic's observable state equals the model's; model invariants hold."""
-        assert self.both(lambda s: s.topics()).code is None
+        if self.both(lambda s: s.topics()).code is not None:
+            fail("topics() failed")
         for name in self.model.topics():
             m, s = self.model.topic(name, create=False), self.sut.topic(name, create=False)
             expected, actual = _run(m.state), _run(s.state)
-            assert actual == expected, f"state of {name}: backend {actual!r}, model {expected!r}"
+            if actual != expected:
+                fail(f"state of {name}: backend {actual!r}, model {expected!r}")
             full_m, full_s = _run(partial(m.read, 0, 10**9)), _run(partial(s.read, 0, 10**9))
-            assert full_s == full_m, f"full read of {name} differs"
-            check_topic(s)
+            if full_s != full_m:
+                fail(f"full read of {name}: backend {full_s!r}, model {full_m!r}")
+            try:
+                check_topic(s)
+            except AssertionError as exc:
+                fail(f"topic {name}: {exc}")
             subs = _run(m.subscribers)
-            assert _run(s.subscribers) == subs
+            got = _run(s.subscribers)
+            if got != subs:
+                fail(f"subscribers of {name}: backend {got!r}, model {subs!r}")
             for sub in subs.value or ():
                 hwm_s = _run(partial(lambda t, n: t.subscribe(n).hwm, s, sub))
                 hwm_m = _run(partial(lambda t, n: t.subscribe(n).hwm, m, sub))
-                assert hwm_s == hwm_m, f"hwm of {name}/{sub}: backend {hwm_s}, model {hwm_m}"
+                if hwm_s != hwm_m:
+                    fail(f"hwm of {name}/{sub}: backend {hwm_s}, model {hwm_m}")
         if "dlq" in self.model.topics() and self.model.topic("dlq").state().head_seq:
             event("dead-letter topic received records")
         backend = self.model._backend
