@@ -74,6 +74,7 @@ class ForwardMachine(RuleBasedStateMachine):
             self.payloads[fsn] = payload
 
     # -- connection ---------------------------------------------------------------------------
+    @precondition(lambda self: not self.listening())
     @rule(durable=st.booleans())
     def connect(self, durable: bool) -> None:
         """FSN-1, FSN-6: a connection starts at acked + 1 (refused when connected or halted)."""
@@ -138,6 +139,17 @@ class ForwardMachine(RuleBasedStateMachine):
             "close", lambda: self.model.on_close(code), lambda: self.sender.on_close(code)
         )
 
+    @precondition(lambda self: self.model.halted is None)
+    @rule(durable=st.booleans(), limit=st.integers(1, 4), code=st.sampled_from(CLOSE_CODES[:4]))
+    def reconnect(self, durable: bool, limit: int, code: int) -> None:
+        """FSN-1, FSN-6, FSN-8: the connection drops (a non-terminal close), a new one starts,
+        and what it sends first is ackedFsn + 1."""
+        if self.model.connected:
+            self.close_code(code)
+        self.connect(durable)
+        self.send(limit)
+
+    @precondition(lambda self: self.model.connected)
     @rule()
     def disconnect(self) -> None:
         self.both("disconnect", self.model.disconnect, self.sender.disconnect)
@@ -151,6 +163,7 @@ class ForwardMachine(RuleBasedStateMachine):
             [(lo, published - lo + 1)] if published >= 0 else [], acked if acked >= 0 else None
         )
 
+    @precondition(lambda self: self.model.published_fsn >= 0)
     @rule()
     def reopen(self) -> None:
         """SF-10, SF-13: a clean restart keeps acked and published exactly (FSNs never reused)."""
@@ -161,6 +174,7 @@ class ForwardMachine(RuleBasedStateMachine):
                  f"{(got['acked_fsn'], got['published_fsn'])}, expected {want}")
         self._restart_model(self.model.acked_fsn)
 
+    @precondition(lambda self: self.model.published_fsn >= 0)
     @rule(seed=st.integers(0, 2**31 - 1))
     def crash(self, seed: int) -> None:
         """SF-10, SF-11, FSN-3, FSN-5: after a power loss every published frame is still there

@@ -69,10 +69,16 @@ payloads = st.binary(max_size=12)
 
 @st.composite
 def topic_configs(
-    draw: Any, caps: Capabilities, name: str, trims: tuple[str, ...] = ("acked", "none")
+    draw: Any,
+    caps: Capabilities,
+    name: str,
+    trims: tuple[str, ...] = ("acked", "none"),
+    favour: str | None = None,
 ) -> dict[str, Any]:
-    durability = caps.durability
-    cfg: dict[str, Any] = {"durability": draw(st.sampled_from(sorted(durability)))}
+    classes = sorted(caps.durability)
+    if favour in caps.durability:
+        classes += [favour] * len(classes)  # half the topics get this class
+    cfg: dict[str, Any] = {"durability": draw(st.sampled_from(classes))}
     if draw(st.integers(0, 3)):
         cfg["cap_records"] = draw(st.integers(1, 6))
     if draw(st.integers(0, 3)) == 0:
@@ -139,6 +145,8 @@ class LogMachine(RuleBasedStateMachine):
     supports_reopen: bool = True
     #: the trim policies topics are created with (SUB-5)
     trims: tuple[str, ...] = ("acked", "none")
+    #: a durability class half the topics get (None: all classes alike)
+    favour: str | None = None
 
     @staticmethod
     def sut_uri(name: str) -> str:
@@ -273,7 +281,7 @@ class LogMachine(RuleBasedStateMachine):
         self.create_topic(data.draw(st.sampled_from(self.topic_names)), data)
 
     def create_topic(self, name: str, data: st.DataObject) -> None:
-        cfg = data.draw(topic_configs(self.caps, name, self.trims))
+        cfg = data.draw(topic_configs(self.caps, name, self.trims, self.favour))
         if name in self.handles and data.draw(st.booleans()):
             cfg = {}  # plain lookup of an existing topic
         out = self.both(lambda s: s.topic(name, **cfg).name)
@@ -291,12 +299,21 @@ class LogMachine(RuleBasedStateMachine):
         if pair is not None:
             self.stale.append(pair)
         self.leases = [(t, lease) for t, lease in self.leases if t != name]
+        if pair is not None and data.draw(st.booleans()):
+            self.create_topic(name, data)  # a new incarnation under the same name
+            self.check_stale(pair)
 
     @precondition(lambda self: bool(self.stale))
     @rule(data=st.data())
     def use_stale_handle(self, data: st.DataObject) -> None:
         """TOP-10: handles from before a drop raise no_such_topic, even after re-creation."""
-        m, s = data.draw(st.sampled_from(self.stale))
+        pair = data.draw(st.sampled_from(self.stale))
+        if pair[0].name not in self.handles and data.draw(st.booleans()):
+            self.create_topic(pair[0].name, data)  # a new incarnation under the same name
+        self.check_stale(pair)
+
+    def check_stale(self, pair: tuple[Topic, Topic]) -> None:
+        m, s = pair
         expected, actual = _run(lambda: m.append(b"x")), _run(lambda: s.append(b"x"))
         if not expected.code == actual.code == "no_such_topic":
             fail(f"TOP-10: a handle from before the drop gave {actual!r}, model {expected!r}")
@@ -304,6 +321,24 @@ class LogMachine(RuleBasedStateMachine):
     @rule(ms=st.sampled_from(STEPS))
     def advance_clock(self, ms: int) -> None:
         self.clock.advance(ms)
+
+    @rule(early=st.sampled_from([0, 0, 1]))
+    def advance_to_deadline(self, early: int) -> None:
+        """RET-4, QUE-4, QUE-5 at their boundaries: move the clock exactly onto the next
+        deadline the model knows of (a record's ts + ttl_ms, a lease's deadline, a nack's ready
+        time), or one millisecond before it."""
+        now = self.clock.now_ms()
+        model: Any = self.model._backend
+        due = []
+        for t in model.topics.values():
+            if t.config.ttl_ms is not None:
+                due += [r.ts + t.config.ttl_ms for r in t.records.values()]
+            due += [deadline for _, _, deadline in t.queue.leases.values()]
+            due += list(t.queue.delayed.values())
+        later = [d - early for d in due if d - early > now]
+        if later:
+            self.clock.set(min(later))
+            event("clock moved onto a deadline")
 
     @rule()
     def flush(self) -> None:
@@ -394,6 +429,20 @@ class LogMachine(RuleBasedStateMachine):
         exclude = data.draw(st.sampled_from((None, *NODES)))
         self.on_topic(name, lambda t: t.read(after=after, limit=limit, exclude_node=exclude))
 
+    @rule(data=st.data(), limit=st.integers(1, 3), exclude=st.sampled_from(NODES))
+    def page_through(self, data: st.DataObject, limit: int, exclude: str) -> None:
+        """TOP-7, TOP-8: a reader paging with a small limit and a node filter; each page
+        continues after the last item of the previous one and the pages together hold every
+        live record not excluded, once."""
+        name = self.pick(data)
+        after = 0
+        for _ in range(self.head(name) + 2):
+            out = self.on_topic(name, lambda t, a=after: t.read(a, limit, exclude_node=exclude))
+            if not out.value:
+                return
+            last = out.value[-1]
+            after = last.gap_to if type(last).__name__ == "Tombstone" else last.seq
+
     @precondition(lambda self: self.caps.deletes)
     @rule(data=st.data())
     def delete(self, data: st.DataObject) -> None:
@@ -442,6 +491,29 @@ class LogMachine(RuleBasedStateMachine):
         self.on_sub(name, sub, lambda s: (getattr(s, kind)(seq), s.hwm))
 
     @precondition(lambda self: self.caps.subscribers)
+    @rule(
+        data=st.data(),
+        sub=st.sampled_from(SUBS),
+        start=st.sampled_from(["resume", "earliest"]),
+        limit=st.integers(1, 5),
+    )
+    def consume(self, data: st.DataObject, sub: str, start: str, limit: int) -> None:
+        """SUB-1..SUB-4: a producer and a consumer's round trip: (re)subscribe, append, poll,
+        then ack or reject some of what it got, in any order (the hwm must stop at the first
+        unresolved seq)."""
+        name = self.pick(data)
+        self.on_topic(name, lambda t: t.subscribe(sub, start=start).hwm)
+        batch = data.draw(st.lists(payloads, max_size=4))
+        if batch:
+            self.on_topic(name, lambda t: t.append_many(batch))
+        got = self.on_sub(name, sub, lambda s: s.poll(limit))
+        seqs = [i.seq for i in got.value or () if type(i).__name__ == "Record"]
+        for seq in data.draw(st.permutations(seqs)):
+            kind = data.draw(st.sampled_from(["ack", "ack", "reject", "skip"]))
+            if kind != "skip":
+                self.on_sub(name, sub, lambda s, q=seq, k=kind: (getattr(s, k)(q), s.hwm))
+
+    @precondition(lambda self: self.caps.subscribers)
     @rule(data=st.data(), sub=st.sampled_from(SUBS))
     def unregister(self, data: st.DataObject, sub: str) -> None:
         """SUB-8."""
@@ -484,7 +556,38 @@ class LogMachine(RuleBasedStateMachine):
             "nack": lambda t: t.nack(lease.seq, lease_id),
             "nack_later": lambda t: t.nack(lease.seq, lease_id, delay_ms=20),
         }
-        self.on_topic(name, calls[kind])
+        if self.on_topic(name, calls[kind]).code is None:
+            self.leases.remove((name, lease))  # the lease ended: later use is lease_lost
+
+    @precondition(lambda self: self.caps.queue)
+    @rule(
+        data=st.data(),
+        node=st.sampled_from(NODES),
+        limit=st.integers(1, 3),
+        kinds=st.lists(st.sampled_from(["complete", "release", "nack", "nack_later", "keep"]),
+                       min_size=3, max_size=3),
+    )
+    def work(self, data: st.DataObject, node: str, limit: int, kinds: list[str]) -> None:
+        """QUE-1..QUE-4: a producer and a worker's round trip: append jobs, claim, finish each
+        some way, claim again (released and nacked jobs come back first; delayed ones only when
+        due)."""
+        name = self.pick(data)
+        batch = data.draw(st.lists(payloads, max_size=3))
+        if batch:
+            self.on_topic(name, lambda t: t.append_many(batch))
+        for _ in range(2):
+            out = self.on_topic(name, lambda t: t.claim(node, max=limit))
+            for lease, kind in zip(out.value or (), kinds):
+                calls: dict[str, Callable[[Topic], Any]] = {
+                    "complete": lambda t, q=lease: t.complete(q.seq, q.lease_id),
+                    "release": lambda t, q=lease: t.release(q.seq, q.lease_id),
+                    "nack": lambda t, q=lease: t.nack(q.seq, q.lease_id),
+                    "nack_later": lambda t, q=lease: t.nack(q.seq, q.lease_id, delay_ms=20),
+                }
+                if kind == "keep":
+                    self.leases.append((name, lease))
+                else:
+                    self.on_topic(name, calls[kind])
 
     # -- invariants ------------------------------------------------------------------------
     @invariant()
@@ -493,7 +596,13 @@ class LogMachine(RuleBasedStateMachine):
         if self.both(lambda s: s.topics()).code is not None:
             fail("topics() failed")
         for name in self.model.topics():
-            m, s = self.model.topic(name, create=False), self.sut.topic(name, create=False)
+            pair = self.handles.get(name)
+            if pair is None:  # created by the store itself (a dead-letter topic, QUE-7)
+                pair = self.handles[name] = (
+                    self.model.topic(name, create=False),
+                    self.sut.topic(name, create=False),
+                )
+            m, s = pair
             expected, actual = _run(m.state), _run(s.state)
             if actual != expected:
                 fail(f"state of {name}: backend {actual!r}, model {expected!r}")
@@ -501,7 +610,7 @@ class LogMachine(RuleBasedStateMachine):
             if full_s != full_m:
                 fail(f"full read of {name}: backend {full_s!r}, model {full_m!r}")
             try:
-                check_topic(s)
+                check_topic(s, actual.value, full_s.value)
             except AssertionError as exc:
                 fail(f"topic {name}: {exc}")
             subs = _run(m.subscribers)
@@ -509,11 +618,11 @@ class LogMachine(RuleBasedStateMachine):
             if got != subs:
                 fail(f"subscribers of {name}: backend {got!r}, model {subs!r}")
             for sub in subs.value or ():
-                hwm_s = _run(partial(lambda t, n: t.subscribe(n).hwm, s, sub))
-                hwm_m = _run(partial(lambda t, n: t.subscribe(n).hwm, m, sub))
+                hwm_s = _run(partial(lambda t, n: _sub_handle(t, n).hwm, s, sub))
+                hwm_m = _run(partial(lambda t, n: _sub_handle(t, n).hwm, m, sub))
                 if hwm_s != hwm_m:
                     fail(f"hwm of {name}/{sub}: backend {hwm_s}, model {hwm_m}")
         if "dlq" in self.model.topics() and self.model.topic("dlq").state().head_seq:
             event("dead-letter topic received records")
-        backend = self.model._backend
-        backend.check_invariants()  # type: ignore[attr-defined]
+        backend: Any = self.model._backend
+        backend.check_invariants()

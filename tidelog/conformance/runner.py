@@ -21,7 +21,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import hypothesis.core
+import hypothesis.internal.conjecture.engine as _engine
 from hypothesis import HealthCheck, given, settings
+from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from tidelog.clock import FakeClock
@@ -53,6 +55,7 @@ class Failure:
     steps: list[dict[str, Any]]  # the shrunk example's exchange: {"request", "response"}
     seconds_to_first: float  # from the start of the level to the first difference found
     examples_to_first: int  # examples generated up to and including the first failing one
+    hypothesis_steps: str = ""  # Hypothesis's own account of the shrunk example (its rules)
 
 
 @dataclass
@@ -91,13 +94,22 @@ class _Watch:
 
 
 @contextlib.contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    old = hypothesis.core.global_force_seed
-    hypothesis.core.global_force_seed = seed  # the printed seed reproduces the run
+def _hypothesis(seed: int, shrink_seconds: float, sink: list[str]) -> Iterator[None]:
+    """Seed Hypothesis (the printed seed reproduces the run), bound its shrinking (through a
+    driver every candidate is a whole example: the default five minutes is too long; Hypothesis
+    has no public setting for it) and collect what it reports (the falsifying steps)."""
+    old_seed = hypothesis.core.global_force_seed
+    old_limit = getattr(_engine, "MAX_SHRINKING_SECONDS", None)
+    hypothesis.core.global_force_seed = seed
+    if old_limit is not None:
+        _engine.MAX_SHRINKING_SECONDS = shrink_seconds  # type: ignore[assignment]
     try:
-        yield
+        with with_reporter(sink.append):
+            yield
     finally:
-        hypothesis.core.global_force_seed = old
+        hypothesis.core.global_force_seed = old_seed
+        if old_limit is not None:
+            _engine.MAX_SHRINKING_SECONDS = old_limit
 
 
 def _settings(examples: int, steps: int) -> settings:
@@ -108,6 +120,7 @@ def _settings(examples: int, steps: int) -> settings:
         database=None,
         print_blob=False,
         derandomize=False,
+        report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
     )
 
@@ -149,7 +162,13 @@ def _refuses(link: RemoteSut, level: str) -> str | None:
 
 
 def run_level(
-    make_sut: SutFactory, level: str, *, examples: int, steps: int, seed: int
+    make_sut: SutFactory,
+    level: str,
+    *,
+    examples: int,
+    steps: int,
+    seed: int,
+    shrink_seconds: float = 30.0,
 ) -> LevelResult:
     """One level on a fresh implementation instance."""
     link = make_sut()
@@ -164,8 +183,9 @@ def run_level(
             return LevelResult(level, "n/a", 0, time.perf_counter() - t0, seed, reason)
         watch = _Watch(link=link)
         FAILURE_HOOKS.append(watch.failed)
+        reported: list[str] = []
         try:
-            with _seeded(seed):
+            with _hypothesis(seed, shrink_seconds, reported):
                 _run_machines(link, level, examples, steps, watch)
         except Exception as exc:  # any failure is the implementation's finding
             watch.failed(str(exc))
@@ -178,13 +198,19 @@ def run_level(
                 time.perf_counter() - t0,
                 seed,
                 _message(exc),
-                Failure(_message(exc), steps_seen, first[0], first[1]),
+                Failure(_message(exc), steps_seen, first[0], first[1], _steps_text(reported)),
             )
         finally:
             FAILURE_HOOKS.remove(watch.failed)
         return LevelResult(level, "pass", examples, time.perf_counter() - t0, seed)
     finally:
         link.shutdown()
+
+
+def _steps_text(reported: list[str]) -> str:
+    """Hypothesis's falsifying-example printout, without its notes about shrinking time."""
+    keep = [r for r in reported if "shrink" not in r.lower() and "PLEASE REPORT" not in r]
+    return "\n".join(keep).strip()
 
 
 def _message(exc: BaseException) -> str:
@@ -226,6 +252,7 @@ def run_levels(
     seed: int | None = None,
     replay_dir: str | None = None,
     command: str | None = None,
+    shrink_seconds: float = 30.0,
     on_progress: Callable[[str], None] | None = None,
 ) -> list[LevelResult]:
     """Run ``levels`` (default: all, in order) one after the other; a failing level is recorded
@@ -237,7 +264,10 @@ def run_levels(
             raise ValueError(f"unknown level {level!r}; levels: {', '.join(ORDER)}")
         if on_progress:
             on_progress(f"level {level}: up to {examples} examples of {steps} steps, seed {seed}")
-        result = run_level(make_sut, level, examples=examples, steps=steps, seed=seed)
+        result = run_level(
+            make_sut, level, examples=examples, steps=steps, seed=seed,
+            shrink_seconds=shrink_seconds,
+        )
         if result.failure is not None and replay_dir is not None:
             path = os.path.join(replay_dir, f"tidelog-replay-{level}-{uuid.uuid4().hex[:8]}.json")
             with open(path, "w", encoding="utf-8") as f:

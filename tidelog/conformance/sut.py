@@ -22,6 +22,7 @@ import contextlib
 import os
 import posixpath
 import random
+import re
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ def _blockdev_opener(fs: FS, location: str, clock: Clock, **options: object) -> 
 FS_OPENERS: dict[str, FsOpener] = {"file": _file_opener, "blockdev": _blockdev_opener}
 
 #: disk states sampled per simulated power loss (the request's seed picks one of them)
-CRASH_SAMPLES = 6
+CRASH_SAMPLES = 8
 SF_DIR = "/sf"
 
 
@@ -196,9 +197,13 @@ class LocalSut(Sut):
         start = len(self.fs.history)
         with contextlib.suppress(TidelogError):
             op()
-        at = random.Random(seed).randint(start, len(self.fs.history))
+        # Crash right after one of the op's writes (so it is pending: lost, reordered or torn),
+        # or at its end when it wrote nothing.
+        history = self.fs.history
+        points = [i + 1 for i in range(start, len(history)) if type(history[i]).__name__ == "Data"]
+        at = random.Random(seed).choice(points or [len(history)])
         self._abandon()
-        self.fs = _pick_state(self.fs, at, seed)
+        self.fs = _pick_state(self.fs, at, seed, since=start)
 
     def ring_evictions(self) -> list[RingEvent]:
         backend = self.store._backend if self.store is not None else None
@@ -280,11 +285,30 @@ def _durable_dirs(fs: RecordingFS, path: str) -> None:
             fs.fsync_dir(posixpath.dirname(here))
 
 
-def _pick_state(fs: RecordingFS, at: int | None, seed: int) -> RecordingFS:
-    """One disk state a power loss at ``at`` (None: now) may leave, chosen by ``seed``: the first
-    samples are "nothing unsynced persisted" and "everything persisted", the others tear and
-    drop writes at random (CRASH-1..CRASH-6)."""
+def _pick_state(fs: RecordingFS, at: int | None, seed: int, since: int = 0) -> RecordingFS:
+    """One disk state a power loss at ``at`` (None: now) may leave, chosen by ``seed`` among a
+    seeded sample: "nothing unsynced persisted", "everything persisted", and random ones that
+    drop, reorder and tear writes (CRASH-1..CRASH-6). The sample is tilted towards the states
+    recovery code gets wrong: when it has them, a state that tears a write made at or after
+    history index ``since`` half the time, and one that tears it half new, half old ("linear":
+    the header intact, the checksum wrong) a further third of the time."""
+    rng = random.Random(seed)
     states = list(
         fs.crash_states(at=at, mode="sample", seed=seed, limit=CRASH_SAMPLES, torn="all")
     )
-    return random.Random(seed).choice(states)
+
+    def tears(state: RecordingFS, kinds: str) -> bool:
+        found = _TORN.findall(state.description)
+        return any(int(i) >= since and kind in kinds for i, kind in found)
+
+    torn = [s for s in states if tears(s, "linear zero garbage")]
+    linear = [s for s in torn if tears(s, "linear")]
+    roll = rng.random()
+    if linear and roll < 1 / 3:
+        return rng.choice(linear)
+    if torn and roll < 2 / 3:
+        return rng.choice(torn)
+    return rng.choice(states)
+
+
+_TORN = re.compile(r"#(\d+) write [^,;]*=(linear|zero|garbage)")
