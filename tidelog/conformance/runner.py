@@ -40,7 +40,7 @@ from .suitemachine import machine_for, snapshot_model
 
 __all__ = [
     "Failure", "LevelResult", "SutFactory", "run_levels", "run_level", "replay",
-    "format_report", "reference_sut",
+    "format_report", "reference_sut", "check_refusals",
 ]  # fmt: skip
 
 SutFactory = Callable[[], RemoteSut]
@@ -136,29 +136,39 @@ def _probe(link: RemoteSut) -> Any:
     return caps
 
 
-def _refuses(link: RemoteSut, level: str) -> str | None:
-    """CAP-1: an implementation without a level's capability refuses its operations with
-    ``not_available``. None when it does, else what it did instead."""
-    if level not in ("subscribers", "queue"):
-        return None
+def check_refusals(link: RemoteSut) -> list[str]:
+    """CAP-1: for every capability an implementation says it lacks, the operation needing it
+    raises ``not_available`` (and changes nothing). Returns the violations."""
     name = "cap" + uuid.uuid4().hex[:8]
     store = link.open(name, FakeClock(1_000_000))
+    caps = store.capabilities
+    problems: list[str] = []
     try:
-        topic = store.topic(store.topics()[0] if store.topics() else "t0")
-        try:
-            if level == "subscribers":
-                topic.subscribe("s0")
-            else:
-                topic.claim("n0")
-        except NotAvailable:
-            return None
-        except TidelogError as exc:
-            return f"CAP-1: {level} op raised {exc.code}, not not_available"
-        return f"CAP-1: capability {level} is False but its op succeeded"
+        existing = store.topics()
+        topic = store.topic(existing[0] if existing else "t0")
+        probes: dict[str, Callable[[], object]] = {
+            "deletes": lambda: topic.delete(1),
+            "subscribers": lambda: topic.subscribe("s0"),
+            "queue": lambda: topic.claim("n0"),
+            "multi_topic": lambda: store.topic("t1" if topic.name != "t1" else "t2"),
+        }
+        for flag, probe in probes.items():
+            if getattr(caps, flag):
+                continue
+            try:
+                probe()
+            except NotAvailable:
+                continue
+            except TidelogError as exc:
+                problems.append(f"CAP-1: {flag} is False but its operation raised {exc.code}, "
+                                "not not_available")
+                continue
+            problems.append(f"CAP-1: {flag} is False but its operation succeeded")
     finally:
         with contextlib.suppress(TidelogError):
             store.close()
         link.dispose(name)
+    return problems
 
 
 def run_level(
@@ -177,10 +187,10 @@ def run_level(
         caps = _probe(link)
         reason = applies(level, caps, link.hello)
         if reason is not None:
-            wrong = _refuses(link, level)
-            if wrong is not None:
-                return LevelResult(level, "fail", 0, time.perf_counter() - t0, seed, wrong)
             return LevelResult(level, "n/a", 0, time.perf_counter() - t0, seed, reason)
+        wrong = check_refusals(link) if level == "log" else []
+        if wrong:
+            return LevelResult(level, "fail", 0, time.perf_counter() - t0, seed, "; ".join(wrong))
         watch = _Watch(link=link)
         FAILURE_HOOKS.append(watch.failed)
         reported: list[str] = []
