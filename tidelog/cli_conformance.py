@@ -88,6 +88,8 @@ def own_driver_command(template: str, fs: str = "os", plugin: str | None = None)
 @click.option("--steps", default=40, show_default=True, type=click.IntRange(min=1),
               help="Operations per example (at most).")
 @click.option("--seed", type=int, help="Seed (printed; the same seed replays the same run).")
+@click.option("--shrink-seconds", default=30.0, show_default=True,
+              type=click.FloatRange(min=0), help="Time Hypothesis may spend shrinking a failure.")
 @click.option("--replay", "replay_file", type=click.Path(exists=True, dir_okay=False),
               help="Instead of a run: send this replay file's requests to the driver and the "
                    "reference, and show the first response that differs.")
@@ -95,8 +97,8 @@ def own_driver_command(template: str, fs: str = "os", plugin: str | None = None)
               help="Where a failing level's replay file is written.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON result.")
 def run_cmd(command: str | None, template: str | None, fs: str, levels: tuple[str, ...],
-            examples: int, steps: int, seed: int | None, replay_file: str | None,
-            replay_dir: str, as_json: bool) -> None:
+            examples: int, steps: int, seed: int | None, shrink_seconds: float,
+            replay_file: str | None, replay_dir: str, as_json: bool) -> None:
     """Run the conformance suite, level by level, against a driver; exit 1 if a level fails.
 
     A failure is shrunk to a minimal operation sequence, printed with the expected and actual
@@ -120,7 +122,8 @@ def run_cmd(command: str | None, template: str | None, fs: str, levels: tuple[st
         return
     progress = None if as_json else (lambda msg: click.echo(msg, err=True))
     results = run_levels(make_sut, list(levels) or None, examples=examples, steps=steps,
-                         seed=seed, replay_dir=replay_dir, command=cmd, on_progress=progress)
+                         seed=seed, replay_dir=replay_dir, command=cmd,
+                         shrink_seconds=shrink_seconds, on_progress=progress)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in results], indent=2))
     else:

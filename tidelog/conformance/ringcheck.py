@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from tidelog.errors import Corrupt
@@ -30,6 +31,10 @@ def ring_images(draw: Any) -> tuple[int, list[int | None], str]:
         return n, [None] * n, "fresh ring"
     if kind == "random":
         seqs = draw(st.lists(st.one_of(st.none(), st.integers(1, n)), min_size=n, max_size=n))
+        # RING-3 defines the head only for images a ring can hold: pages are written in order,
+        # each synced before the next, so the current lap's pages are a prefix (a valid page
+        # after an invalid one in the same lap cannot happen; RING-4 covers page 0).
+        assume(_prefix_shaped(n, seqs))
         return n, seqs, "random page numbers"
     laps = draw(st.integers(0, 4))
     k = draw(st.integers(1 if laps == 0 else 0, n - 1 if laps else n))
@@ -42,6 +47,18 @@ def ring_images(draw: Any) -> tuple[int, list[int | None], str]:
         seqs[k - 1] = None  # the last write never completed (RING-4)
         what += ", the last write torn"
     return n, seqs, what
+
+
+def _prefix_shaped(n: int, seqs: list[int | None]) -> bool:
+    start = 0 if seqs[0] is not None else 1
+    value = seqs[start]
+    if value is None:
+        return True  # a fresh ring (RING-5)
+    parities = [p for p in (0, 1) if value == page_seq(p, start, n)]
+    if not parities:
+        return True  # page numbered by neither formula: corruption (RING-4), defined
+    current = [seqs[i] == page_seq(parities[0], i, n) for i in range(start, n)]
+    return current == sorted(current, reverse=True)  # every current page before any other
 
 
 def _reference(n: int, seqs: list[int | None]) -> tuple[int, int] | str | None:
