@@ -94,9 +94,12 @@ class Driver:
         seed = req.get("crash_seed")
         try:
             if seed is not None:  # power loss inside this op: no result (spec §3.4)
-                self.sut.crash_during(int(seed), lambda: handler(req))
+                events = self.sut.crash_during(int(seed), lambda: handler(req))
                 self._forget_store()
-                return {"id": rid, "ok": True, "value": None, "crashed": True}
+                out: dict[str, Any] = {"id": rid, "ok": True, "value": None, "crashed": True}
+                if events:
+                    out["ring_evictions"] = [e.to_json() for e in events]
+                return out
             resp: dict[str, Any] = {"id": rid, "ok": True, "value": handler(req)}
         except TidelogError as exc:
             resp = {"id": rid, "ok": False, "code": exc.code, "message": exc.message}

@@ -240,15 +240,16 @@ class LogMachine(RuleBasedStateMachine):
         """Hook: the page count of the backend's ring (None: not a ring)."""
         return None
 
-    def learn_ring(self) -> None:
-        """BDEV-16, TMB-1, SUB-7: apply the reported ring overwrites to the model as the
-        involuntary evictions they are, after checking each was legitimate: the ring really was
-        full, i.e. ``pages`` newer pages each holding a newer record existed."""
-        events = self.ring_events()
+    def learn_ring(self, events: list[RingEvent] | None = None, into: Any = None) -> None:
+        """BDEV-16, TMB-1, SUB-7: apply the reported ring overwrites (default: the new ones)
+        to the model (default: ``self.model``) as the involuntary evictions they are, after
+        checking each was legitimate: the ring really was full, i.e. ``pages`` newer pages each
+        holding a newer record existed."""
+        events = self.ring_events() if events is None else events
         if not events:
             return
         pages = self.ring_pages()
-        model: Any = self.model._backend
+        model: Any = self.model._backend if into is None else into
         for ev in events:
             if pages is None or ev.head - ev.through < pages:
                 fail(

@@ -210,12 +210,14 @@ class RemoteSut(Sut):
     def crash(self, seed: int) -> None:
         self.call("crash", seed=seed)
 
-    def crash_during(self, seed: int, op: Callable[[], object]) -> None:
+    def crash_during(self, seed: int, op: Callable[[], object]) -> list[RingEvent]:
+        """The op's request carries ``crash_seed``; its ring overwrites (reported with the
+        crashed response) stay queued for ``ring_evictions``."""
         self.transport.crash_seed = seed
         try:
             op()
         except Crashed:
-            return
+            return []
         except TidelogError:
             pass
         finally:

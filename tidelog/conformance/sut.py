@@ -94,7 +94,7 @@ class Sut:
         """Power loss now: the open store is gone; the next ``open`` recovers."""
         raise NotImplementedError
 
-    def crash_during(self, seed: int, op: Callable[[], object]) -> None:
+    def crash_during(self, seed: int, op: Callable[[], object]) -> list[RingEvent]:
         """Run ``op`` (one call on the open store) and lose power at a point inside it."""
         raise NotImplementedError
 
@@ -167,7 +167,7 @@ class LocalSut(Sut):
         parsed = parse_uri(uri)
         opener = self.openers.get(parsed.scheme) if self.recording else None
         if opener is not None:
-            _durable_dirs(self.fs, posixpath.dirname(parsed.location))
+            durable_dirs(self.fs, posixpath.dirname(parsed.location))
             store = opener(self.fs, parsed.location, clock, **dict(parsed.options))
         else:
             store = tidelog.open(uri, clock=clock)
@@ -191,12 +191,15 @@ class LocalSut(Sut):
         if self.hello["power_loss"]:
             self.fs = _pick_state(self.fs, None, seed)
 
-    def crash_during(self, seed: int, op: Callable[[], object]) -> None:
+    def crash_during(self, seed: int, op: Callable[[], object]) -> list[RingEvent]:
+        """Run ``op``, then lose power at a point inside its I/O; returns the ring overwrites
+        the op caused (they happened before the power went)."""
         if not self.hello["power_loss"]:
             raise NotAvailable("a crash inside an op needs the recording FS (--fs recording)")
         start = len(self.fs.history)
         with contextlib.suppress(TidelogError):
             op()
+        events = self.ring_evictions()
         # Crash right after one of the op's writes (so it is pending: lost, reordered or torn),
         # or at its end when it wrote nothing.
         history = self.fs.history
@@ -204,6 +207,7 @@ class LocalSut(Sut):
         at = random.Random(seed).choice(points or [len(history)])
         self._abandon()
         self.fs = _pick_state(self.fs, at, seed, since=start)
+        return events
 
     def ring_evictions(self) -> list[RingEvent]:
         backend = self.store._backend if self.store is not None else None
@@ -274,7 +278,7 @@ class LocalSut(Sut):
             self.store = None
 
 
-def _durable_dirs(fs: RecordingFS, path: str) -> None:
+def durable_dirs(fs: RecordingFS, path: str) -> None:
     """Create ``path`` and its missing parents durably: the place a store lives in is not part
     of what a crash may lose."""
     parts = [p for p in path.split("/") if p]
