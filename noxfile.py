@@ -2,6 +2,7 @@
 
   tests      build + install the wheel (not editable), pytest -n auto, then a short CrossHair pass
   crash      a long crash campaign (many workloads, sampled states, SIGKILLs), seeded
+  conformance  a long conformance campaign: backends through the driver, mutants over seeds
   stateful   a long stateful campaign (TIDELOG_STATEFUL_EXAMPLES, default 20000), seeded
   crosshair  CrossHair (PEP 316 contracts) over every module of tidelog.model, bounded in time
   lint       ruff check + mypy (strict on tidelog and tidelog.model) on the installed layout
@@ -317,6 +318,24 @@ def crash(session: nox.Session) -> None:
             f"crash campaign: {sum(counts)} crash states recovered and checked "
             f"over {len(counts)} workloads (seed {seed})"
         )
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """A long conformance campaign (spec/CONFORMANCE.md): tidelog's backends through its driver
+    at every level with TIDELOG_CONFORMANCE_EXAMPLES (default 300) examples, the kit on every
+    backend, and every mutant over TIDELOG_MUTANT_SEEDS (default 5) consecutive seeds from the
+    printed one (the catch rate and time to first failure are reported). ARGS go to pytest."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    _pytest(
+        session,
+        seed,
+        "tests/conformance",
+        *session.posargs,
+        TIDELOG_CONFORMANCE_EXAMPLES=os.environ.get("TIDELOG_CONFORMANCE_EXAMPLES", "300"),
+        TIDELOG_MUTANT_SEEDS=os.environ.get("TIDELOG_MUTANT_SEEDS", "5"),
+    )
 
 
 @nox.session

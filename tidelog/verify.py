@@ -20,6 +20,7 @@ import os
 import posixpath
 import re
 from collections.abc import Callable
+from itertools import pairwise
 
 from tidelog.backends.file.verify import ERROR, WARNING, Problem, Report
 from tidelog.errors import Corrupt
@@ -165,7 +166,7 @@ def verify_slot(fs: FS, slot_dir: str) -> Report:
         if found is not None:
             segments.append((found[0], found[1], name))
     segments.sort()
-    for (base, count, name), (nbase, _, nname) in zip(segments, segments[1:]):
+    for (base, count, name), (nbase, _, nname) in pairwise(segments):
         if base + count != nbase:
             add(ERROR, nname, 8, "SF-10",
                 f"baseSeq {nbase} does not follow {name} ({base} + {count} frames): a gap "

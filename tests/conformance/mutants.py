@@ -207,8 +207,9 @@ def _trusting_scanner() -> None:
         if isinstance(got, wal._Stop) and "checksum" in got.detail:
             frame_len, ftype, flags, topic_id, seq, ts, nl, tl, dl = header.unpack_from(mv, pos)
             at = pos + header.size
-            node = bytes(mv[at : at + nl]).decode("utf-8", "replace") if flags & 2 else None
-            tag = bytes(mv[at + nl : at + nl + tl]).decode("utf-8", "replace") if flags & 1 else None
+            text = bytes(mv[at : at + nl + tl]).decode("utf-8", "replace")
+            node = text[:nl] if flags & 2 else None
+            tag = text[nl:] if flags & 1 else None
             data = bytes(mv[at + nl + tl : at + nl + tl + dl])
             return wal.Frame(ftype, flags, topic_id, seq, ts, node, tag, data, pos, frame_len + 4)
         return got

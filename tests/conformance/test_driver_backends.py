@@ -8,6 +8,7 @@ example counts here; `python3 run.py conformance` runs long ones with a printed 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -18,14 +19,15 @@ from conformance_helpers import MUTANTS_FILE, driver_factory
 
 from tidelog.cli_conformance import own_driver_command
 from tidelog.conformance.runner import format_report, run_level
-from tidelog.conformance.suite import _seed
+from tidelog.conformance.suite import session_seed
 
 FILE_OPTIONS = (
     "background=false&prealloc=none&wal_file_bytes=64KiB&checkpoint_bytes=4KiB"
     "&segment_max_records=4&head_reserve=3"
 )
 RING = "size=7168&page_size=512&topic=t0"
-EXAMPLES, STEPS = 25, 30
+# TIDELOG_CONFORMANCE_EXAMPLES raises it (the nox `conformance` session)
+EXAMPLES, STEPS = int(os.environ.get("TIDELOG_CONFORMANCE_EXAMPLES", "25")), 30
 
 # backend -> (template on real files, template on the recording FS, {level: expected status})
 BACKENDS = {
@@ -50,7 +52,7 @@ def test_backend_through_driver(backend: str, level: str, tmp_path: Path) -> Non
         factory = driver_factory(on_recording.format(), fs="recording")
     else:
         factory = driver_factory(on_files.format(root=tmp_path))
-    seed = _seed()
+    seed = session_seed()
     result = run_level(factory, level, examples=EXAMPLES, steps=STEPS, seed=seed)
     assert result.status == expected[level], "\n".join(format_report([result]))
     if result.status == "n/a":
@@ -64,7 +66,7 @@ def test_run_report_and_replay(tmp_path: Path) -> None:
     driver = own_driver_command("reject-after-ack", "os", MUTANTS_FILE)
     run = subprocess.run(
         [sys.executable, "-P", "-m", "tidelog.cli", "conformance", "run", "--driver", driver,
-         "--level", "log", "--level", "forward", "--examples", "60", "--seed", str(_seed()),
+         "--level", "log", "--level", "forward", "--examples", "60", "--seed", str(session_seed()),
          "--shrink-seconds", "5", "--replay-dir", str(tmp_path)],
         capture_output=True, text=True, check=False, timeout=600,
     )

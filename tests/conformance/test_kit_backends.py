@@ -9,10 +9,10 @@ import os
 import tempfile
 from typing import ClassVar
 
+from tidelog.backend import Capabilities
 from tidelog.backends.blockdev import CAPABILITIES as BLOCKDEV
 from tidelog.backends.file import CAPABILITIES as FILE
 from tidelog.backends.memory import CAPABILITIES as MEMORY
-from tidelog.backend import Capabilities
 from tidelog.conformance.suite import BackendSuite
 from tidelog.conformance.sut import FS_OPENERS, FsOpener
 

@@ -6,18 +6,20 @@ failure are printed at the end of the test session (conftest.py)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from conformance_helpers import MUTANTS_FILE, driver_factory, load_mutants, record_mutation
 
 from tidelog.conformance.runner import run_level
-from tidelog.conformance.suite import _seed
-
-from conformance_helpers import MUTANTS_FILE, driver_factory, load_mutants, record_mutation
+from tidelog.conformance.suite import session_seed
 
 MUTANTS = load_mutants().MUTANTS
 #: examples per level: enough that the suite finds each defect whatever the seed (the nox
-#: `conformance` session measures the catch rate over many seeds)
+#: `conformance` session measures the catch rate over TIDELOG_MUTANT_SEEDS seeds)
 EXAMPLES = {"crash": 150}
 DEFAULT_EXAMPLES = 60
+SEEDS = int(os.environ.get("TIDELOG_MUTANT_SEEDS", "1"))
 
 
 def test_the_issue_defects_are_all_planted() -> None:
@@ -32,24 +34,29 @@ def test_the_issue_defects_are_all_planted() -> None:
 def test_suite_catches_mutant(name: str) -> None:
     """The level binding the broken rule fails against the mutant, through the protocol."""
     mutant = MUTANTS[name]
-    seed = _seed()
-    result = run_level(
-        driver_factory(name, plugin=MUTANTS_FILE),
-        mutant.level,
-        examples=EXAMPLES.get(mutant.level, DEFAULT_EXAMPLES),
-        steps=40,
-        seed=seed,
-        shrink_seconds=5,
-    )
-    failure = result.failure
-    record_mutation({
-        "mutant": name, "rule": mutant.rule, "level": mutant.level,
-        "caught": result.status == "fail", "seconds": result.seconds,
-        "seconds_to_first": failure.seconds_to_first if failure else None,
-        "examples_to_first": failure.examples_to_first if failure else None,
-    })
-    assert result.status == "fail", (
+    escaped = []
+    first = session_seed()
+    for seed in range(first, first + SEEDS):
+        result = run_level(
+            driver_factory(name, plugin=MUTANTS_FILE),
+            mutant.level,
+            examples=EXAMPLES.get(mutant.level, DEFAULT_EXAMPLES),
+            steps=40,
+            seed=seed,
+            shrink_seconds=5,
+        )
+        failure = result.failure
+        record_mutation({
+            "mutant": name, "rule": mutant.rule, "level": mutant.level, "seed": seed,
+            "caught": result.status == "fail", "seconds": result.seconds,
+            "seconds_to_first": failure.seconds_to_first if failure else None,
+            "examples_to_first": failure.examples_to_first if failure else None,
+        })
+        if result.status != "fail":
+            escaped.append(seed)
+        else:
+            assert failure is not None and failure.steps, "a failure comes with its sequence"
+    assert not escaped, (
         f"mutant {name} ({mutant.defect}, {mutant.rule}) passed level {mutant.level} "
-        f"with seed {seed}: the suite does not catch it"
+        f"with seeds {escaped}: the suite does not catch it"
     )
-    assert failure is not None and failure.steps, "a failure comes with its operation sequence"

@@ -90,7 +90,8 @@ class Driver:
         op = req.get("op")
         handler: Callable[[dict[str, Any]], Any] | None = getattr(self, f"op_{op}", None)
         if handler is None or op not in OPS:
-            return {"id": rid, "ok": False, "code": "not_available", "message": f"unknown op {op!r}"}
+            message = f"unknown op {op!r}"
+            return {"id": rid, "ok": False, "code": "not_available", "message": message}
         seed = req.get("crash_seed")
         try:
             if seed is not None:  # power loss inside this op: no result (spec §3.4)
@@ -105,10 +106,9 @@ class Driver:
             resp = {"id": rid, "ok": False, "code": exc.code, "message": exc.message}
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             resp = {"id": rid, "ok": False, "code": "bad_argument", "message": repr(exc)}
-        if self.store is not None:
-            events = self.sut.ring_evictions()
-            if events:
-                resp["ring_evictions"] = [e.to_json() for e in events]
+        events = self.sut.ring_evictions()  # also those a close wrote (the last page)
+        if events:
+            resp["ring_evictions"] = [e.to_json() for e in events]
         return resp
 
     def _forget_store(self) -> None:

@@ -136,6 +136,23 @@ def _append_one(topic: Topic, *, payload: bytes, tag: str | None) -> int:
     return topic.append(payload, tag=tag)
 
 
+def _read_page(topic: Topic, *, after: int, limit: int, node: str | None) -> Any:
+    return topic.read(after, limit, exclude_node=node)
+
+
+def _resolve_one(sub: Subscriber, *, seq: int, kind: str) -> tuple[bool, int]:
+    return getattr(sub, kind)(seq), sub.hwm
+
+
+def _finish_one(topic: Topic, *, lease: Lease, kind: str) -> None:
+    if kind == "complete":
+        topic.complete(lease.seq, lease.lease_id)
+    elif kind == "release":
+        topic.release(lease.seq, lease.lease_id)
+    else:
+        topic.nack(lease.seq, lease.lease_id, delay_ms=20 if kind == "nack_later" else 0)
+
+
 class LogMachine(RuleBasedStateMachine):
     """Backend under test vs the model. Subclasses override ``sut_uri`` (and capabilities)."""
 
@@ -272,9 +289,11 @@ class LogMachine(RuleBasedStateMachine):
 
     def pick(self, data: st.DataObject) -> str:
         """Mostly an existing topic; sometimes any name (missing topics must fail alike)."""
+        names: list[str] = list(self.topic_names)
         if self.handles and data.draw(st.integers(0, 9)) > 0:
-            return data.draw(st.sampled_from(sorted(self.handles)))
-        return data.draw(st.sampled_from(self.topic_names))
+            names = sorted(self.handles)
+        name: str = data.draw(st.sampled_from(names))
+        return name
 
     @rule(data=st.data())
     def create_topic_rule(self, data: st.DataObject) -> None:
@@ -438,7 +457,7 @@ class LogMachine(RuleBasedStateMachine):
         name = self.pick(data)
         after = 0
         for _ in range(self.head(name) + 2):
-            out = self.on_topic(name, lambda t, a=after: t.read(a, limit, exclude_node=exclude))
+            out = self.on_topic(name, partial(_read_page, after=after, limit=limit, node=exclude))
             if not out.value:
                 return
             last = out.value[-1]
@@ -512,7 +531,7 @@ class LogMachine(RuleBasedStateMachine):
         for seq in data.draw(st.permutations(seqs)):
             kind = data.draw(st.sampled_from(["ack", "ack", "reject", "skip"]))
             if kind != "skip":
-                self.on_sub(name, sub, lambda s, q=seq, k=kind: (getattr(s, k)(q), s.hwm))
+                self.on_sub(name, sub, partial(_resolve_one, seq=seq, kind=kind))
 
     @precondition(lambda self: self.caps.subscribers)
     @rule(data=st.data(), sub=st.sampled_from(SUBS))
@@ -579,16 +598,10 @@ class LogMachine(RuleBasedStateMachine):
         for _ in range(2):
             out = self.on_topic(name, lambda t: t.claim(node, max=limit))
             for lease, kind in zip(out.value or (), kinds):
-                calls: dict[str, Callable[[Topic], Any]] = {
-                    "complete": lambda t, q=lease: t.complete(q.seq, q.lease_id),
-                    "release": lambda t, q=lease: t.release(q.seq, q.lease_id),
-                    "nack": lambda t, q=lease: t.nack(q.seq, q.lease_id),
-                    "nack_later": lambda t, q=lease: t.nack(q.seq, q.lease_id, delay_ms=20),
-                }
                 if kind == "keep":
                     self.leases.append((name, lease))
                 else:
-                    self.on_topic(name, calls[kind])
+                    self.on_topic(name, partial(_finish_one, lease=lease, kind=kind))
 
     # -- invariants ------------------------------------------------------------------------
     @invariant()

@@ -124,7 +124,8 @@ class DriverProcess(Transport):
         super().__init__()
         self.command = shlex.split(command) if isinstance(command, str) else list(command)
         self.timeout = timeout
-        self._stderr: IO[bytes] = tempfile.TemporaryFile(mode="w+b")
+        # the driver's stderr, for the message when it dies; closed in close()
+        self._stderr: IO[bytes] = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115
         try:
             self.proc = subprocess.Popen(
                 self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr
@@ -324,9 +325,8 @@ class RemoteTopic:
         producer: tuple[str, int] | None = None,
     ) -> list[int]:
         rows = [[b64(p), tag, node] for p, tag, node in records]
-        return list(
-            self._call("append_records", records=rows, producer=list(producer) if producer else None)
-        )
+        mark = list(producer) if producer else None
+        return list(self._call("append_records", records=rows, producer=mark))
 
     def read(
         self, after: int = 0, limit: int = 1000, *, exclude_node: str | None = None

@@ -30,12 +30,13 @@ def ring_images(draw: Any) -> tuple[int, list[int | None], str]:
     if kind == "fresh":
         return n, [None] * n, "fresh ring"
     if kind == "random":
-        seqs = draw(st.lists(st.one_of(st.none(), st.integers(1, n)), min_size=n, max_size=n))
+        page = st.one_of(st.none(), st.integers(1, n))
+        drawn: list[int | None] = draw(st.lists(page, min_size=n, max_size=n))
         # RING-3 defines the head only for images a ring can hold: pages are written in order,
         # each synced before the next, so the current lap's pages are a prefix (a valid page
         # after an invalid one in the same lap cannot happen; RING-4 covers page 0).
-        assume(_prefix_shaped(n, seqs))
-        return n, seqs, "random page numbers"
+        assume(_prefix_shaped(n, drawn))
+        return n, drawn, "random page numbers"
     laps = draw(st.integers(0, 4))
     k = draw(st.integers(1 if laps == 0 else 0, n - 1 if laps else n))
     seqs: list[int | None] = [

@@ -98,13 +98,13 @@ def _hypothesis(seed: int, shrink_seconds: float, sink: list[str]) -> Iterator[N
     """Seed Hypothesis (the printed seed reproduces the run), bound its shrinking (through a
     driver every candidate is a whole example: the default five minutes is too long; Hypothesis
     has no public setting for it) and collect what it reports (the falsifying steps)."""
-    old_seed = hypothesis.core.global_force_seed
+    old_seed: Any = hypothesis.core.global_force_seed
     old_limit = getattr(_engine, "MAX_SHRINKING_SECONDS", None)
-    hypothesis.core.global_force_seed = seed
+    hypothesis.core.global_force_seed = seed  # type: ignore[assignment]
     if old_limit is not None:
         _engine.MAX_SHRINKING_SECONDS = shrink_seconds  # type: ignore[assignment]
     try:
-        with with_reporter(sink.append):
+        with with_reporter(lambda text: sink.append(str(text))):
             yield
     finally:
         hypothesis.core.global_force_seed = old_seed
@@ -346,7 +346,7 @@ def _same(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
             return None
         return (bool(r.get("ok")), r.get("value"), r.get("code"))
 
-    return key(a) == key(b)
+    return bool(key(a) == key(b))
 
 
 def replay(path: str, make_sut: SutFactory) -> list[dict[str, Any]]:

@@ -52,7 +52,7 @@ from .remote import LocalTransport, RemoteSut
 from .runner import LevelResult, check_refusals, format_report, run_level
 from .sut import FsOpener, LocalSut, durable_dirs
 
-__all__ = ["BackendSuite", "CRASH_WORKLOADS"]
+__all__ = ["BackendSuite", "CRASH_WORKLOADS", "session_seed"]
 
 #: small workloads checked at every crash point by ``test_crash_workloads`` (fsync appends
 #: survive, weaker classes lose only a suffix, subscriber progress stays within DUR-9)
@@ -81,11 +81,11 @@ CRASH_WORKLOADS: dict[str, list[Op]] = {
 }
 
 
-def _seed() -> int:
+def session_seed() -> int:
     """pytest's --hypothesis-seed (Hypothesis keeps it here), TIDELOG_SEED, or a fresh one."""
     import hypothesis.core
 
-    forced = hypothesis.core.global_force_seed
+    forced: Any = hypothesis.core.global_force_seed
     if isinstance(forced, int):
         return forced
     env = os.environ.get("TIDELOG_SEED")
@@ -143,7 +143,7 @@ class BackendSuite:
     def _level(self, level: str) -> None:
         examples = int(os.environ.get("TIDELOG_CONFORMANCE_EXAMPLES", self.examples))
         result = run_level(
-            self._sut, level, examples=examples, steps=self.steps, seed=_seed(),
+            self._sut, level, examples=examples, steps=self.steps, seed=session_seed(),
             shrink_seconds=self.shrink_seconds,
         )
         _expect_pass(result)
@@ -160,7 +160,7 @@ class BackendSuite:
             link.dispose(name)
         finally:
             link.shutdown()
-        assert got == self.capabilities, f"store claims {got}, the suite declares {self.capabilities}"
+        assert got == self.capabilities, f"store claims {got}; declared: {self.capabilities}"
 
     def test_lacking_capabilities_refuse(self) -> None:
         """CAP-1: every operation of a capability the backend lacks raises not_available."""

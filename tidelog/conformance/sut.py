@@ -149,8 +149,9 @@ class LocalSut(Sut):
         sample = self.uri_of("probe")
         self.scheme = parse_uri(sample).scheme
         power = self.recording and self.scheme in self.openers
+        shown = sample.replace("probe", "{name}")
         self.hello = {
-            "implementation": f"tidelog {tidelog.__version__} ({sample.replace('probe', '{name}')})",
+            "implementation": f"tidelog {tidelog.__version__} ({shown})",
             "reopen": True,
             # "between": power loss (recording FS) or process death (abandon) between ops;
             # "during": power loss inside an op (needs the recording FS)
@@ -222,7 +223,8 @@ class LocalSut(Sut):
         backend = self.store._backend if self.store is not None else None
         if getattr(backend, "ring_evictions", None) is None:
             return None
-        return int(backend.describe()["page_count"])  # type: ignore[union-attr, call-overload]
+        pages: Any = backend.describe()["page_count"]  # type: ignore[union-attr]
+        return int(pages)
 
     def ring_head(self, n: int, seqs: list[int | None]) -> tuple[int, int] | None:
         # The function the blockdev backend's recovery calls (looked up at call time, so a

@@ -28,6 +28,7 @@ import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import tidelog
@@ -62,7 +63,9 @@ class Vector:
         return {k: v for k, v in asdict(self).items() if v is not None and v != {}}
 
 
-def _verify(ok: bool, errors: tuple[str, ...] = (), warnings: tuple[str, ...] = ()) -> dict[str, Any]:
+def _verify(
+    ok: bool, errors: tuple[str, ...] = (), warnings: tuple[str, ...] = ()
+) -> dict[str, Any]:
     return {"ok": ok, "errors": sorted(errors), "warnings": sorted(warnings)}
 
 
@@ -83,11 +86,11 @@ def decode_file(fmt: str, data: bytes, params: dict[str, Any] | None = None) -> 
     if fmt == "wal":
         from tidelog.backends.file.format import wal
 
-        h = wal.decode_header(data)
+        wh = wal.decode_header(data)
         r = wal.scan(data)
         return {
-            "header": {"gen": h.gen, "shard": h.shard, "shard_count": h.shard_count,
-                       "created_ms": h.created_ms, "store_id": h.store_id.hex()},
+            "header": {"gen": wh.gen, "shard": wh.shard, "shard_count": wh.shard_count,
+                       "created_ms": wh.created_ms, "store_id": wh.store_id.hex()},
             "frames": [
                 {"type": f.type, "flags": f.flags, "topic_id": f.topic_id, "seq": f.seq,
                  "ts": f.ts, "tag": f.tag, "node": f.node, "data": _text(f.data),
@@ -100,15 +103,15 @@ def decode_file(fmt: str, data: bytes, params: dict[str, Any] | None = None) -> 
     if fmt == "segment-data":
         from tidelog.backends.file.format import segment as seg
 
-        s = seg.scan_data(data)
+        scan = seg.scan_data(data)
         records = []
-        for f in s.frames:
+        for f in scan.frames:
             q, ts, tag, node, payload = seg.read_record(data, f.offset, f.length, f.seq)
             records.append({"seq": q, "ts": ts, "tag": tag, "node": node,
                             "payload": _text(payload), "offset": f.offset})
-        problem = None if s.problem is None else {"rule": s.problem.rule,
-                                                  "offset": s.problem.offset}
-        return {"topic_id": s.header.topic_id, "first_seq": s.header.first_seq,
+        problem = None if scan.problem is None else {"rule": scan.problem.rule,
+                                                     "offset": scan.problem.offset}
+        return {"topic_id": scan.header.topic_id, "first_seq": scan.header.first_seq,
                 "records": records, "problem": problem}
     if fmt == "segment-idx":
         from tidelog.backends.file.format import segment as seg
@@ -131,13 +134,13 @@ def decode_file(fmt: str, data: bytes, params: dict[str, Any] | None = None) -> 
     if fmt == "sf-segment":
         from tidelog.sf import format as sff
 
-        h = sff.decode_header(data)
+        sh = sff.decode_header(data)
         sc = sff.scan_frames(data)
         frames = []
         for off in sc.offsets:
             (n,) = struct.unpack_from("<i", data, off + 4)
             frames.append(_text(data[off + 8 : off + 8 + n]))
-        return {"base_seq": h.base_seq, "created_micros": h.created_micros, "frames": frames,
+        return {"base_seq": sh.base_seq, "created_micros": sh.created_micros, "frames": frames,
                 "last_good": sc.last_good, "torn_tail": sc.torn_tail}
     if fmt == "ack-watermark":
         from tidelog.sf import format as sff
@@ -148,25 +151,25 @@ def decode_file(fmt: str, data: bytes, params: dict[str, Any] | None = None) -> 
     if fmt == "blockdev-slot":
         from tidelog.backends.blockdev.format import decode_slot
 
-        s = decode_slot(data, int(params["index"]))
-        return {"generation": s.generation, "ring_id": s.ring_id, "page_size": s.page_size,
-                "page_count": s.page_count, "num_pages": s.num_pages, "looped": s.looped,
-                "body": s.body}
+        slot = decode_slot(data, int(params["index"]))
+        return {"generation": slot.generation, "ring_id": slot.ring_id,
+                "page_size": slot.page_size, "page_count": slot.page_count,
+                "num_pages": slot.num_pages, "looped": slot.looped, "body": slot.body}
     if fmt == "blockdev-page":
         from tidelog.backends.blockdev.format import RecordOut, decode_entries, decode_trailer
 
-        h = decode_trailer(data, int(params["ring_id"]))
-        if h is None:
+        ph = decode_trailer(data, int(params["ring_id"]))
+        if ph is None:
             return {"valid": False}
         entries = [
             {"seq": e.seq, "ts": e.ts, "tag": e.tag, "node": e.node,
              "payload": _text(e.payload), "batch_end": e.batch_end}
             if isinstance(e, RecordOut)
             else {"mark": e.pid, "n": e.n, "batch_end": e.batch_end, "carried": e.carried}
-            for e in decode_entries(data, h)
+            for e in decode_entries(data, ph)
         ]
-        return {"valid": True, "first_seq": h.first_seq, "count": h.count,
-                "page_seq": h.page_seq, "flags": h.flags, "entries": entries}
+        return {"valid": True, "first_seq": ph.first_seq, "count": ph.count,
+                "page_seq": ph.page_seq, "flags": ph.flags, "entries": entries}
     raise ValueError(f"no decoder for format {fmt!r}")
 
 
@@ -275,7 +278,7 @@ def _segment_vectors(add: Callable[..., None]) -> None:
     rows = [(5 + i, _T0 + i, ("x" if i % 2 else None), ("n" if i == 2 else None),
              bytes([i]) * (i * 5)) for i in range(4)]
     data, idx = seg.build_segment(7, 5, rows)
-    recs = []
+    recs: list[dict[str, Any]] = []
     off = seg.HEADER_SIZE
     entries = []
     for q, ts, tag, node, p in rows:
@@ -537,7 +540,8 @@ def _write_file_store(root: str) -> dict[str, Any]:
     sub.commit(4)
     sub.ack(6)
     sub.flush()
-    store._backend.checkpoint()  # seals segments, writes a snapshot
+    backend: Any = store._backend
+    backend.checkpoint()  # seals segments, writes a snapshot
     jobs = store.topic("jobs", durability="disk")
     jobs.append(b"job")
     store.flush()
@@ -555,7 +559,9 @@ def _file_store_vectors(out: str, add_dir: Callable[..., None]) -> None:
     add_dir("file-store/valid", "file-store", True, "two topics: WAL, sealed segments, a "
             "snapshot, a progress file", verify=_verify(True), content=content)
 
-    def variant(name: str, what: str, change: Callable[[str], None], verify: dict[str, Any]) -> None:
+    def variant(
+        name: str, what: str, change: Callable[[str], None], verify: dict[str, Any]
+    ) -> None:
         path = os.path.join(out, "file-store", name)
         shutil.copytree(base, path)
         change(path)
@@ -607,7 +613,7 @@ def _file_store_vectors(out: str, add_dir: Callable[..., None]) -> None:
     def gap(r: str) -> None:
         def fn(d: bytes) -> bytes:
             frames = wal.scan(d).frames
-            for a, b in zip(frames, frames[1:]):
+            for a, b in pairwise(frames):
                 if a.type == b.type == 1 and not a.batch_end and a.topic_id == b.topic_id:
                     fixed = wal.encode_append(b.topic_id, b.seq + 5, b.ts, b.tag, b.node, b.data,
                                               batch_end=b.batch_end, durable=b.durable)
@@ -617,7 +623,7 @@ def _file_store_vectors(out: str, add_dir: Callable[..., None]) -> None:
             path = os.path.join(r, "wal", n)
             with open(path, "rb") as f:
                 frames = wal.scan(f.read()).frames
-            if any(a.type == b.type == 1 and not a.batch_end for a, b in zip(frames, frames[1:])):
+            if any(a.type == b.type == 1 and not a.batch_end for a, b in pairwise(frames)):
                 rewrite(path, fn)
                 return
         raise AssertionError("no multi-frame batch in any WAL file")
@@ -649,7 +655,9 @@ def _sf_slot_vectors(out: str, add_dir: Callable[..., None]) -> None:
             "FSN 3 (trimmed below), with a watermark", verify=_verify(True), content=content)
     segs = sorted(n for n in os.listdir(base) if sff.is_segment_name(n))
 
-    def variant(name: str, what: str, change: Callable[[str], None], verify: dict[str, Any]) -> None:
+    def variant(
+        name: str, what: str, change: Callable[[str], None], verify: dict[str, Any]
+    ) -> None:
         path = os.path.join(sf_dir, name)
         shutil.copytree(base, path)
         change(path)
@@ -747,7 +755,8 @@ def _blockdev_image_vectors(out: str, add_dir: Callable[..., None]) -> None:
         clock.advance(1)
         t.append(f"crash-{i}".encode() * (1 + i % 3))
     content = store_content(store)
-    store._backend.abandon()  # killed: the metadata slot is older than the pages
+    killed: Any = store._backend
+    killed.abandon()  # killed: the metadata slot is older than the pages
     add_dir("blockdev-image/crashed.img", "blockdev-image", True, "a ring left by a killed "
             "writer in its second lap: the metadata predates the pages (BDEV-14, BDEV-17)",
             verify=_verify(True), content=content)
