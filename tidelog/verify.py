@@ -11,7 +11,8 @@ problem comes back as a ``Problem`` (path, byte offset, rule id, severity, messa
 * a ``.qseg`` file (or any file ending in the Quiver trailer): a bundle segment
   (spec/BUNDLES.md QSEG-1..QSEG-8, checked here by decoding every bundle);
 * a file or block device whose metadata block holds a ring slot: a blockdev ring
-  (spec/FORMATS-blockdev.md; ``backends.blockdev.verify``).
+  (spec/FORMATS-blockdev.md; ``backends.blockdev.verify``);
+* anything else: checked as a file-backend store, whose LAY-1 errors say why it is not one.
 """
 
 from __future__ import annotations
@@ -108,13 +109,11 @@ def verify_path(path: str, *, kind: str | None = None, fs: FS | None = None) -> 
         return report
     if kind == "qseg":
         return verify_qseg(fs, path)
-    report = Report(path)
-    what = "no such file or directory" if not fs.exists(path) else (
-        "not a tidelog store directory (meta/), SF slot (sf-*.sfa), .qseg segment or blockdev "
-        "ring image"
-    )
-    report.problems.append(Problem(path, None, "LAY-1", ERROR, what))
-    return report
+    # Not recognisably anything else: check it as a file-backend store, whose LAY-1 errors say
+    # why it is not one (no such path, not a directory, no meta/, no snapshot).
+    from tidelog.backends.file.verify import verify_store
+
+    return verify_store(fs, path)
 
 
 # -- store-and-forward slots (spec/FORWARD.md) -----------------------------------------------------

@@ -15,10 +15,12 @@ from tidelog.conformance.runner import run_level
 from tidelog.conformance.suite import session_seed
 
 MUTANTS = load_mutants().MUTANTS
-#: examples per level: enough that the suite finds each defect whatever the seed (the nox
-#: `conformance` session measures the catch rate over TIDELOG_MUTANT_SEEDS seeds)
-EXAMPLES = {"crash": 150}
-DEFAULT_EXAMPLES = 60
+#: the most examples a level may take to find the defect: a caught mutant stops at its first
+#: failure (a few examples to a few dozen, see the report), so a high cap costs nothing unless
+#: a mutant escapes (the nox `conformance` session measures the catch rate over
+#: TIDELOG_MUTANT_SEEDS seeds)
+EXAMPLES = {"crash": 500}
+DEFAULT_EXAMPLES = 250
 SEEDS = int(os.environ.get("TIDELOG_MUTANT_SEEDS", "1"))
 
 

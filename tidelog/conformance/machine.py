@@ -132,8 +132,8 @@ def _sub_handle(topic: Topic, name: str) -> Subscriber:
     return make(name) if make is not None else Subscriber(topic, name)
 
 
-def _append_one(topic: Topic, *, payload: bytes, tag: str | None) -> int:
-    return topic.append(payload, tag=tag)
+def _append_one(topic: Topic, *, payload: bytes, tag: str | None, node: str | None) -> int:
+    return topic.append(payload, tag=tag, node=node)
 
 
 def _read_page(topic: Topic, *, after: int, limit: int, node: str | None) -> Any:
@@ -414,8 +414,10 @@ class LogMachine(RuleBasedStateMachine):
     ) -> None:
         """TOP-6: all-or-nothing batches; TOP-11: idempotent producer batches (retries of an
         applied sequence return [] and append nothing)."""
+        node = data.draw(st.sampled_from((None, *NODES)))
         out = self.on_topic(
-            self.pick(data), lambda t: t.append_many(batch, tag=tag, producer=producer)
+            self.pick(data),
+            lambda t: t.append_many(batch, tag=tag, node=node, producer=producer),
         )
         if producer is not None and batch and out.value == []:
             event("append_many: duplicate producer batch refused")
@@ -436,9 +438,10 @@ class LogMachine(RuleBasedStateMachine):
     def append_burst(self, data: st.DataObject, n: int, tag: str | None) -> None:
         """TOP-1: several single appends in a row (reaches caps, TTL and eviction faster)."""
         name = self.pick(data)
-        for i in range(n):
+        nodes = data.draw(st.lists(st.sampled_from((None, *NODES)), min_size=n, max_size=n))
+        for i, node in enumerate(nodes):
             payload = bytes([i]) * (i + 1)
-            self.on_topic(name, partial(_append_one, payload=payload, tag=tag))
+            self.on_topic(name, partial(_append_one, payload=payload, tag=tag, node=node))
 
     @rule(data=st.data())
     def read(self, data: st.DataObject) -> None:
