@@ -1,6 +1,6 @@
 """Helpers of the conformance tests: how to start tidelog's driver (and its mutants) as a
 separate process, and where a mutant's result goes for the session's mutation report
-(conftest.py prints it)."""
+(tests/conftest.py prints it)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 (tests/conformance/mutants.py: tidelog with one planted defect each) is run through the driver
 protocol, in its own driver process, at the conformance level binding the rule it breaks, and
 the suite must report a failure. The run's mutation score and each mutant's time to first
-failure are printed at the end of the test session (conftest.py)."""
+failure are printed at the end of the test session (tests/conftest.py)."""
 
 from __future__ import annotations
 
