@@ -123,9 +123,10 @@ def _mutation_report(terminalreporter: pytest.TerminalReporter) -> None:
         elif len(rs) == 1:
             first = f"first failure after {times[0]:.2f}s (example {examples[0]})"
         else:
+            mid = (len(hit) - 1) // 2  # the lower median
             first = (f"caught with {len(hit)}/{len(rs)} seeds; first failure after median "
-                     f"{times[len(times) // 2]:.2f}s (max {times[-1]:.2f}s), example median "
-                     f"{examples[len(examples) // 2]} (max {examples[-1]})")
+                     f"{times[mid]:.2f}s (max {times[-1]:.2f}s), example median "
+                     f"{examples[mid]} (max {examples[-1]})")
         total = sum(r["seconds"] for r in rs)
         tr.write_line(f"  {name:<24} {r0['rule']:<12} level {r0['level']:<12} {first}; "
                       f"{total:.1f}s with shrinking")
