@@ -4,6 +4,7 @@
   crash      a long crash campaign (many workloads, sampled states, SIGKILLs), seeded
   blockdev_device  the blockdev backend on loop devices (root + losetup; tests/device)
   forward    a long store-and-forward fault campaign (proxy faults, SIGKILLs), seeded
+  conformance  a long conformance campaign: backends through the driver, mutants over seeds
   stateful   a long stateful campaign (TIDELOG_STATEFUL_EXAMPLES, default 20000), seeded
   crosshair  CrossHair (PEP 316 contracts) over every module of tidelog.model, bounded in time
   lint       ruff check + mypy (strict on tidelog and tidelog.model) on the installed layout
@@ -388,6 +389,24 @@ def forward(session: nox.Session) -> None:
         TIDELOG_FORWARD_REPORT=report, **sizes,
     )  # fmt: skip
     _log_forward_faults(session, report, sizes["TIDELOG_FORWARD_SEED"])
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """A long conformance campaign (spec/CONFORMANCE.md): tidelog's backends through its driver
+    at every level with TIDELOG_CONFORMANCE_EXAMPLES (default 300) examples, the kit on every
+    backend, and every mutant over TIDELOG_MUTANT_SEEDS (default 5) consecutive seeds from the
+    printed one (the catch rate and time to first failure are reported). ARGS go to pytest."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    _pytest(
+        session,
+        seed,
+        "tests/conformance",
+        *session.posargs,
+        TIDELOG_CONFORMANCE_EXAMPLES=os.environ.get("TIDELOG_CONFORMANCE_EXAMPLES", "300"),
+        TIDELOG_MUTANT_SEEDS=os.environ.get("TIDELOG_MUTANT_SEEDS", "5"),
+    )
 
 
 @nox.session

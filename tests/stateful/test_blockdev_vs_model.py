@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from tidelog.api import Store
-from tidelog.conformance.crashcheck import CrashRun, TopicView, observe
+from tidelog.conformance.crashcheck import TopicView, check_progress, observe
 from tidelog.conformance.machine import LogMachine
 from tidelog.conformance.ringcrash import allowed_as
 from tidelog.model import ModelStore, SubModel, TopicModel
@@ -129,7 +129,7 @@ class BlockdevMachine(LogMachine):
         )
         for name, view in got.items():
             cand, how = allowed_as(name, view, [model], self.clock)
-            CrashRun._check_progress(name, view, model, None, "power loss")
+            check_progress(name, view, model, None, "power loss")
             event(f"power loss: recovered {how}")
             model.adopt(name, self._recovered(model, name, cand, view))
         self.handles = {

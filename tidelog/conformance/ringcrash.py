@@ -30,7 +30,7 @@ from tidelog.clock import Clock
 from tidelog.model import ModelStore, TopicModel
 from tidelog.records import Record
 
-from .crashcheck import CrashRun, TopicView, _candidate_view, _matches
+from .crashcheck import CrashRun, TopicView, _candidate_view, _matches, check_progress
 from .crashfs import RecordingFS
 
 __all__ = ["RingCrashRun", "allowed_as", "no_silent_skip"]
@@ -124,7 +124,7 @@ def allowed_as(
     """The crash candidate (``ModelStore.crash_candidates`` of ``models``: the model after the
     ops acknowledged before the crash, and after the op in flight) that ``got`` is allowed as,
     and how: "exact", "at-least-once" (BDEV-17) or "ring" (BDEV-16). AssertionError otherwise.
-    Subscriber hwms are checked separately (``CrashRun._check_progress``, DUR-9)."""
+    Subscriber hwms are checked separately (``crashcheck.check_progress``, DUR-9)."""
     cands = [c for m in models if name in m.topics for c in m.crash_candidates(name)]
     assert cands, f"topic {name} recovered but never existed"
     cls = cands[0].config.durability
@@ -236,4 +236,4 @@ class RingCrashRun(CrashRun):
             except AssertionError as exc:
                 raise AssertionError(f"{exc}: {where}") from None
             self.relaxed += how != "exact"
-            self._check_progress(name, view, model_i, model_next, where)
+            check_progress(name, view, model_i, model_next, where)
