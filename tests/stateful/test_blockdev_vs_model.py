@@ -76,6 +76,14 @@ class BlockdevMachine(LogMachine):
         self._seen = len(backend.ring_evictions)
         return list(fresh)
 
+    @rule(data=st.data(), n=st.integers(1, 4), size=st.sampled_from((60, 150, 400)))
+    def fill_pages(self, data: st.DataObject, n: int, size: int) -> None:
+        """BDEV-16, TMB-1, SUB-7: a batch of records of up to most of a page each, so the ring
+        of 6 pages wraps within a few steps and overwriting unread pages (involuntary eviction)
+        is exercised in most examples, not only in the rare long run of small records."""
+        payloads = [bytes([i + 1]) * size for i in range(n)]
+        self.on_topic(self.pick(data), lambda t: t.append_many(payloads))
+
     @precondition(lambda self: self.supports_reopen)
     @rule()
     def reopen(self) -> None:
