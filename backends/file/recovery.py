@@ -131,17 +131,11 @@ def open_chunk(b: FileBackend, tid: int, first: int) -> SegChunk | QsegChunk:
 
 def _index_tags(t: EngineTopic) -> None:
     """Rebuild the tag index from the sealed records that carry a tag (seed 000 §4 step 2):
-    a run of equally tagged records at a time, from the index's label runs (SEG-11)."""
-    per_tag: dict[str, list[int]] = {}
+    one range of equally tagged live records at a time, from the index's label runs (SEG-11),
+    so the work is per run, not per record."""
     for c in t.log.chunks:
-        for tag, seqs in c.tag_runs():  # type: ignore[attr-defined]
-            got = per_tag.get(tag)
-            if got is None:
-                per_tag[tag] = seqs
-            else:
-                got += seqs
-    for tag, seqs in per_tag.items():
-        t.log.index_tag(tag, seqs)
+        for tag, lo, hi in c.tag_runs():  # type: ignore[attr-defined]
+            t.log.index_tag(tag, lo, hi)
 
 
 def register(b: FileBackend, t: EngineTopic, name: str, base: int) -> None:

@@ -186,3 +186,29 @@ def test_SEG_11_opening_rebuilds_the_tag_index_from_label_runs(
         assert t.delete(tag_glob="b*") == 25
         assert t.delete(tag="a") == 0  # deleted before the close: dead, not indexed again
         assert not [r for r in t.read(0, 10_000) if r.tag is not None]  # type: ignore[union-attr]
+
+
+def test_DEL_5_the_tag_index_holds_ranges_rebuilt_from_runs_at_open(tmp_path: Path) -> None:
+    """DEL-5, SEG-11: the tag index keeps a range per run of equally tagged appends (not a seq
+    per record); a delete below a range's end keeps the rest of it; reopening rebuilds the
+    same ranges from the label runs, leaving out the dead slots."""
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}") as store:
+        t = store.topic("t", durability="disk")
+        t.append_many([b"x"] * 10_000, tag="a")  # seqs 1..10000
+        for i in range(4):  # 10001 b, 10002 a, 10003 b, 10004 a
+            t.append(b"y", tag="ba"[i % 2])
+        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        assert list(log.tag_ranges["a"]) == [1, 10_000, 10_002, 10_002, 10_004, 10_004]
+        assert t.delete(before_seq=5_001, tag="a") == 5_000
+        assert list(log.tag_ranges["a"]) == [5_001, 10_000, 10_002, 10_002, 10_004, 10_004]
+        t.append_many([b"z"] * 3, tag="a")  # 10005..10007 joins the last range
+        assert list(log.tag_ranges["a"])[-2:] == [10_004, 10_007]
+        before = log.examined
+        assert t.delete(before_seq=10_003, tag="b") == 1
+        assert log.examined - before <= 2  # the key and one seq: nothing per untagged record
+    with tidelog.open(f"file://{root}") as store:
+        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        assert list(log.tag_ranges["a"]) == [5_001, 10_000, 10_002, 10_002, 10_004, 10_007]
+        assert list(log.tag_ranges["b"]) == [10_003, 10_003]
+        assert store.topic("t").delete(tag_glob="*") == 5_000 + 1 + 4 + 1
