@@ -18,7 +18,6 @@ import sys
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from typing import NamedTuple
 
@@ -195,24 +194,91 @@ def label_runs(tags: Sequence[str | None], nodes: Sequence[str | None]) -> Label
     return LabelRuns(firsts, rt, rn)
 
 
-@dataclass(frozen=True)
 class SegmentIndex:
     """A decoded .idx: entry ``i`` describes seq ``first_seq + i`` (SEG-5). A version-2 index
     also carries its blocks (SEG-10: first slots, .data offsets, XXH3-64s) and label runs
-    (SEG-11); a version-1 index has no blocks and ``runs`` None."""
+    (SEG-11); a version-1 index has no blocks and ``runs`` None.
 
-    topic_id: int
-    first_seq: int
-    count: int
-    offsets: array[int]
-    lengths: array[int]
-    tss: array[int]
-    flags: array[int]
-    version: int = 1
-    block_slots: array[int] = field(default_factory=lambda: array(_U32_CODE))
-    block_offsets: array[int] = field(default_factory=lambda: array(_U32_CODE))
-    block_hashes: array[int] = field(default_factory=lambda: array(_U64_CODE))
-    runs: LabelRuns | None = None
+    The ``offsets``, ``lengths`` and ``tss`` columns are cut out of the (checked, immutable)
+    entry bytes on first use, not when the index is read: opening a store touches only what
+    it needs (flags, data_size, blocks, runs), and a segment nobody reads is never decoded."""
+
+    __slots__ = (
+        "topic_id",
+        "first_seq",
+        "count",
+        "flags",
+        "version",
+        "block_slots",
+        "block_offsets",
+        "block_hashes",
+        "runs",
+        "_entries",
+        "_columns",
+        "_data_size",
+    )
+
+    def __init__(
+        self,
+        topic_id: int,
+        first_seq: int,
+        count: int,
+        entries: bytes,
+        *,
+        version: int = 1,
+        data_size: int | None = None,
+        block_slots: array[int] | None = None,
+        block_offsets: array[int] | None = None,
+        block_hashes: array[int] | None = None,
+        runs: LabelRuns | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.first_seq = first_seq
+        self.count = count
+        self._entries = entries
+        self._columns: tuple[array[int], array[int], array[int]] | None = None
+        self.flags = array("B", entries[16::ENTRY_SIZE])
+        self.version = version
+        self.block_slots = array(_U32_CODE) if block_slots is None else block_slots
+        self.block_offsets = array(_U32_CODE) if block_offsets is None else block_offsets
+        self.block_hashes = array(_U64_CODE) if block_hashes is None else block_hashes
+        self.runs = runs
+        if data_size is None:  # version 1: where the last entry's frame ends
+            data_size = HEADER_SIZE
+            if count:
+                offset, length, *_ = _ENTRY.unpack_from(entries, (count - 1) * ENTRY_SIZE)
+                data_size = offset + length
+        self._data_size = data_size
+
+    def entry_offset(self, i: int) -> int:
+        """Entry ``i``'s offset, without decoding the columns."""
+        if self._columns is not None:
+            return self._columns[0][i]
+        return int(_U32.unpack_from(self._entries, i * ENTRY_SIZE)[0])
+
+    def _decoded(self) -> tuple[array[int], array[int], array[int]]:
+        columns = self._columns
+        if columns is None:
+            region, count = self._entries, self.count
+            columns = self._columns = (
+                _column(region, count, 0, 4, _U32_CODE),
+                _column(region, count, 4, 4, _U32_CODE),
+                _column(region, count, 8, 8, _U64_CODE),
+            )
+            self._entries = b""
+        return columns
+
+    @property
+    def offsets(self) -> array[int]:
+        return self._decoded()[0]
+
+    @property
+    def lengths(self) -> array[int]:
+        return self._decoded()[1]
+
+    @property
+    def tss(self) -> array[int]:
+        return self._decoded()[2]
 
     @property
     def last_seq(self) -> int:
@@ -222,9 +288,7 @@ class SegmentIndex:
     @property
     def data_size(self) -> int:
         """The size the .data file must have."""
-        if not self.count:
-            return HEADER_SIZE
-        return int(self.offsets[-1]) + int(self.lengths[-1])
+        return self._data_size
 
     def block_end(self, k: int) -> tuple[int, int]:
         """(first slot after block ``k``, .data offset where it ends) (SEG-10)."""
@@ -467,15 +531,7 @@ def read_index(
     if first_seq is not None and fseq != first_seq:
         raise FormatCorrupt("SEG-4", f".idx: first_seq {fseq}, expected {first_seq}")
     region = bytes(mv[head:entries_end])
-    index = SegmentIndex(
-        topic_id=tid,
-        first_seq=fseq,
-        count=count,
-        offsets=_column(region, count, 0, 4, _U32_CODE),
-        lengths=_column(region, count, 4, 4, _U32_CODE),
-        tss=_column(region, count, 8, 8, _U64_CODE),
-        flags=array("B", region[16::ENTRY_SIZE]),
-    )
+    index = SegmentIndex(tid, fseq, count, region)
     if version == 1:
         return index
     return _read_tables(index, bytes(mv[entries_end : expected - FOOTER_SIZE]), data_size, blocks,
@@ -503,7 +559,7 @@ def _read_tables(
     offsets = _column(block_region, blocks, 4, 4, _U32_CODE, _BLOCK.size)
     if count and not _ascending(slots, count):
         raise FormatCorrupt("SEG-10", ".idx: block first slots not ascending from 0")
-    if list(offsets) != list(map(index.offsets.__getitem__, slots)):
+    if list(offsets) != list(map(index.entry_offset, slots)):
         raise FormatCorrupt("SEG-10", ".idx: a block's offset is not its first entry's")
     firsts = _column(run_region, runs, 0, 4, _U32_CODE, _RUN.size)
     if count and not _ascending(firsts, count):
@@ -535,14 +591,12 @@ def _read_tables(
     if expected_flags != index.flags.tobytes():
         raise FormatCorrupt("SEG-11", ".idx: entry flags disagree with the label runs")
     return SegmentIndex(
-        topic_id=index.topic_id,
-        first_seq=index.first_seq,
-        count=count,
-        offsets=index.offsets,
-        lengths=index.lengths,
-        tss=index.tss,
-        flags=index.flags,
+        index.topic_id,
+        index.first_seq,
+        count,
+        index._entries,
         version=2,
+        data_size=data_size,
         block_slots=slots,
         block_offsets=offsets,
         block_hashes=_column(block_region, blocks, 8, 8, _U64_CODE, _BLOCK.size),
