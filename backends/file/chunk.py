@@ -16,8 +16,7 @@ import mmap
 import re
 import struct
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
-from functools import partial
+from collections.abc import Iterable, Iterator
 from itertools import repeat
 from operator import add, sub
 from typing import Any
@@ -42,7 +41,7 @@ _U64 = struct.Struct("<Q")
 #: Python-level header decode + checks + XXH3 call, ~0.5 µs, vs XXH3 at tens of GB/s), so a
 #: block is hashed unless the read takes only a few of its records.
 _PER_FRAME_BYTES = 8192
-_new_record: Callable[[tuple[Any, ...]], Record] = partial(tuple.__new__, Record)
+_tuple_new: Any = tuple.__new__  # Record (a NamedTuple) without its Python-level __new__
 
 
 _NONZERO = re.compile(b"[^\x00]")
@@ -420,13 +419,17 @@ class SegChunk(DeadSlots):
         payloads: Iterator[Any] = map(self._src.__getitem__, slices)
         if self._copy:
             payloads = map(bytes, payloads)
+        tss: Iterable[int] = index.tss[a : b + 1]
+        if tss.count(tss[0]) == n:  # type: ignore[attr-defined,index]
+            tss = repeat(index.tss[a])  # one batch's records share one ts (and one int)
         first = self.first_seq
         items.extend(
             map(
-                _new_record,
+                _tuple_new,
+                repeat(Record),
                 zip(
                     range(first + a, first + b + 1),
-                    index.tss[a : b + 1],
+                    tss,
                     repeat(runs.tags[r]),
                     repeat(runs.nodes[r]),
                     payloads,
