@@ -209,24 +209,15 @@ class SegChunk(DeadSlots):
         return int(self.index.tss[i])
 
     def size(self, i: int) -> int:
-        r = self.runs.run_of(i)
-        return (
-            int(self.index.lengths[i])
-            - segfmt.RECORD_OVERHEAD
-            - self.runs.nls[r]
-            - (self.runs.tls[r])
-        )
+        runs = self.runs
+        r = runs.run_of(i)
+        return int(self.index.lengths[i]) - segfmt.RECORD_OVERHEAD - runs.nls[r] - runs.tls[r]
 
     def node(self, i: int) -> str | None:
         return self.runs.nodes[self.runs.run_of(i)]
 
     def tag(self, i: int) -> str | None:
         return self.runs.tags[self.runs.run_of(i)]
-
-    def tagged(self) -> Iterator[tuple[int, str]]:
-        for tag, lo, hi in self.tag_runs():
-            for seq in range(lo, hi + 1):
-                yield seq - self.first_seq, tag
 
     def tag_runs(self) -> Iterator[tuple[str, int, int]]:
         """Straight from the label runs, split around dead slots at C speed: no frame is
