@@ -12,6 +12,7 @@ record by record.
 
 from __future__ import annotations
 
+import gc
 import mmap
 import re
 import struct
@@ -280,8 +281,20 @@ class SegChunk(DeadSlots):
         pieces, stopped = self._pieces(i0, i1, room, exclude)
         if pieces:
             self._verify(pieces)
-        for a, b, r in pieces:
-            self._emit(items, a, b, r)
+        # Each Record is a GC-tracked tuple subclass (never untracked, unlike plain tuples):
+        # building thousands triggers a collection every 700 and promotes the half-built batch
+        # through the generations, ~40% of the read's time. Pausing the collector while they
+        # are built leaves one collection of the batch afterwards: the same objects, seen once.
+        # (The pause is a few ms; a gc.disable() by another thread inside it would be undone.)
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            for a, b, r in pieces:
+                self._emit(items, a, b, r)
+        finally:
+            if paused:
+                gc.enable()
         return stopped
 
     def verify_slots(self, i0: int, i1: int) -> list[tuple[int, int, int]]:
