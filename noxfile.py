@@ -2,6 +2,9 @@
 
   tests      build + install the wheel (not editable), pytest -n auto, then a short CrossHair pass
   crash      a long crash campaign (many workloads, sampled states, SIGKILLs), seeded
+  blockdev_device  the blockdev backend on loop devices (root + losetup; tests/device)
+  forward    a long store-and-forward fault campaign (proxy faults, SIGKILLs), seeded
+  conformance  a long conformance campaign: backends through the driver, mutants over seeds
   stateful   a long stateful campaign (TIDELOG_STATEFUL_EXAMPLES, default 20000), seeded
   crosshair  CrossHair (PEP 316 contracts) over every module of tidelog.model, bounded in time
   lint       ruff check + mypy (strict on tidelog and tidelog.model) on the installed layout
@@ -255,6 +258,37 @@ def _pytest(session: nox.Session, seed: str, *args: str, **extra_env: str) -> No
     )  # fmt: skip
 
 
+def _forward_report(session: nox.Session) -> str:
+    """A fresh file the store-and-forward fault tests append one JSON line per scenario to."""
+    report = os.path.join(session.create_tmp(), "forward-faults.jsonl")
+    if os.path.exists(report):
+        os.unlink(report)
+    return report
+
+
+def _log_forward_faults(session: nox.Session, report: str, seed: str) -> None:
+    """Sum what tests/stateful/test_forward.py injected (spec/FORWARD.md, issue 5)."""
+    if not os.path.exists(report):
+        return
+    import json
+    from collections import Counter
+
+    kinds: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    with open(report, encoding="utf-8") as f:
+        for line in f:
+            doc = json.loads(line)
+            kinds[doc["kind"]] += 1
+            faults.update(doc["faults"])
+    injected = sum(n for k, n in faults.items() if not k.startswith("observed:"))
+    session.log(
+        f"forward fault campaign (seed {seed}): "
+        + ", ".join(f"{n} {kind}s" for kind, n in sorted(kinds.items()))
+        + f", {injected} faults injected: "
+        + ", ".join(f"{k} x{v}" for k, v in sorted(faults.items()))
+    )
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Full suite from the installed wheel, then a short bounded CrossHair pass (CI runs this)."""
@@ -264,7 +298,11 @@ def tests(session: nox.Session) -> None:
         f"tidelog: hypothesis seed {seed}; reproduce with TIDELOG_SEED={seed} python3 run.py tests",
         flush=True,
     )
-    _pytest(session, seed, *session.posargs)
+    report = _forward_report(session)
+    _pytest(
+        session, seed, *session.posargs, TIDELOG_FORWARD_REPORT=report, TIDELOG_FORBID_SKIPS="1"
+    )
+    _log_forward_faults(session, report, seed)
     if session.posargs:
         session.log("crosshair pass skipped: pytest was given arguments (a partial run)")
     elif os.environ.get("TIDELOG_SKIP_CROSSHAIR") == "1":
@@ -318,6 +356,57 @@ def crash(session: nox.Session) -> None:
             f"crash campaign: {sum(counts)} crash states recovered and checked "
             f"over {len(counts)} workloads (seed {seed})"
         )
+
+
+@nox.session
+def blockdev_device(session: nox.Session) -> None:
+    """The blockdev backend on real block devices (tests/device: loop devices, so root and
+    losetup are required; a missing one fails the session). The default suite runs the same code
+    paths on image files instead. ARGS go to pytest."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    _pytest(session, seed, "tests/device", *session.posargs, TIDELOG_DEVICE_TESTS="1")
+
+
+@nox.session
+def forward(session: nox.Session) -> None:
+    """A long store-and-forward fault campaign (tests/stateful/test_forward.py): many seeded
+    scenarios through the fault-injecting proxy and many SIGKILLs (TIDELOG_FORWARD_SCENARIOS,
+    default 400; TIDELOG_FORWARD_STEPS, 30; TIDELOG_FORWARD_KILLS, 25). The scenario seeds are
+    TIDELOG_FORWARD_SEED + 0, 1, ...; TIDELOG_FORWARD_SEED defaults to the printed run seed."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    report = _forward_report(session)
+    sizes = {
+        "TIDELOG_FORWARD_SCENARIOS": os.environ.get("TIDELOG_FORWARD_SCENARIOS", "400"),
+        "TIDELOG_FORWARD_STEPS": os.environ.get("TIDELOG_FORWARD_STEPS", "30"),
+        "TIDELOG_FORWARD_KILLS": os.environ.get("TIDELOG_FORWARD_KILLS", "25"),
+        "TIDELOG_FORWARD_SEED": os.environ.get("TIDELOG_FORWARD_SEED", seed),
+    }
+    session.log(f"forward campaign: {sizes}")
+    _pytest(
+        session, seed, "tests/stateful/test_forward.py", *session.posargs,
+        TIDELOG_FORWARD_REPORT=report, **sizes,
+    )  # fmt: skip
+    _log_forward_faults(session, report, sizes["TIDELOG_FORWARD_SEED"])
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """A long conformance campaign (spec/CONFORMANCE.md): tidelog's backends through its driver
+    at every level with TIDELOG_CONFORMANCE_EXAMPLES (default 300) examples, the kit on every
+    backend, and every mutant over TIDELOG_MUTANT_SEEDS (default 5) consecutive seeds from the
+    printed one (the catch rate and time to first failure are reported). ARGS go to pytest."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    _pytest(
+        session,
+        seed,
+        "tests/conformance",
+        *session.posargs,
+        TIDELOG_CONFORMANCE_EXAMPLES=os.environ.get("TIDELOG_CONFORMANCE_EXAMPLES", "300"),
+        TIDELOG_MUTANT_SEEDS=os.environ.get("TIDELOG_MUTANT_SEEDS", "5"),
+    )
 
 
 @nox.session

@@ -1,4 +1,4 @@
-"""Store-and-forward FSN bookkeeping of the sending side (spec FSN-1..FSN-9, seed 003).
+"""Store-and-forward FSN bookkeeping of the sending side (spec FSN-1..FSN-10, seed 003).
 
 A forwarder drains frames, numbered by a monotonic frame sequence number (FSN), to a receiver.
 Each connection numbers what it sends from 0 (the wire sequence); the receiver echoes wire
@@ -406,7 +406,7 @@ class ForwarderModel:
 
     def skip_to(self, next_fsn: int) -> None:
         """The FSNs from the next unsent one up to ``next_fsn - 1`` no longer exist (a hole in a
-        tidelog topic source: deleted or evicted records; spec/FORWARD.md FWD-22).
+        tidelog topic source: deleted or evicted records; FSN-10, spec/FORWARD.md FWD-22).
 
         ``fsn = fsn_at_zero + wire_seq`` cannot skip inside a connection, so the forwarder waits
         until everything sent is acknowledged, moves ``acked_fsn`` to ``next_fsn - 1`` and ends

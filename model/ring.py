@@ -7,7 +7,10 @@ can be found from the pages alone, without a metadata write per page.
 Everything here is pure: pages are read through a ``read_seq(index)`` callback that returns the
 page's number when its checksum is valid and ``None`` otherwise (never written, zeroed, torn or
 garbage). The binary search (:func:`find_head`) and the linear scan (:func:`find_head_linear`, the
-reference definition used as the test oracle) must always agree.
+reference definition used as the test oracle) agree on every image the write discipline can leave
+(pages written in ring order, each synced before the next: BDEV-6), torn last page included. On
+other images (a valid page after an invalid one in the same lap) they may disagree: such an image
+is corruption, not a crash state, and the tests generate only images a device can hold.
 """
 
 from __future__ import annotations

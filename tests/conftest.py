@@ -13,13 +13,17 @@ repository on sys.path, and ./tidelog would shadow the installed package.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+_MUTATION_REPORT = "TIDELOG_MUTATION_REPORT"
 
 settings.register_profile(
     "ci",
@@ -46,6 +50,11 @@ def _installed_tidelog_origin() -> Path | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and _MUTATION_REPORT not in os.environ:
+        # rows of tests/conformance/test_mutants.py; xdist workers, started later, inherit it
+        fd, path = tempfile.mkstemp(prefix="tidelog-mutation-", suffix=".jsonl")
+        os.close(fd)
+        os.environ[_MUTATION_REPORT] = path
     # The nox sessions set TIDELOG_REQUIRE_INSTALLED=1: the suite must exercise the built wheel,
     # not the source folders (which have a different layout: model/ is tidelog.model only there).
     if os.environ.get("TIDELOG_REQUIRE_INSTALLED") == "1":
@@ -58,6 +67,22 @@ def pytest_configure(config: pytest.Config) -> None:
                 "wheel: run pytest as `python -P -m pytest` or the `pytest` script, and keep "
                 "conftest.py / __init__.py out of the repository root and tests/"
             )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """With TIDELOG_FORBID_SKIPS=1 (the nox `tests` session, i.e. CI) a skip or an xfail is a
+    failure: a test that did not run must never be counted as a pass. Tests that need what CI
+    lacks live in their own nox session (e.g. tests/device), not behind a skip."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if os.environ.get("TIDELOG_FORBID_SKIPS") != "1":
+        return report
+    if report.skipped or hasattr(report, "wasxfail"):
+        why = getattr(report, "wasxfail", None) or report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"did not run, and this run forbids skips (TIDELOG_FORBID_SKIPS=1): {why}"
+    return report
 
 
 def _seed_line(config: pytest.Config) -> str | None:
@@ -81,7 +106,43 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
 ) -> None:
+    _mutation_report(terminalreporter)
     seed = _seed_line(config)
     if seed and exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         terminalreporter.write_sep("=", "reproduce")
         terminalreporter.write_line(seed)
+
+
+def _mutation_report(terminalreporter: pytest.TerminalReporter) -> None:
+    """The mutation score of tests/conformance/test_mutants.py (issue 7): caught / planted, and
+    each mutant's time to its first failure (workers append rows to $TIDELOG_MUTATION_REPORT)."""
+    path = os.environ.get(_MUTATION_REPORT)
+    if not path or not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    if not rows:
+        return
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        runs.setdefault(r["mutant"], []).append(r)
+    caught = sum(1 for rs in runs.values() if all(r["caught"] for r in rs))
+    tr = terminalreporter
+    tr.write_sep("=", f"mutation score: {caught}/{len(runs)} planted defects caught")
+    for name, rs in sorted(runs.items()):
+        r0 = rs[0]
+        hit = [r for r in rs if r["caught"]]
+        times = sorted(r["seconds_to_first"] for r in hit)
+        examples = sorted(r["examples_to_first"] for r in hit)
+        if not hit:
+            first = "NOT CAUGHT"
+        elif len(rs) == 1:
+            first = f"first failure after {times[0]:.2f}s (example {examples[0]})"
+        else:
+            mid = (len(hit) - 1) // 2  # the lower median
+            first = (f"caught with {len(hit)}/{len(rs)} seeds; first failure after median "
+                     f"{times[mid]:.2f}s (max {times[-1]:.2f}s), example median "
+                     f"{examples[mid]} (max {examples[-1]})")
+        total = sum(r["seconds"] for r in rs)
+        tr.write_line(f"  {name:<24} {r0['rule']:<12} level {r0['level']:<12} {first}; "
+                      f"{total:.1f}s with shrinking")

@@ -51,6 +51,15 @@ def _payload(value: object) -> bytes:
     raise BadArgument(f"payload must be bytes-like, got {type(value).__name__}")
 
 
+def _payloads(values: Iterable[object]) -> list[bytes]:
+    """The payloads of a batch as a new list of ``bytes``. When every item already is exactly
+    ``bytes`` (the common case) this is two C-level passes, no Python loop per record."""
+    data = list(values)
+    if set(map(type, data)) <= {bytes}:
+        return data  # type: ignore[return-value]  # every item checked to be bytes
+    return [_payload(p) for p in data]
+
+
 def _wait_until(
     backend: Backend, ref: TopicRef, wait_ms: int, attempt: Callable[[], tuple[bool, T]]
 ) -> T:
@@ -146,12 +155,15 @@ class Topic:
         self._ref = ref
         self._bundles: bool | None = None  # payload="bundles"? (config is immutable, TOP-9)
 
+    def _is_bundles(self) -> bool:
+        if self._bundles is None:
+            self._bundles = self._store._live().topic_config(self._ref).payload == "bundles"
+        return self._bundles
+
     def _check_bundles(self, payloads: Iterable[bytes]) -> None:
         """BND-9: a topic declared with payload="bundles" takes only valid bundle payloads,
         refused (bad_argument) before a seq is assigned."""
-        if self._bundles is None:
-            self._bundles = self._store._live().topic_config(self._ref).payload == "bundles"
-        if not self._bundles:
+        if not self._is_bundles():
             return
         for i, payload in enumerate(payloads):
             try:
@@ -177,6 +189,19 @@ class Topic:
     # -- log -------------------------------------------------------------------------------
     def append(self, payload: bytes, *, tag: str | None = None, node: str | None = None) -> int:
         """Append one record and return its seq (spec TOP-1, TOP-6)."""
+        if (
+            type(payload) is bytes
+            and tag is None
+            and node is None
+            and (self._bundles is False or not self._is_bundles())
+        ):
+            # the common case, checked: the backend's lean path, if it takes it
+            store = self._store
+            if store._closed:
+                raise Closed(f"store {store._uri} is closed")
+            seq = store._backend.append_fast(self._ref, payload)
+            if seq is not None:
+                return seq
         data = _payload(payload)
         check_label(tag, "tag")
         check_label(node, "node")
@@ -196,7 +221,7 @@ class Topic:
         of an already applied ``n`` returns ``[]`` (spec TOP-11)."""
         if isinstance(payloads, (bytes, bytearray, memoryview, str)):
             raise BadArgument("append_many takes an iterable of payloads, not one payload")
-        data = [_payload(p) for p in payloads]
+        data = _payloads(payloads)
         check_label(tag, "tag")
         check_label(node, "node")
         if producer is not None:

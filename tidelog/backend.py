@@ -98,6 +98,12 @@ class Backend(ABC):
         producer: tuple[str, int] | None = None,
     ) -> list[int]: ...
 
+    def append_fast(self, ref: TopicRef, payload: bytes) -> int | None:
+        """Optional: append one record without tag or node and return its seq, on a fast path
+        that does only what the common case needs; None means "not here", and the caller uses
+        ``append`` (which checks and raises as usual). The default never takes it."""
+        return None
+
     def append_records(
         self,
         ref: TopicRef,

@@ -459,16 +459,16 @@ def demo_cmd(
 @click.argument("target")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")
 def verify_cmd(target: str, as_json: bool) -> None:
-    """Check every checksum and structure of a store directory (or file:// URI) offline.
+    """Check every checksum and structure of a store directory, SF slot, .qseg segment or
+    blockdev ring image (or a file://, blockdev:// URI) offline, whoever wrote it.
 
-    Prints each problem with its file, byte offset and spec/FORMATS.md rule; exits 1 if any is
-    an error (warnings, such as a torn WAL tail that recovery discards, exit 0).
+    Prints each problem with its file, byte offset and spec rule; exits 1 if any is an error
+    (warnings, such as a torn WAL tail that recovery discards, exit 0).
     """
-    from tidelog.backends.file.verify import verify_store
-    from tidelog.fsio import OsFS
+    from tidelog.verify import verify_path
 
     path = tidelog.parse_uri(target).location if "://" in target else target
-    report = verify_store(OsFS(), os.path.abspath(path))
+    report = verify_path(os.path.abspath(path))
     if as_json:
         click.echo(
             json.dumps(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Any
 
 import click
 
@@ -49,7 +50,7 @@ def format_cmd(
     """
     path = _path(target)
     given = {"size": size, "page_size": page_size, "topic": topic}
-    options: dict[str, object] = {k: v for k, v in given.items() if v is not None}
+    options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if force:
         options["format"] = True
     with tidelog.open(f"blockdev://{path}", **options) as store:

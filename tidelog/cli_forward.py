@@ -19,7 +19,6 @@ from typing import Any
 import click
 
 import tidelog
-import tidelog.sf
 from tidelog.cli import main
 from tidelog.forward import Forwarder, Receiver
 
@@ -122,7 +121,8 @@ def forward_cmd(
     timeout: float | None,
 ) -> None:
     """Forward an SF slot (sf_dir/sender_id of CONNECT_STRING), the memory ring, or a topic
-    (--from URI --topic NAME) to a receiver. Prints the counters as JSON at exit."""
+    (--from URI --topic NAME) to a receiver. Prints the counters as JSON at exit; a halted
+    forwarder exits with status 2 and a one-line sender_error."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if (from_uri is None) != (topic is None):
         raise click.UsageError("--from and --topic go together")
@@ -145,8 +145,8 @@ def forward_cmd(
     finally:
         if store is not None:
             store.close()
-    if counters["last_terminal_error"]:
-        raise SystemExit(1)
+    # A halt surfaces above as SenderFailed (from append/flush, or close()'s safety net): the
+    # CLI turns it into one "tidelog: error: sender_error: ..." line and exit status 2.
 
 
 def _run(fwd: Forwarder, from_stdin: bool, until_drained: bool, timeout: float | None) -> None:

@@ -146,7 +146,13 @@ class _OsHandle:
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
-            self.truncate(size)  # no real reservation on this file system (documented)
+            # No fallocate on this file system: write the zeros, so the blocks are still real
+            # (a sparse tail would fail a later write with ENOSPC, or SIGBUS an mmap store).
+            zeros = bytes(1 << 20)
+            while current < size:
+                n = min(len(zeros), size - current)
+                self.pwrite(zeros[:n] if n < len(zeros) else zeros, current)
+                current += n
 
     def fdatasync(self) -> None:
         os.fdatasync(self.fd)

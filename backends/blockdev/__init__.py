@@ -14,19 +14,22 @@ from collections.abc import Mapping
 
 from tidelog.api import Store
 from tidelog.clock import Clock, SystemClock
-from tidelog.errors import BadURI
+from tidelog.errors import BadArgument, BadURI, NotAvailable
 from tidelog.fsio import FS, OsFS
 from tidelog.uri import URI
 
 from .options import BlockdevOptions, parse_blockdev_options
 from .store import CAPABILITIES, BlockdevBackend, RingEviction
 from .verify import verify_image
+from .writer import IoStats
 
 __all__ = [
     "BlockdevBackend",
     "BlockdevOptions",
     "CAPABILITIES",
+    "IoStats",
     "RingEviction",
+    "io_stats",
     "open_backend",
     "open_store",
     "verify_image",
@@ -48,3 +51,17 @@ def open_store(fs: FS, path: str, clock: Clock | None = None, **options: object)
     store_options, bopts = parse_blockdev_options(options)
     backend = BlockdevBackend(fs, path, clock or SystemClock(), store_options, bopts)
     return Store(backend, f"blockdev://{path}")
+
+
+def io_stats(store: Store, since: str = "open") -> IoStats:
+    """What a blockdev store wrote to its device (BDEV-19): page, slot and zeroing writes,
+    device bytes, records and payload bytes, syncs; ``.write_amplification`` is device bytes per
+    payload byte. ``since="open"`` counts this store's writes; ``since="format"`` adds what the
+    ring's metadata slot counted since it was formatted (as of its last write before this open).
+    A snapshot: later writes do not change it. ``NotAvailable`` for another backend's store."""
+    backend = store._backend
+    if not isinstance(backend, BlockdevBackend):
+        raise NotAvailable(f"{store.uri} is not a blockdev:// store: it keeps no I/O counters")
+    if since not in ("open", "format"):
+        raise BadArgument(f"since={since!r}: expected 'open' or 'format'")
+    return backend.io_stats_snapshot(since)

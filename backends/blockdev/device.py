@@ -26,7 +26,7 @@ from tidelog.model.ring import MAX_PAGES, usable_page_count
 
 from .format import META_BYTES, MIN_PAGE_SIZE
 
-__all__ = ["Geometry", "DeviceHandle", "Attached", "attach", "geometry_for"]
+__all__ = ["Geometry", "DeviceHandle", "Attached", "attach", "geometry_for", "is_block_device"]
 
 _BLKSSZGET = 0x1268  # ioctl: logical sector size of a block device (linux/fs.h)
 
@@ -177,7 +177,8 @@ class Attached:
     commit: Callable[[], None] | None = None  # a new image: give it its name once formatted
 
 
-def _is_block_device(fs: FS, path: str) -> bool:
+def is_block_device(fs: FS, path: str) -> bool:
+    """Whether ``path`` is a raw block device (only ever on the real file system)."""
     if not isinstance(fs, OsFS):  # crash tests' RecordingFS: only ever image files
         return False
     try:
@@ -191,10 +192,18 @@ def attach(fs: FS, path: str, *, size: int | None, direct: str) -> Attached:
 
     A missing image is created only when ``size`` is given (sparse, ``size`` bytes, under a
     temporary name until ``Attached.commit``). Raises ``BadOption`` for a missing image without
-    ``size``, ``Locked`` if another store holds it, ``OSError`` for I/O failures.
+    ``size``, for ``size`` on a raw device (its size is the device's, BDEV-12) and for
+    ``direct=on`` where O_DIRECT is refused (BDEV-20); ``Locked`` if another store holds it,
+    ``OSError`` for I/O failures.
     """
-    if _is_block_device(fs, path):
+    if is_block_device(fs, path):
+        if size is not None:
+            raise BadOption(
+                f"option size={size}: {path} is a block device; its size comes from the device "
+                "(omit size)"
+            )
         dev = DeviceHandle(path, direct=direct != "off")
+        _check_direct(dev, direct)
         return _locked(Attached(dev, "device", False, dev.direct))
     if not fs.exists(path):
         if size is None:
@@ -225,8 +234,19 @@ def attach(fs: FS, path: str, *, size: int | None, direct: str) -> Attached:
         raise BadOption(f"blockdev path {path} is a directory, not an image or device")
     if direct == "on" and isinstance(fs, OsFS):
         dev = DeviceHandle(path, direct=True)
+        _check_direct(dev, direct)
         return _locked(Attached(dev, "image", False, dev.direct))
     return _locked(Attached(fs.open(path, create=False), "image", False, False))
+
+
+def _check_direct(dev: DeviceHandle, direct: str) -> None:
+    """``direct=on`` means O_DIRECT or an error; ``auto`` falls back to buffered I/O."""
+    if direct == "on" and not dev.direct:
+        dev.close()
+        raise BadOption(
+            f"option direct=on: {dev.path} cannot be opened with O_DIRECT here (the file system "
+            "or kernel refuses it); use direct=auto or direct=off"
+        )
 
 
 def _locked(a: Attached) -> Attached:

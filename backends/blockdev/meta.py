@@ -22,11 +22,21 @@ from .format import SLOT_BODY_MAX, dumps_body
 if TYPE_CHECKING:
     from tidelog.backends.common.engine import EngineTopic
 
-__all__ = ["MAX_SUBSCRIBERS", "empty_facts", "facts_of", "build_body", "dead_ranges"]
+__all__ = [
+    "MAX_SUBSCRIBERS",
+    "IO_RESERVE",
+    "empty_facts",
+    "facts_of",
+    "build_body",
+    "dead_ranges",
+]
 
 #: Subscribers per ring: the worst case (64-character names, 20-digit seqs, a 200-character
 #: topic name, every config field set) still fits the slot with room for some outcomes.
 MAX_SUBSCRIBERS = 6
+
+#: Room kept in every body for the write counters the store adds (BDEV-19): seven u64s.
+IO_RESERVE = len(dumps_body({"io": [2**64 - 1] * 7})) - 1
 
 
 def empty_facts() -> dict[str, Any]:
@@ -59,12 +69,13 @@ def facts_of(t: EngineTopic) -> dict[str, Any]:
     }
 
 
-def _subs(t: EngineTopic, outcomes: bool) -> dict[str, Any]:
+def _subs(t: EngineTopic, without: set[str]) -> dict[str, Any]:
+    """Every subscriber's progress; the out-of-order outcomes of those in ``without`` left out."""
     out: dict[str, Any] = {}
     for name, s in sorted(t.progress.subs.items()):
         gap = list(s.gap) if s.gap else None
         entry: dict[str, Any] = {"base": s.base, "hwm": s.hwm, "gap": gap}
-        if outcomes:
+        if name not in without:
             entry["acked"] = sorted(q for q, o in s.outcomes.items() if o == "acked")
             entry["rejected"] = sorted(q for q, o in s.outcomes.items() if o == "rejected")
         out[name] = entry
@@ -74,8 +85,9 @@ def _subs(t: EngineTopic, outcomes: bool) -> dict[str, Any]:
 def build_body(
     bound: str, incarnations: int, t: EngineTopic | None, facts: dict[str, Any], lap: int
 ) -> dict[str, Any]:
-    """The slot body, degraded until it fits: first without out-of-order outcomes, then without
-    trimmed ranges (both only cost redelivery after a restart)."""
+    """The slot body, degraded until it fits (BDEV-4): the out-of-order outcomes of the
+    subscribers holding the most are left out first, one subscriber at a time, then the trimmed
+    ranges (both only cost redelivery or rereading after a restart, never a loss)."""
     base: dict[str, Any] = {
         "topic": bound,
         "incarnations": incarnations,
@@ -83,10 +95,14 @@ def build_body(
         "config": t.config.to_dict() if t is not None else None,
         "lap": lap,
     }
-    for outcomes, trimmed in ((True, True), (False, True), (False, False)):
+    subs = t.progress.subs if t is not None else {}
+    by_size = sorted(subs, key=lambda n: (-len(subs[n].outcomes), n))
+    steps = [(set(by_size[:k]), True) for k in range(len(by_size) + 1)]
+    steps.append((set(by_size), False))
+    for without, trimmed in steps:
         body = dict(base)
         body["state"] = facts if trimmed else {**facts, "trimmed": []}
-        body["subs"] = _subs(t, outcomes) if t is not None else {}
-        if len(dumps_body(body)) <= SLOT_BODY_MAX:
+        body["subs"] = _subs(t, without) if t is not None else {}
+        if len(dumps_body(body)) + IO_RESERVE <= SLOT_BODY_MAX:
             return body
     raise StorageError(f"ring metadata does not fit its {SLOT_BODY_MAX}-byte slot")

@@ -54,7 +54,7 @@ from .journal import RingJournal
 from .options import DEFAULT_PAGE_SIZE, DEFAULT_TOPIC, BlockdevOptions
 from .recovery import recover
 from .ring import RingState
-from .writer import IoQueue, Item
+from .writer import IoQueue, IoStats, Item
 
 __all__ = ["BlockdevBackend", "CAPABILITIES", "RingEviction"]
 
@@ -101,6 +101,7 @@ class BlockdevBackend(Engine):
         self._last_meta: tuple[Any, ...] | None = None
         self._slots = [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
         self.formatted = False
+        self.io_base = IoStats()  # device writes from format until this open (from the slot)
         self.dev: Attached = attach(fs, path, size=bopts.size, direct=bopts.direct)
         self.io = IoQueue(self.dev.handle)
         try:
@@ -206,11 +207,19 @@ class BlockdevBackend(Engine):
         self.ring.looped = slot.looped
         self.facts = dict(slot.body.get("state") or metamod.empty_facts())
         # an unchanged state is not written again (closing an untouched store writes nothing)
-        self._last_meta = (slot.body, slot.ring_id, slot.num_pages, slot.looped)
+        body = {k: v for k, v in slot.body.items() if k != "io"}
+        self._last_meta = (body, slot.ring_id, slot.num_pages, slot.looped)
+        self.io_base = IoStats.from_compact(slot.body.get("io"))
 
     def _setup(self, geom: Geometry, ring_id: int) -> None:
         handle = self.dev.handle
         if isinstance(handle, DeviceHandle) and handle.direct and geom.page_size % handle.align:
+            if self.bopts.direct == "on":
+                raise BadOption(
+                    f"option direct=on: page_size {geom.page_size} is not a multiple of the "
+                    f"{handle.align}-byte sectors O_DIRECT needs on {self.path} (BDEV-20); use "
+                    "direct=auto, or a ring with a larger page_size"
+                )
             handle.drop_direct()
             self.warnings.append(
                 f"page_size {geom.page_size} is not a multiple of the device's {handle.align}-"
@@ -226,20 +235,24 @@ class BlockdevBackend(Engine):
         write the metadata block: slot 0 generation 1, slot 1 zeros."""
         o = self.bopts
         h = self.dev.handle
-        if self.dev.kind == "image" and o.size is not None and o.size != device_bytes:
-            try:
-                h.truncate(o.size)
-                h.fsync()
-            except OSError as exc:
-                raise storage_error(exc, f"resizing {self.path}") from None
+        resize = self.dev.kind == "image" and o.size is not None and o.size != device_bytes
+        if resize and o.size is not None:
             device_bytes = o.size
         page_size = o.page_size or stored_page_size or DEFAULT_PAGE_SIZE  # reformat keeps it
         geom = geometry_for(device_bytes, page_size, str(self.path))
-        self._setup(geom, new_ring_id())
+        self._setup(geom, new_ring_id())  # every check before the first write
+        if resize:
+            try:
+                h.truncate(device_bytes)
+                h.fsync()
+            except OSError as exc:
+                raise storage_error(exc, f"resizing {self.path}") from None
         self.formatted = True
         if not self.dev.created and not self._zero_pages(geom):
-            self.io.write_now(Item("zero", geom.offset(0), bytes(2 * geom.page_size)))
+            for i in (0, 1):  # one whole page per write, like every other write (BDEV-1)
+                self.io.write_now(Item("zero", geom.offset(i), bytes(geom.page_size)))
         self.meta_gen = 0
+        self.io_base = IoStats()
         self._slots = [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
         body = metamod.build_body(self.bound, 0, None, self.facts, 0)
         self._put_slot(body, write_now=True)
@@ -272,16 +285,30 @@ class BlockdevBackend(Engine):
         if t is not None and j.sealed_through == t.log.head:
             # every record is in a page queued before this slot: the facts are durable-safe
             self.facts = metamod.facts_of(t)
+        elif t is not None:
+            # Records are still in the open page: keep the older head and trims, but the floor
+            # is always current, like the subscribers' progress next to it (which may cover
+            # evicted seqs): what it puts below the floor was evicted for good, and recovery
+            # clamps it to the head it finds (BDEV-14, BDEV-17).
+            self.facts = {**self.facts, "floor": t.log.evict_floor}
         body = metamod.build_body(self.bound, self.incarnations, t, self.facts, self.ring.lap)
         self._put_slot(body, write_now=False)
 
     def _put_slot(self, body: dict[str, Any], *, write_now: bool) -> None:
+        """Queue (or write) the slot unless nothing it records changed. It also carries the
+        device's write counters since format (BDEV-19): as of this slot, itself included; they
+        alone are never a reason to write it."""
         ring = self.ring
         key = (body, ring.ring_id, ring.num_pages, ring.looped)
         if key == self._last_meta:
             return
         self._last_meta = key
         self.meta_gen += 1
+        handle = self.dev.handle
+        align = handle.align if isinstance(handle, DeviceHandle) else 1
+        whole = SLOT_BYTES % align != 0  # 4 KiB-sector device: rewrite the whole block
+        own = IoStats(meta_writes=1, device_bytes=META_BYTES if whole else SLOT_BYTES, syncs=1)
+        body = {**body, "io": self.io_base.plus(self.io.queued).plus(own).compact()}
         slot = Slot(
             self.meta_gen,
             ring.ring_id,
@@ -293,9 +320,7 @@ class BlockdevBackend(Engine):
         )
         i = slot_index(self.meta_gen)
         self._slots[i] = encode_slot(slot)
-        handle = self.dev.handle
-        align = handle.align if isinstance(handle, DeviceHandle) else 1
-        if SLOT_BYTES % align:  # 4 KiB-sector device: rewrite the whole block (both slots)
+        if whole:
             item = Item("meta", 0, self._slots[0] + self._slots[1])
         else:
             item = Item("meta", i * SLOT_BYTES, self._slots[i])
@@ -487,6 +512,12 @@ class BlockdevBackend(Engine):
         """Device bytes written per payload byte written, since this store was opened."""
         return self.io.stats.write_amplification
 
+    def io_stats_snapshot(self, since: str = "open") -> IoStats:
+        """Device writes since this store was opened, or since the ring was formatted."""
+        with self.io.io_lock:
+            stats = dataclasses.replace(self.io.stats)
+        return self.io_base.plus(stats) if since == "format" else stats
+
     def io_stats(self) -> dict[str, object]:
         out = self.io.stats.to_dict()
         out["write_amplification"] = self.write_amplification
@@ -494,6 +525,7 @@ class BlockdevBackend(Engine):
 
     def describe(self) -> dict[str, object]:
         out = super().describe()
+        lifetime = self.io_stats_snapshot("format")
         with self.lock:
             ring = self.ring
             geom = ring.geometry
@@ -521,6 +553,8 @@ class BlockdevBackend(Engine):
                     "meta_generation": self.meta_gen,
                     "io": self.io.stats.to_dict(),
                     "write_amplification": self.write_amplification,
+                    "io_since_format": lifetime.to_dict(),
+                    "write_amplification_since_format": lifetime.write_amplification,
                     "ring_evictions": len(self.ring_evictions),
                     "warnings": list(self.warnings),
                 }

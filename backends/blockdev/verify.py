@@ -11,15 +11,14 @@ raises on bad content.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable
 
 from tidelog.backends.file.verify import ERROR, WARNING, Problem, Report
 from tidelog.config import TopicConfig
 from tidelog.errors import Corrupt
-from tidelog.fsio import FS, OsFS
+from tidelog.fsio import FS
 
-from .device import Geometry
+from .device import Geometry, is_block_device
 from .format import META_BYTES, SLOT_BYTES, FormatCorrupt, Slot, decode_slot
 from .ring import assemble, page_reader, scan_ring
 
@@ -37,7 +36,7 @@ class _Ctx:
 
 def _reader(fs: FS, path: str) -> tuple[Callable[[int, int], bytes], int, Callable[[], None]]:
     """(pread, size, close) read-only; a raw block device's size comes from lseek."""
-    if isinstance(fs, OsFS) and stat.S_ISBLK(os.stat(path).st_mode):
+    if is_block_device(fs, path):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         size = os.lseek(fd, 0, os.SEEK_END)
         return (lambda n, off: os.pread(fd, n, off)), size, (lambda: os.close(fd))

@@ -51,6 +51,41 @@ class IoStats:
         """Device bytes written per payload byte written (None before any payload)."""
         return self.device_bytes / self.payload_bytes if self.payload_bytes else None
 
+    def count(self, item: Item) -> None:
+        """Add one written item."""
+        self.device_bytes += len(item.data)
+        self.syncs += 1
+        if item.kind == "page":
+            self.page_writes += 1
+            self.records += item.records
+            self.payload_bytes += item.payload
+        elif item.kind == "meta":
+            self.meta_writes += 1
+        else:
+            self.zero_writes += 1
+
+    def plus(self, other: IoStats) -> IoStats:
+        return IoStats(*(a + b for a, b in zip(self.compact(), other.compact(), strict=True)))
+
+    def compact(self) -> list[int]:
+        """The counters in field order: the metadata slot keeps them as one short list."""
+        return [
+            self.page_writes,
+            self.meta_writes,
+            self.zero_writes,
+            self.device_bytes,
+            self.records,
+            self.payload_bytes,
+            self.syncs,
+        ]
+
+    @classmethod
+    def from_compact(cls, raw: object) -> IoStats:
+        """Counters stored by ``compact``; anything else (an older body) counts as zeros."""
+        if isinstance(raw, list) and len(raw) == 7 and all(isinstance(v, int) for v in raw):
+            return cls(*raw)
+        return cls()
+
     def to_dict(self) -> dict[str, object]:
         return {
             "page_writes": self.page_writes,
@@ -72,12 +107,14 @@ class IoQueue:
         self.done = 0  # items written and synced
         self.records_durable = 0  # records in pages written and synced
         self.failed: StorageError | None = None
-        self.stats = IoStats()
+        self.stats = IoStats()  # written and synced
+        self.queued = IoStats()  # queued, written or not: what a slot queued now may count
 
     def put(self, item: Item) -> None:
         """Queue an item (caller holds the engine lock, so items keep op order)."""
         self.items.append(item)
         self.enqueued += 1
+        self.queued.count(item)
 
     def drain(
         self,
@@ -108,6 +145,7 @@ class IoQueue:
         """Write one item synchronously (format and reformat, before any op runs)."""
         with self.io_lock:
             self.enqueued += 1
+            self.queued.count(item)
             self._write(item)
 
     def _write(self, item: Item) -> None:
@@ -117,16 +155,7 @@ class IoQueue:
         except OSError as exc:
             self.failed = storage_error(exc, f"writing {item.kind} at offset {item.offset}")
             raise self.failed from None
-        s = self.stats
-        s.device_bytes += len(item.data)
-        s.syncs += 1
+        self.stats.count(item)
         if item.kind == "page":
-            s.page_writes += 1
-            s.records += item.records
-            s.payload_bytes += item.payload
             self.records_durable = max(self.records_durable, item.records_upto)
-        elif item.kind == "meta":
-            s.meta_writes += 1
-        else:
-            s.zero_writes += 1
         self.done += 1

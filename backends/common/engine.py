@@ -13,12 +13,13 @@ concurrent writers share group commits.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
 from typing import TypeVar
 
 from tidelog.backend import Backend, Capabilities, StoreOptions, TopicRef
-from tidelog.clock import Clock
+from tidelog.clock import Clock, SystemClock
 from tidelog.config import TopicConfig
 from tidelog.errors import (
     Backpressure,
@@ -37,7 +38,7 @@ from tidelog.records import Item, Lease, Tombstone, TopicState
 
 from .index import TopicLog
 from .jobs import JobQueue
-from .journal import Journal
+from .journal import FALLBACK, Journal
 from .progress import Progress, SubState
 
 __all__ = ["Engine", "EngineTopic"]
@@ -50,7 +51,7 @@ class EngineTopic:
     """One topic incarnation: its log, its subscribers' progress and its job queue. ``tid`` (the
     store-wide incarnation number) identifies it in logs and on disk."""
 
-    __slots__ = ("name", "config", "tid", "log", "progress", "jobs", "version", "producers")
+    __slots__ = ("name", "config", "tid", "log", "progress", "jobs", "version", "producers", "lean")
 
     def __init__(self, name: str, config: TopicConfig, tid: int) -> None:
         self.name = name
@@ -61,6 +62,11 @@ class EngineTopic:
         self.jobs = JobQueue()
         self.version = 0  # moves on every change; readers waiting for data sleep on it (CON-3)
         self.producers: dict[str, int] = {}  # TOP-11: producer id -> last applied sequence
+        # no cap and no TTL: a single append can neither evict, nor be refused for room, nor
+        # expire anything, so Engine.append_fast may take it (config is immutable, TOP-9)
+        self.lean = (
+            config.cap_records is None and config.cap_bytes is None and config.ttl_ms is None
+        )
 
 
 class Engine(Backend):
@@ -74,6 +80,7 @@ class Engine(Backend):
         journal: Journal | None = None,
     ) -> None:
         self.clock = clock
+        self._wall = type(clock) is SystemClock  # append_fast reads the time without a call
         self.options = options
         self.capabilities = capabilities
         self.journal = journal
@@ -84,7 +91,12 @@ class Engine(Backend):
         self.closed = False
         self.readonly = False  # a read-only view: every op that would change state refuses
         self.incarnations = 0
-        self._unpublished: list[EngineTopic] = []  # gated topics the current op appended to
+        # gated topics the current op appended to, each with the last seq the op appended
+        self._unpublished: list[tuple[EngineTopic, int]] = []
+        self._waiters = 0  # threads in wait(): _bump notifies only when someone listens
+        self._publishing = threading.Lock()  # _finish: gated topics' visible
+        self._one: Callable[[EngineTopic, int, int, bytes], object] | None = None
+        self._one_for: Journal | None = None  # the journal _one was looked up on
 
     # -- lookups ---------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -126,29 +138,36 @@ class Engine(Backend):
         self._finish(ticket, touched)
         return result
 
-    def _end_op(self, durable: bool) -> tuple[object | None, list[EngineTopic]]:
+    def _end_op(self, durable: bool) -> tuple[object | None, list[tuple[EngineTopic, int]]]:
         """Under the lock: submit the op's effects; returns what ``_finish`` needs."""
         touched, self._unpublished = self._unpublished, []
         ticket = self.journal.end_op(durable) if self.journal is not None else None
         return ticket, touched
 
-    def _finish(self, ticket: object | None, touched: list[EngineTopic]) -> None:
+    def _finish(self, ticket: object | None, touched: list[tuple[EngineTopic, int]]) -> None:
         """Outside the lock: wait until the op is durable, then make its appends readable
         (fsync topics gate reads on durability; an op may append to several topics, e.g.
-        dead-lettering)."""
+        dead-lettering). Readable up to this op's own last seq, never further: a later op of
+        another thread may not be durable yet (ops of a topic become durable in seq order)."""
         if ticket is not None:
             assert self.journal is not None
             self.journal.wait(ticket)
         if touched:
-            with self.lock:
-                for t in touched:
-                    if t.log.visible < t.log.head:
-                        t.log.visible = t.log.head
-                        self._bump(t)
+            # A lock of its own, not the store lock that every op contends for: only publishers
+            # write a gated topic's ``visible`` (it only grows; readers read it once per op).
+            with self._publishing:
+                for t, seq in touched:
+                    if t.log.visible < seq:
+                        t.log.visible = seq
+                        t.version += 1
+            if self._waiters:
+                with self.lock:
+                    self.changed.notify_all()
 
     def _bump(self, t: EngineTopic) -> None:
         t.version += 1
-        self.changed.notify_all()
+        if self._waiters:
+            self.changed.notify_all()
 
     def changes(self, ref: TopicRef) -> int:
         with self.lock:
@@ -159,7 +178,11 @@ class Engine(Backend):
             t = self.topics.get(ref.name)
             if t is None or t.tid != ref.incarnation or t.version != since or self.closed:
                 return
-            self.changed.wait(timeout)
+            self._waiters += 1
+            try:
+                self.changed.wait(timeout)
+            finally:
+                self._waiters -= 1
 
     # -- lazy time effects (RET-4, QUE-5) --------------------------------------------------
     def _tick(self, t: EngineTopic, now: int) -> None:
@@ -177,6 +200,7 @@ class Engine(Backend):
     # ======================================================================================
     def apply_create(self, name: str, config: TopicConfig, tid: int) -> EngineTopic:
         t = EngineTopic(name, config, tid)
+        t.lean = t.lean and self.options.max_bytes is None and not self.readonly
         self.topics[name] = t
         self.by_id[tid] = t
         self.incarnations = max(self.incarnations, tid)
@@ -197,11 +221,17 @@ class Engine(Backend):
         self.changed.notify_all()
 
     def apply_append(
-        self, t: EngineTopic, payloads: Sequence[bytes], tag: str | None, node: str | None, ts: int
+        self,
+        t: EngineTopic,
+        payloads: Sequence[bytes],
+        tag: str | None,
+        node: str | None,
+        ts: int,
+        nbytes: int | None = None,
     ) -> list[int]:
-        seqs = t.log.append(payloads, tag, node, ts)
+        seqs = t.log.append(payloads, tag, node, ts, nbytes)
         if t.log.gate_visibility:
-            self._unpublished.append(t)
+            self._unpublished.append((t, seqs[-1]))
         if self.journal is not None:
             self.journal.appended(t, seqs[0], ts, tag, node, payloads)
         self._bump(t)
@@ -347,6 +377,7 @@ class Engine(Backend):
         """Apply the restart rules (DUR-1, SUB-9, QUE-8) and reopen."""
         with self.lock:
             self.clock = clock
+            self._wall = type(clock) is SystemClock
             self.closed = False
             now = clock.now_ms()
             for name in sorted(self.topics):
@@ -382,14 +413,15 @@ class Engine(Backend):
     @staticmethod
     def _peek_state(t: EngineTopic) -> TopicState:
         log = t.log
-        if log.visible == log.head:
+        visible = log.visible  # read once: a publisher may raise it meanwhile (_finish)
+        if visible == log.head:
             return TopicState(log.head, log.earliest, log.evict_floor, log.count, log.nbytes)
         # fsync topic with an append in flight: report what readers can see
-        pending = log.live_between(log.visible + 1, log.head)
+        pending = log.live_between(visible + 1, log.head)
         count = log.count - len(pending)
         nbytes = log.nbytes - sum(len(log.record(q).payload) for q in pending)
-        earliest = min(log.earliest, log.visible + 1)
-        return TopicState(log.visible, earliest, log.evict_floor, count, nbytes)
+        earliest = min(log.earliest, visible + 1)
+        return TopicState(visible, earliest, log.evict_floor, count, nbytes)
 
     # ======================================================================================
     # topic log
@@ -403,6 +435,50 @@ class Engine(Backend):
         producer: tuple[str, int] | None = None,
     ) -> list[int]:
         return self._append_op(ref, ((payloads, tag, node),), producer)
+
+    def append_fast(self, ref: TopicRef, payload: bytes) -> int | None:
+        """One record without tag or node, on a topic without caps or TTL (``lean``), with no
+        lease or delayed job to expire: the common single append, doing only what the spec
+        requires there (TOP-1, TOP-5, DUR classes through the journal's ``append_one``). None
+        when any of that does not hold (or the journal needs the general path, e.g. for a seq
+        reservation): the caller then uses ``append``, which decides and raises as usual."""
+        if len(payload) > self.options.max_record_bytes:
+            return None
+        journal = self.journal
+        with self.lock:
+            t = self.topics.get(ref.name)
+            if (
+                t is None
+                or t.tid != ref.incarnation
+                or not t.lean  # also False for read-only views and stores with max_bytes
+                or self.closed
+                or t.jobs.leases
+                or t.jobs.delayed
+            ):
+                return None
+            log = t.log
+            now = time.time_ns() // 1_000_000 if self._wall else self.clock.now_ms()
+            last = log.last_ts
+            ts = now if last is None or now > last else last  # TOP-5
+            seq = log.head + 1
+            ticket = None
+            if journal is not None:
+                one = self._one
+                if self._one_for is not journal:
+                    one = self._one = getattr(journal, "append_one", None)
+                    self._one_for = journal
+                if one is None:
+                    return None
+                ticket = one(t, seq, ts, payload)
+                if ticket is FALLBACK:
+                    return None
+            log.append_one(payload, ts)
+            t.version += 1
+            if self._waiters:
+                self.changed.notify_all()
+        if log.gate_visibility:
+            self._finish(ticket, [(t, seq)])
+        return seq
 
     def append_records(
         self,
@@ -441,13 +517,16 @@ class Engine(Backend):
         n = 0
         nbytes = 0
         limit = self.options.max_record_bytes
+        sizes: list[int] = []
         for payloads, _, _ in runs:  # RET-7 order: too_large, caps, store_full, topic_full, ...
             n += len(payloads)
-            for p in payloads:
-                size = len(p)
-                if size > limit:
-                    raise TooLarge(f"record of {size} bytes exceeds max_record_bytes={limit}")
-                nbytes += size
+            size = sum(map(len, payloads))  # C-level: no Python loop per record
+            if size > limit:  # only then can a single record be too large
+                big = max(map(len, payloads))
+                if big > limit:
+                    raise TooLarge(f"record of {big} bytes exceeds max_record_bytes={limit}")
+            sizes.append(size)
+            nbytes += size
         if c.cap_records is not None and n > c.cap_records:
             raise TooLarge(f"batch of {n} records exceeds cap_records={c.cap_records}")
         if c.cap_bytes is not None and nbytes > c.cap_bytes:
@@ -478,8 +557,8 @@ class Engine(Backend):
                     )
         ts = now if log.last_ts is None or now > log.last_ts else log.last_ts
         seqs: list[int] = []
-        for payloads, tag, node in runs:
-            seqs += self.apply_append(t, payloads, tag, node, ts)
+        for (payloads, tag, node), size in zip(runs, sizes):
+            seqs += self.apply_append(t, payloads, tag, node, ts, size)
         if victims:
             self.apply_evict(t, victims[-1], "cap")
         return seqs

@@ -169,8 +169,15 @@ class TopicLog:
 
     # -- append ----------------------------------------------------------------------------
     def append(
-        self, payloads: Sequence[bytes], tag: str | None, node: str | None, ts: int
+        self,
+        payloads: Sequence[bytes],
+        tag: str | None,
+        node: str | None,
+        ts: int,
+        nbytes: int | None = None,
     ) -> list[int]:
+        """Append a run sharing ts and labels; ``nbytes`` is their total size if the caller
+        knows it. Bulk list operations only: no Python loop per record."""
         first = self.head + 1
         n = len(payloads)
         if n == 1:  # the common single append: no temporary lists
@@ -187,11 +194,26 @@ class TopicLog:
         if not self.gate_visibility:
             self.visible = self.head
         self.count += n
-        self.nbytes += sum(len(p) for p in payloads)
+        self.nbytes += sum(map(len, payloads)) if nbytes is None else nbytes
         self.last_ts = ts
         if tag is not None:
             self.index_tag(tag, first, first + n - 1)
         return list(range(first, first + n))
+
+    def append_one(self, payload: bytes, ts: int) -> int:
+        """``append((payload,), None, None, ts)`` without the generality: the lean single
+        append (no tag, no node)."""
+        self.payloads.append(payload)
+        self.tss.append(ts)
+        self.tags.append(None)
+        self.nodes.append(None)
+        self.head = seq = self.head + 1
+        if not self.gate_visibility:
+            self.visible = seq
+        self.count += 1
+        self.nbytes += len(payload)
+        self.last_ts = ts
+        return seq
 
     def index_tag(self, tag: str, lo: int, hi: int) -> None:
         """Add seqs lo..hi (all above any already indexed) to ``tag``'s ranges."""
@@ -305,6 +327,13 @@ class TopicLog:
             self.losses.sort()
 
     # -- sealing (file backend) ---------------------------------------------------------------
+    def tail_dead(self) -> int:
+        """How many tail slots are dead (None), from the counters alone: no scan of the tail."""
+        sealed = 0
+        for c in self.chunks:
+            sealed += c.live
+        return len(self.payloads) - (self.count - sealed)
+
     def tail_slice(
         self, through: int
     ) -> tuple[int, list[bytes | None], list[int], list[str | None], list[str | None]]:
@@ -319,10 +348,11 @@ class TopicLog:
         killed in it, so the chunk reflects the current state. Totals do not change: the
         records only move."""
         first, n = chunk.first_seq, chunk.count
-        for i in range(n):
-            j = first + i - self.base
-            if (j < 0 or self.payloads[j] is None) and chunk.is_live(i):
-                chunk.kill(i)
+        if first < self.base or self.tail_dead():  # else nothing died since: no loop
+            for i in range(n):
+                j = first + i - self.base
+                if (j < 0 or self.payloads[j] is None) and chunk.is_live(i):
+                    chunk.kill(i)
         cut = first + n - self.base
         if cut > 0:
             del self.payloads[:cut], self.tss[:cut], self.tags[:cut], self.nodes[:cut]

@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from .engine import EngineTopic
 
-__all__ = ["Journal"]
+__all__ = ["Journal", "FALLBACK"]
+
+#: Returned by a journal's optional ``append_one(t, seq, ts, payload)`` (the engine's lean
+#: single append) when the record needs the general path; otherwise it returns the ticket
+#: ``end_op`` would have (or None) after logging the record as a complete op.
+FALLBACK: object = object()
 
 
 class Journal(Protocol):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from tidelog.errors import BadArgument, Corrupt
@@ -30,6 +31,7 @@ from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
+from .format.seal import build_columns
 from .journal import ranges
 from .progressfiles import topic_dir
 
@@ -49,6 +51,7 @@ class _Tail:
     tags: list[str | None]
     nodes: list[str | None]
     bundles: bool = False  # payload="bundles": sealed as .qseg (spec/BUNDLES.md QSEG)
+    dead: bool = True  # may payloads hold None (dead slots)? False: skip every dead-slot scan
     chunks: list[SegChunk | QsegChunk] = field(default_factory=list)
 
 
@@ -95,19 +98,25 @@ def _capture(b: FileBackend) -> _Capture:
             dead += c.dead_ranges()  # type: ignore[attr-defined]
         firsts = [c.first_seq for c in log.chunks]
         if t.config.durability != "ephemeral" and log.payloads and log.head >= log.base:
+            any_dead = log.tail_dead() > 0
             first, payloads, tss, tags, nodes = log.tail_slice(log.head)
             # A dead prefix is not sealed: no segment names those seqs, and sealing the chunk
             # after it cuts them from the tail too (TopicLog.seal). An all-dead tail writes
             # no file at all (after a subscriber trimmed everything, say).
-            k = next((i for i, p in enumerate(payloads) if p is not None), len(payloads))
+            k = 0
+            if any_dead:
+                k = next((i for i, p in enumerate(payloads) if p is not None), len(payloads))
             if k < len(payloads):
                 bundles = t.config.payload == "bundles"
                 tail = _Tail(
-                    t.tid, first + k, payloads[k:], tss[k:], tags[k:], nodes[k:], bundles
+                    t.tid, first + k, payloads[k:], tss[k:], tags[k:], nodes[k:], bundles, any_dead
                 )
                 tails.append(tail)
                 firsts += [lo for lo, _ in _split(b, tail)]
-                dead += ranges([tail.first + i for i, p in enumerate(tail.payloads) if p is None])
+                if any_dead:
+                    dead += ranges(
+                        [tail.first + i for i, p in enumerate(tail.payloads) if p is None]
+                    )
         ceiling = b.ceilings.get(t.tid, log.head)
         jobs = t.jobs
         topics.append(
@@ -154,17 +163,33 @@ def _capture(b: FileBackend) -> _Capture:
 
 
 def _split(b: FileBackend, tail: _Tail) -> list[tuple[int, int]]:
-    """The tail cut into segments of at most segment_max_records / segment_max_bytes."""
-    out: list[tuple[int, int]] = []
+    """The tail cut into segments of at most segment_max_records / segment_max_bytes (a record
+    larger than that gets a segment of its own). Work per segment, not per record: the cuts
+    are binary searches over the running total of record sizes."""
     max_records, max_bytes = b.fopts.segment_max_records, b.fopts.segment_max_bytes
-    start, size = 0, 0
-    for i, p in enumerate(tail.payloads):
-        grow = segfmt.RECORD_OVERHEAD + (len(p) if p is not None else 0)
-        if i > start and (i - start >= max_records or size + grow > max_bytes):
-            out.append((tail.first + start, i - start))
-            start, size = i, 0
-        size += grow
-    out.append((tail.first + start, len(tail.payloads) - start))
+    n = len(tail.payloads)
+    if tail.dead:
+        payloads: list[bytes] = [b"" if p is None else p for p in tail.payloads]
+    else:
+        payloads = tail.payloads  # type: ignore[assignment]  # no None: tail.dead is False
+    total = list(accumulate(map(len, payloads), initial=0))  # total[i]: payload bytes before i
+    overhead = segfmt.RECORD_OVERHEAD
+    out: list[tuple[int, int]] = []
+    start = 0
+    while start < n:  # the longest run from start within both limits, at least one record
+        end = min(n, start + max_records)
+        budget = total[start] + max_bytes
+        if total[end] + overhead * (end - start) > budget:
+            lo, hi = start + 1, end  # size grows strictly with the end: binary search it
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if total[mid] + overhead * (mid - start) <= budget:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            end = lo
+        out.append((tail.first + start, end - start))
+        start = end
     return out
 
 
@@ -178,23 +203,22 @@ def _write_segments(b: FileBackend, tail: _Tail) -> None:
             chunk = _write_qseg(b, directory, tail, first, count)
         if chunk is None:
             chunk = _write_plain(b, directory, tail, first, count)
-        for i in range(count):
-            if tail.payloads[lo + i] is None:
-                chunk.kill(i)
+        if tail.dead:
+            for i, p in enumerate(tail.payloads[lo : lo + count]):
+                if p is None:
+                    chunk.kill(i)
         tail.chunks.append(chunk)
     b.fs.fsync_dir(directory)
 
 
 def _write_plain(b: FileBackend, directory: str, tail: _Tail, first: int, count: int) -> SegChunk:
-    """A ``.data`` + ``.idx`` pair (SEG-1..SEG-7)."""
-    builder = segfmt.SegmentBuilder(tail.tid, first)
-    for i in range(first - tail.first, first - tail.first + count):
-        p = tail.payloads[i]
-        if p is None:  # removed before sealing: an empty placeholder, dead in the snapshot
-            builder.add(tail.first + i, tail.tss[i], None, None, b"")
-        else:
-            builder.add(tail.first + i, tail.tss[i], tail.tags[i], tail.nodes[i], p)
-    data, idx = builder.finish()
+    """A ``.data`` + ``.idx`` pair (SEG-1..SEG-7), encoded column-wise (format/seal.py). A slot
+    removed before sealing is an empty placeholder, dead in the snapshot."""
+    lo, hi = first - tail.first, first - tail.first + count
+    data, idx = build_columns(
+        tail.tid, first, tail.payloads[lo:hi], tail.tss[lo:hi], tail.tags[lo:hi],
+        tail.nodes[lo:hi], dead=tail.dead,
+    )  # fmt: skip
     _remove_stale(b, os.path.join(directory, qseg_name(first)))
     data_path = os.path.join(directory, segfmt.data_name(first))
     for path, content in (
@@ -274,8 +298,10 @@ def write_snapshot(b: FileBackend, n: int, body: dict[str, Any]) -> None:
 
 def _retire(b: FileBackend, n: int, cap: _Capture) -> None:
     for shard in b.shards:
-        # WAL-8: an informational mark of where this checkpoint happened (replay skips it)
-        shard.submit(walfmt.encode_control(walfmt.FrameType.CHECKPOINT, 0, {"snapshot": n}))
+        # WAL-8: an informational mark of where this checkpoint happened (replay skips it);
+        # submitted like every op, under the store lock (WalShard)
+        with b.lock:
+            shard.submit(walfmt.encode_control(walfmt.FrameType.CHECKPOINT, 0, {"snapshot": n}))
         shard.flush(sync=True)
         gen, _ = cap.positions[b.stream_key(shard.shard)]
         shard.retire_before(gen)

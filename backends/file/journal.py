@@ -20,6 +20,7 @@ from typing import Any
 import xxhash
 
 from ..common.engine import EngineTopic
+from ..common.journal import FALLBACK
 from .format import wal as walfmt
 from .format.wal import FrameType
 from .wal import WalShard
@@ -48,6 +49,8 @@ class WalJournal:
         self._ops: dict[int, list[_Effect]] = {}  # shard -> buffered effects of the current op
         self._sync: set[int] = set()  # shards whose part of the op must be synced
         self._shard_of: dict[int, int] = {}  # tid -> shard (hashing on every op is measurable)
+        # tid -> (shard, class) for append_one, which must not look either up the long way
+        self._lean: dict[int, tuple[WalShard, str]] = {}
 
     def shard_of(self, tid: int) -> int:
         shard = self._shard_of.get(tid)
@@ -80,6 +83,26 @@ class WalJournal:
         self._control(t, FrameType.TOPIC_DROP, {})
         self._sync.add(self.shard_of(t.tid))
         self.ceilings.pop(t.tid, None)
+        self._lean.pop(t.tid, None)
+
+    def append_one(self, t: EngineTopic, seq: int, ts: int, payload: bytes) -> object:
+        """The engine's lean single append (no tag, no node) as a complete op, queued on its
+        shard in op order (``WalShard.defer``: framed when placed, WAL-14). Returns the ticket
+        an fsync op waits on (None for the other classes), or FALLBACK when the general path
+        must run (a seq above the reserved ceiling needs a HEAD_RESERVE first, WAL-12)."""
+        if self._ops:
+            return FALLBACK  # never under the engine lock between ops; stay ordered if it were
+        lean = self._lean.get(t.tid)
+        if lean is None:
+            lean = self._lean[t.tid] = (self.shards[self.shard_of(t.tid)], t.config.durability)
+        shard, cls = lean
+        if cls == "fsync":
+            return [(shard, shard.defer(t.tid, ts, True, seq, payload))]
+        if cls != "memory" and seq > self.ceilings.get(t.tid, 0):
+            return FALLBACK  # disk, ephemeral: reserve seqs durably first
+        if cls != "ephemeral":  # ephemeral records are never logged
+            shard.defer(t.tid, ts, False, seq, payload)
+        return None
 
     def appended(
         self,
@@ -174,27 +197,25 @@ class WalJournal:
 
 
 def _encode(effects: list[_Effect]) -> bytes:
-    """Frames of one op in one shard; the last carries BATCH_END (WAL-7)."""
+    """Frames of one op in one shard; the last carries BATCH_END (WAL-7). A run of several
+    records is one APPEND_BATCH frame (WAL-14): no per-record Python work."""
     frames: list[bytes] = []
     n = len(effects)
     for k, e in enumerate(effects):
         last_effect = k == n - 1
         if e[0] == "append":
             _, tid, first_seq, ts, tag, node, payloads, durable = e
-            m = len(payloads)
-            for i, p in enumerate(payloads):
-                frames.append(
-                    walfmt.encode_append(
-                        tid,
-                        first_seq + i,
-                        ts,
-                        tag,
-                        node,
-                        p,
-                        batch_end=last_effect and i == m - 1,
-                        durable=durable,
-                    )
-                )
+            if len(payloads) == 1:
+                frame = walfmt.encode_append(
+                    tid, first_seq, ts, tag, node, payloads[0], batch_end=last_effect,
+                    durable=durable,
+                )  # fmt: skip
+            else:
+                frame = walfmt.encode_append_batch(
+                    tid, first_seq, ts, tag, node, payloads, batch_end=last_effect,
+                    durable=durable,
+                )  # fmt: skip
+            frames.append(frame)
         else:
             _, ftype, tid, body, seq, durable = e
             frames.append(

@@ -195,7 +195,16 @@ class FileBackend(Engine):
         top = max(highest.values(), default=0)
         for shard in range(n):
             self.shards.append(
-                WalShard(self.fs, self.root, shard, n, self.store_id, wopts, first_gen=top + 1)
+                WalShard(
+                    self.fs,
+                    self.root,
+                    shard,
+                    n,
+                    self.store_id,
+                    wopts,
+                    first_gen=top + 1,
+                    outer=self.lock,
+                )
             )
         journal = WalJournal(self.shards, self.fopts.head_reserve)
         journal.ceilings = self.ceilings

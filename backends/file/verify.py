@@ -354,9 +354,15 @@ def _frame_problem(frame: wal.Frame, unknown: bool) -> tuple[str, str, str] | No
         return WARNING, "WAL-8", f"unknown frame type {frame.type}: replay skips it"
     if frame.flags & ~wal.KNOWN_FLAGS:
         return WARNING, "WAL-6", f"reserved flag bits set ({frame.flags:#04x})"
-    if frame.type == wal.FrameType.APPEND:
+    if frame.type == wal.FrameType.APPEND or frame.type == wal.FrameType.APPEND_BATCH:
         if frame.seq < 1:
-            return ERROR, "WAL-3", f"APPEND frame with seq {frame.seq} (seqs start at 1)"
+            name = wal.FrameType(frame.type).name
+            return ERROR, "WAL-3", f"{name} frame with seq {frame.seq} (seqs start at 1)"
+        if frame.type == wal.FrameType.APPEND_BATCH:
+            try:
+                wal.split_append_batch(frame.data, "APPEND_BATCH frame")
+            except FormatCorrupt as exc:
+                return ERROR, exc.rule, exc.detail
         return None
     if frame.flags & (wal.HAS_TAG | wal.HAS_NODE):
         return ERROR, "WAL-6", "control frame with a tag or node"
@@ -368,7 +374,7 @@ def _frame_problem(frame: wal.Frame, unknown: bool) -> tuple[str, str, str] | No
 
 
 def _check_batches(ctx: _Ctx, path: str, result: wal.ScanResult, *, is_last: bool) -> None:
-    """WAL-7: within one batch each topic's APPENDs have consecutive seqs; only the newest
+    """WAL-7: within one batch each topic's records have consecutive seqs; only the newest
     file's log may end inside a batch (replay discards that torn batch)."""
     batches, tail = wal.split_batches(result.frames)
     for batch in batches + ([tail] if tail else []):
@@ -385,15 +391,23 @@ def _check_batches(ctx: _Ctx, path: str, result: wal.ScanResult, *, is_last: boo
 
 
 def _batch_seq_break(batch: list[wal.Frame]) -> wal.Frame | None:
-    """The first APPEND whose seq does not follow its topic's previous APPEND in the batch."""
+    """The first APPEND (or APPEND_BATCH, WAL-14) whose first seq does not follow its topic's
+    previous record in the batch."""
     last: dict[int, int] = {}
     for frame in batch:
-        if frame.type != wal.FrameType.APPEND:
+        if frame.type == wal.FrameType.APPEND:
+            count = 1
+        elif frame.type == wal.FrameType.APPEND_BATCH:
+            try:
+                count = len(wal.split_append_batch(frame.data, "APPEND_BATCH frame"))
+            except FormatCorrupt:
+                continue  # reported by _frame_problem
+        else:
             continue
         prev = last.get(frame.topic_id)
         if prev is not None and frame.seq != prev + 1:
             return frame
-        last[frame.topic_id] = frame.seq
+        last[frame.topic_id] = frame.seq + count - 1
     return None
 
 

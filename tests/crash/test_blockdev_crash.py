@@ -9,18 +9,16 @@ several sectors that persist or tear independently ("512-byte sector granularity
 The checks are tidelog.conformance.crashcheck's (CRASH-7: recovery never raises, acknowledged
 fsync appends and everything before a flush survive byte-identical, the recovered topic equals a
 state the model allows, subscriber hwm within DUR-9's bounds, recovery idempotent, new seqs above
-the recovered head). ``RingCrashRun`` adds one documented relaxation (BDEV-17): a trim (SUB-5)
-is not written to the device by itself, so a crash may bring trimmed records back; when the exact
-comparison fails on a topic whose history trimmed records, the recovered state must instead be an
-allowed state with some trimmed records live again, evicted-by-cap records below the floor, and
-no record ever lost silently.
+the recovered head), with the ring's documented relaxations (tidelog.conformance.ringcrash:
+BDEV-17, subscriber progress and trims are at-least-once; BDEV-16, a crash while overwriting
+live records may lose them visibly) and one more check: no subscriber silently misses a record
+it had not resolved (SUB-7).
 """
 
 from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -28,9 +26,9 @@ import pytest
 import tidelog
 from tidelog.backends.blockdev import open_store
 from tidelog.clock import Clock
-from tidelog.conformance.crashcheck import CrashRun, Op, TopicView, _candidate_view
+from tidelog.conformance.crashcheck import CrashRun, Op
 from tidelog.conformance.crashfs import RecordingFS
-from tidelog.model import ModelStore, TopicModel
+from tidelog.conformance.ringcrash import RingCrashRun
 
 IMAGE = "/ring.img"
 
@@ -55,138 +53,6 @@ def factory(pages: int, page_size: int, **extra: Any) -> Any:
 
 def every_point(run: CrashRun) -> list[int]:
     return list(range(len(run.fs.history) + 1))
-
-
-class RingCrashRun(CrashRun):
-    """CrashRun with the at-least-once relaxation of BDEV-17 for topics whose history trims,
-    and one more check: no subscriber silently misses a record it had not resolved (SUB-7)."""
-
-    relaxed = 0  # states that needed the relaxation (reported)
-
-    def check_state(self, state: RecordingFS) -> None:
-        super().check_state(state)
-        at = state.crash_at if state.crash_at is not None else len(self.fs.history)
-        i = self.acked_by(at)
-        models = [self.model(i)[0]] + ([self.model(i + 1)[0]] if i < len(self.ops) else [])
-        store = self.open_store(state, tidelog.FakeClock(self.model(i)[1].now_ms()))
-        try:
-            for name in store.topics():
-                t = store.topic(name, create=False)
-                for sub in t.subscribers():
-                    _no_silent_skip(t, sub, models, name, state.description)
-        finally:
-            store.close()
-
-    def _compare(
-        self,
-        got: dict[str, TopicView],
-        model_i: ModelStore,
-        model_next: ModelStore | None,
-        clock: Clock,
-        where: str,
-    ) -> None:
-        try:
-            super()._compare(got, model_i, model_next, clock, where)
-            return
-        except AssertionError:
-            models = [m for m in (model_i, model_next) if m is not None]
-            if not any(_trimmed(m, name) for m in models for name in got):
-                raise
-        self.relaxed += 1
-        for name, view in got.items():
-            cands: list[TopicModel] = []
-            for m in models:
-                if name in m.topics:
-                    cands += m.crash_candidates(name)
-            appended = _appended(models, name)
-            reasons = [_at_least_once(view, c, _candidate_view(c, clock), appended) for c in cands]
-            assert any(r is None for r in reasons), (
-                f"BDEV-17: topic {name} recovered as {view}, not an allowed state even with "
-                f"trims undone: {[r for r in reasons if r]}: {where}"
-            )
-
-
-def _no_silent_skip(
-    t: tidelog.Topic, sub: str, models: list[ModelStore], name: str, where: str
-) -> None:
-    """SUB-7, DUR-9, BDEV-17: after recovery, polling delivers every live record above the hwm
-    and a tombstone for every other seq the subscriber had not resolved in the model."""
-    s = t.subscribe(sub)
-    hwm, head = s.hwm, t.state().head_seq
-    got: list[Any] = []
-    while batch := s.poll(100):
-        got += batch
-    seen = {r.seq for r in got if isinstance(r, tidelog.Record)}
-    covered = {
-        q for r in got if isinstance(r, tidelog.Tombstone) for q in range(r.gap_from, r.gap_to + 1)
-    }
-    live = {r.seq for r in t.read(0, 10**9) if isinstance(r, tidelog.Record)}
-    for q in range(hwm + 1, head + 1):
-        if q in seen or q in covered:
-            continue
-        unresolved = all(
-            name in m.topics
-            and sub in m.topics[name].subs
-            and q <= m.topics[name].head
-            and not m.topics[name].resolved(m.topics[name].subs[sub], q)
-            for m in models
-        )
-        assert q not in live or q <= hwm or not unresolved, (
-            f"SUB-4: {name}/{sub} never got live record {q}: {where}"
-        )
-        assert q in live or not unresolved, (
-            f"SUB-7: {name}/{sub} missed seq {q} silently (hwm {hwm}): {where}"
-        )
-
-
-def _trimmed(m: ModelStore, name: str) -> bool:
-    t = m.topics.get(name)
-    return t is not None and any(
-        f == "trimmed" for state in [t, *t.history] for f in state.fate.values()
-    )
-
-
-def _appended(models: Sequence[ModelStore], name: str) -> dict[int, Any]:
-    """Every record the workload appended to the topic's current incarnation, by seq."""
-    out: dict[int, Any] = {}
-    for m in models:
-        t = m.topics.get(name)
-        if t is None:
-            continue
-        for state in [*t.history, t]:
-            if state.incarnation == t.incarnation:
-                out.update(state.records)
-    return out
-
-
-def _at_least_once(
-    got: TopicView, cand: TopicModel, want: TopicView, appended: dict[int, Any]
-) -> str | None:
-    """BDEV-17: ``got`` is ``cand`` with some trimmed records live again (their trim never
-    reached the device), the cap re-applied (RET-1) and nothing lost silently. None if so."""
-    if got.head != want.head:
-        return f"head {got.head} != {want.head}"
-    live = {r.seq: r for r in got.records}
-    for seq, rec in live.items():
-        if appended.get(seq) != rec:
-            return f"seq {seq}: {rec} was never appended"
-        if seq not in cand.records and cand.fate.get(seq) != "trimmed":
-            return f"seq {seq} is live but was {cand.fate.get(seq)} (only trims may be undone)"
-    covered = {q for lo, hi in got.tombstones for q in range(lo, hi + 1)}
-    for q in range(1, got.head + 1):
-        if q in live:
-            continue
-        if q in cand.records or cand.fate.get(q) in ("evicted", "lost"):
-            if q not in covered:
-                return f"seq {q} missing without a tombstone"
-    if (got.count, got.nbytes) != (len(live), sum(len(r.payload) for r in got.records)):
-        return "count/bytes disagree with the records"
-    c = cand.config
-    if (c.cap_records is not None and got.count > c.cap_records) or (
-        c.cap_bytes is not None and got.nbytes > c.cap_bytes
-    ):
-        return "over the cap (RET-1)"
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,34 +125,7 @@ class FullRingCrashRun(RingCrashRun):
     may lose the oldest page's records although the op did not complete. Allowed: an allowed
     state minus some of its oldest records, below a floor that tombstones them."""
 
-    def _compare(
-        self,
-        got: dict[str, TopicView],
-        model_i: ModelStore,
-        model_next: ModelStore | None,
-        clock: Clock,
-        where: str,
-    ) -> None:
-        try:
-            super()._compare(got, model_i, model_next, clock, where)
-            return
-        except AssertionError:
-            pass
-        for name, view in got.items():
-            cands = [c for m in (model_i, model_next) if m and name in m.topics
-                     for c in m.crash_candidates(name)]  # fmt: skip
-            ok = False
-            for c in cands:
-                want = _candidate_view(c, clock)
-                k = len(want.records) - len(view.records)
-                ok = ok or (
-                    view.head == want.head
-                    and k >= 0
-                    and view.records == want.records[k:]
-                    and view.floor == (view.records[0].seq if view.records else view.head + 1)
-                    and view.tombstones == ((1, view.floor - 1),)
-                )
-            assert ok, f"BDEV-16: {name} recovered as {view}, not an allowed state: {where}"
+    ring_full = True
 
 
 @pytest.mark.parametrize("cls", ["fsync", "memory"])
@@ -327,6 +166,79 @@ def test_BDEV_17_subscribers_at_least_once() -> None:
     n = run.check(every_point(run), torn="garbage")
     assert n > 100
     report(f"subscribers, every point ({run.relaxed} needed BDEV-17)", n)
+
+
+def _relaxed_everywhere(ops: list[Op], label: str) -> RingCrashRun:
+    """Every crash point, every sector state, on an 8-page ring of 512-byte pages; some states
+    must have needed a BDEV-17 relaxation (the states of the original failure were reached)."""
+    run = RingCrashRun(factory(8, 512), ops)
+    n = run.check(every_point(run), torn="all")
+    assert run.relaxed > 0
+    report(label, n)
+    return run
+
+
+def test_BDEV_17_progress_newer_than_records_regression() -> None:
+    """BDEV-17, DUR-9, SUB-5 (regression: TIDELOG_SEED=319459973, CRASH-7 workload 1, crash point
+    30). A memory-class topic: ``flush_sub`` writes the subscriber's hwm 4 to the slot while
+    record 4 is still only in the open page. A crash after that slot write recovers records 1..3
+    with the hwm clamped to 3 (DUR-9), so 1..3 are trimmed again (SUB-5): silent, because the
+    subscriber had resolved them before the crash. (The checker used to demand a tombstone.)"""
+    ops: list[Op] = [
+        ("create", "t", {"durability": "memory"}),
+        ("subscribe", "t", "s", "earliest"),
+        ("append_many", "t", [b"a" * 20, b"b" * 20, b"c" * 20]),
+        ("flush",),
+        ("append", "t", b"d" * 10, None),
+        ("commit", "t", "s", 4),
+        ("flush_sub", "t", "s"),
+    ]
+    run = _relaxed_everywhere(ops, "progress newer than records (regression), every point")
+    assert run.results[-2:] == [4, None]
+
+
+def test_BDEV_17_progress_newer_than_records_original_workload() -> None:
+    """The original failing workload (seed 319460074, its first 17 ops: the crash was in the
+    17th, ``flush_sub``), every crash point, every sector state."""
+    ops: list[Op] = [
+        ("create", "t", {"durability": "memory", "cap_records": 5}),
+        ("subscribe", "t", "s", "earliest"),
+        ("advance", 1),
+        ("append_many", "t", [b"m" * 23, b"m" * 9, b"m" * 34]),
+        ("append_many", "t", [b"m" * 49, b"m" * 36, b"m" * 34]),
+        ("flush",),
+        ("append", "t", b"A" * 10, "x"),
+        ("commit", "t", "s", 4),
+        ("append", "t", b"\xcb", "x"),
+        ("append_many", "t", [b"m" * 42, b"m" * 35, b"m" * 63]),
+        ("append", "t", b"\xe2" * 10, None),
+        ("append_many", "t", [b"m" * 66, b"m" * 49, b"m" * 41]),
+        ("append", "t", b"\x19" * 300, "x"),
+        ("commit", "t", "s", 1),
+        ("append", "t", b"\xfb" * 10, None),
+        ("append", "t", b"\x0b" * 100, None),
+        ("flush_sub", "t", "s"),
+    ]
+    _relaxed_everywhere(ops, "original CRASH-7 workload 319460074, every point")
+
+
+def test_BDEV_17_floor_as_new_as_progress_regression() -> None:
+    """BDEV-14, BDEV-17, TMB-3 (regression: found by the stateful power-loss rule, hypothesis
+    seeds 2 and 5). A memory topic with cap_records=1: appending record 2 evicts record 1 (the
+    subscriber's hwm passes it, with a gap), while record 2 is still only in the open page; then
+    Subscriber.flush() writes the slot. A crash after that recovers record 1 from the device with
+    the hwm 1: the slot used to keep the floor of its last sealed moment (1), so record 1 was
+    trimmed silently, though the history had evicted it (a reader lost its tombstone). The floor
+    is now always as new as the progress written next to it: record 1 is below it, tombstoned."""
+    ops: list[Op] = [
+        ("create", "t", {"durability": "memory", "cap_records": 1, "retention": "drop_oldest"}),
+        ("subscribe", "t", "s", "earliest"),
+        ("append", "t", b"a" * 30, None),
+        ("flush",),
+        ("append", "t", b"b" * 30, None),
+        ("flush_sub", "t", "s"),
+    ]
+    _relaxed_everywhere(ops, "floor as new as progress (regression), every point")
 
 
 def test_BDEV_11_drop_and_recreate() -> None:

@@ -11,6 +11,7 @@ import random
 import pytest
 
 from tidelog.backends.file import open_store
+from tidelog.backends.file.format import wal as walfmt
 from tidelog.clock import Clock
 from tidelog.conformance.crashcheck import CrashRun, Op
 from tidelog.conformance.crashfs import RecordingFS
@@ -51,6 +52,55 @@ def test_DUR_2_fsync_appends_every_crash_point_exhaustive() -> None:
     run = CrashRun(open_file_store, ops)
     n = run.check(every_point(run), torn="garbage")
     assert n > 300
+    report("exhaustive", n)
+
+
+def test_TOP_6_WAL_14_torn_batch_frames_at_every_sector() -> None:
+    """TOP-6, WAL-14, DUR-2, CRASH-1: append_many frames spanning several 512-byte sectors, with
+    each sector independently intact, half-written, zeroed or garbage at every crash point:
+    recovery keeps a whole batch or none of it, and every acknowledged batch."""
+    ops: list[Op] = [
+        ("create", "t", {"durability": "fsync"}),
+        ("append_many", "t", [bytes([65 + i]) * 150 for i in range(6)]),  # 950 B, 2-3 sectors
+        ("append", "t", b"between", None),
+        ("append_many", "t", [b"x" * 600, b"", b"y" * 300]),  # straddles 3 sectors
+    ]
+    run = CrashRun(open_file_store, ops)
+    n = run.check(every_point(run), torn="all")
+    assert n > 200
+    report("exhaustive", n)
+
+
+def test_DUR_3_WAL_14_single_appends_merged_into_runs() -> None:
+    """DUR-3, DUR-2, WAL-14, WAL-11: consecutive single appends of a topic sharing a ts are
+    framed as one APPEND_BATCH when placed (one op batch for several ops); torn at every
+    sector at every crash point, recovery still gives a prefix of each topic's history with
+    every flushed or fsync op, never half a run."""
+    ops: list[Op] = [
+        ("create", "d", {"durability": "disk"}),
+        ("create", "f", {"durability": "fsync"}),
+        ("append", "d", b"1" * 300, None),
+        ("append", "d", b"2" * 300, None),
+        ("append", "d", b"3", None),
+        ("append", "f", b"f1", None),  # places d's run first, then syncs both
+        ("advance", 1),
+        ("append", "d", b"4" * 200, None),
+        ("append", "d", b"5", None),
+        ("flush",),
+        ("append", "d", b"6", None),
+        ("append", "d", b"7", None),
+    ]
+    run = CrashRun(open_file_store, ops)
+    wal_dir = f"{ROOT}/wal"
+    image = b"".join(
+        run.fs.open_read(f"{wal_dir}/{name}").pread(1 << 20, 0)
+        for name in run.fs.listdir(wal_dir)
+        if name.endswith(".log")
+    )
+    types = [f.type for f in walfmt.scan(image).frames]
+    assert types.count(walfmt.FrameType.APPEND_BATCH) >= 2  # d's runs were merged
+    n = run.check(every_point(run), torn="garbage")
+    assert n > 100
     report("exhaustive", n)
 
 
@@ -153,7 +203,9 @@ def _random_ops(rng: random.Random, n: int) -> list[Op]:
         elif k < 0.55:
             labels = [None, "x", "y"]
             rows = [(b"r" * rng.randrange(40), rng.choice(labels), rng.choice(labels))]
-            rows += [(b"s", rng.choice(labels), rng.choice(labels)) for _ in range(rng.randrange(3))]
+            rows += [
+                (b"s", rng.choice(labels), rng.choice(labels)) for _ in range(rng.randrange(3))
+            ]
             ops.append(("append_records", topic, rows))
         elif k < 0.62:
             ops.append(("delete", topic, rng.randrange(1, 8)))

@@ -1,5 +1,16 @@
 """The stateful suite against the blockdev backend (spec: TOP/TMB/RET/SUB rules, DUR-1 through real
-close + reopen of an image; CAP-2 exempts DEL-* and QUE-*, and the machine uses one topic).
+close + reopen of an image, and DUR-2/DUR-4/DUR-6/DUR-9 through simulated power loss between two
+ops; CAP-2 exempts DEL-* and QUE-* (the machine reads Store.capabilities: no delete or queue
+rules, one topic, the durability classes the ring offers).
+
+Power loss (``power_loss``): the store is dropped without writing anything (what a killed
+process or a power cut between two ops leaves: every write the ring issued was already synced),
+then the image is reopened. The recovered topic must be a state the crash rules allow
+(tidelog.conformance.ringcrash.allowed_as: exactly a model crash candidate, or one changed only
+as BDEV-17 allows), with subscriber hwms within DUR-9's bounds, no unresolved record skipped
+silently (SUB-7) and producer marks kept with their records (TOP-11); the model then continues
+from that state and every later op is compared exactly again. Torn writes are the crash suite's
+job (tests/crash).
 
 The ring is tiny (6 pages of 512 bytes) so it wraps within a few steps and ring overwrite
 reuses pages all the time. Ring overwrite is the one effect the model cannot predict: which
@@ -13,21 +24,32 @@ with no special case.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import copy
 import os
+import shutil
 import tempfile
 from typing import Any
 
-from hypothesis import event, settings
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from tidelog.api import Store
+from tidelog.conformance.crashcheck import TopicView, check_progress, observe
 from tidelog.conformance.machine import LogMachine
+from tidelog.conformance.ringcrash import allowed_as
+from tidelog.model import ModelStore, SubModel, TopicModel
 
 PAGES = 6
 PAGE_SIZE = 512
 SIZE = 4096 + PAGES * PAGE_SIZE
-_ROOT = tempfile.mkdtemp(prefix="tidelog-stateful-blockdev-")
+# Images on tmpfs where there is one: the machine checks semantics (power loss is simulated by
+# dropping the store), and the many fdatasyncs of fsync topics cost nothing there.
+_SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+_ROOT = tempfile.mkdtemp(prefix="tidelog-stateful-blockdev-", dir=_SHM)
+atexit.register(shutil.rmtree, _ROOT, True)
 
 
 class BlockdevMachine(LogMachine):
@@ -90,6 +112,90 @@ class BlockdevMachine(LogMachine):
             event("reopened a ring that has wrapped")
 
 
+    @precondition(lambda self: self.supports_reopen)
+    @rule()
+    def power_loss(self) -> None:
+        """DUR-2, DUR-4, DUR-6, DUR-9, SUB-7, TOP-11, BDEV-17: the power fails between two ops;
+        the reopened ring holds an allowed state, and the model carries on from it."""
+        old = self.sut
+        old._backend.abandon()  # type: ignore[attr-defined]
+        self.learn_ring(old)
+        self._seen = 0
+        self.sut = self.open_sut()
+        model: ModelStore = self.model._backend  # type: ignore[assignment]
+        got = observe(self.sut)
+        assert set(got) == set(model.topics), (
+            f"DUR-2: topics {sorted(got)} after power loss, {sorted(model.topics)} before"
+        )
+        for name, view in got.items():
+            cand, how = allowed_as(name, view, [model], self.clock)
+            check_progress(name, view, model, None, "power loss")
+            event(f"power loss: recovered {how}")
+            model.adopt(name, self._recovered(model, name, cand, view))
+        self.handles = {
+            n: (self.model.topic(n, create=False), self.sut.topic(n, create=False))
+            for n in self.model.topics()
+        }
+        self.stale = []
+        self.leases = []
+
+    def _recovered(
+        self, model: ModelStore, name: str, cand: TopicModel, view: TopicView
+    ) -> TopicModel:
+        """``cand`` as the ring recovered it: the records and floor ``view`` shows (allowed_as
+        has checked them), the subscribers' progress the ring restored (checked here: DUR-9
+        outcomes are a subset of those before the crash; SUB-7 nothing unresolved is skipped
+        silently), its producer marks (TOP-11: kept with their records, so equal to cand's)."""
+        before = model.topics[name]
+        state = copy.deepcopy(cand)
+        state.history = []
+        live = {r.seq: r for r in view.records}
+        for q in sorted(state.records):
+            if q not in live:  # evicted below the floor, or trimmed again (BDEV-17)
+                del state.records[q]
+                state.fate[q] = "evicted" if q < view.floor else "trimmed"
+        for q, r in live.items():
+            if q not in state.records:  # a trim the ring had not recorded (BDEV-17)
+                state.records[q] = r
+                state.fate.pop(q, None)
+        for q in range(view.floor):
+            if q >= 1 and q not in state.fate:
+                state.fate[q] = "evicted"
+        state.evict_floor = view.floor
+        state.losses = [(lo, hi) for lo, hi in state.losses if hi >= view.floor]
+        t: Any = self.sut._backend.topics[name]  # type: ignore[attr-defined]
+        assert t.producers == state.producers, (
+            f"TOP-11: producer marks {t.producers} recovered with the records of {state.producers}"
+        )
+        assert sorted(t.progress.subs) == sorted(before.subs), "SUB-1: registrations are durable"
+        state.subs = {}
+        for sub, s in t.progress.subs.items():
+            pre = before.subs[sub]
+            # a memory topic may lose the records a subscriber registered after (DUR-4): its
+            # base, like its hwm (DUR-9), is clamped to the recovered head
+            base = min(pre.base, view.head)
+            assert s.base == base, f"{name}/{sub}: base {s.base} != {base}"
+            kept = {q: o for q, o in s.outcomes.items()}
+            assert all(pre.outcomes.get(q) == o or q <= pre.hwm for q, o in kept.items()), (
+                f"DUR-9: {name}/{sub} outcomes {kept} not among {pre.outcomes} (hwm {pre.hwm})"
+            )
+            gap = set(range(s.gap[0], s.gap[1] + 1)) if s.gap else set()
+            for q in range(s.hwm + 1, view.head + 1):
+                unresolved = q <= before.head and not before.resolved(pre, q)
+                assert q in live or q in kept or q in gap or not unresolved, (
+                    f"SUB-7: {name}/{sub} would skip unresolved seq {q} silently"
+                )
+            state.subs[sub] = SubModel(
+                base=s.base,
+                hwm=s.hwm,
+                cursor=s.cursor,
+                outcomes=kept,
+                gap=s.gap,
+                flushed_hwm=s.hwm,
+            )
+        return state
+
+
 BlockdevMachine.TestCase.settings = settings(
     BlockdevMachine.TestCase.settings,
     max_examples=int(os.environ.get("TIDELOG_STATEFUL_EXAMPLES", "1000")) // 4,
@@ -97,3 +203,22 @@ BlockdevMachine.TestCase.settings = settings(
     deadline=None,
 )
 TestBlockdevVsModel = BlockdevMachine.TestCase
+
+
+@given(data=st.data())
+@settings(max_examples=50, deadline=None)
+def test_CAP_2_the_machine_reads_the_ring_capabilities(data: st.DataObject) -> None:
+    """CAP-1, CAP-2: the machine takes its rules from Store.capabilities: one topic (the ring's
+    binding, t0), only the classes the ring offers, no queue configuration; its delete and queue
+    rules are off (their preconditions read the same flags)."""
+    from tidelog.backends.blockdev import CAPABILITIES
+    from tidelog.conformance.machine import topic_configs
+
+    m = BlockdevMachine()
+    try:
+        assert m.caps == CAPABILITIES and m.topic_names == ("t0",)
+        assert not (m.caps.deletes or m.caps.queue or m.caps.multi_topic)
+        cfg = data.draw(topic_configs(m.caps, "t0"))
+        assert cfg["durability"] in ("memory", "fsync") and "max_deliveries" not in cfg
+    finally:
+        m.teardown()

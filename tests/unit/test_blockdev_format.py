@@ -270,6 +270,37 @@ def test_BDEV_11_new_image_is_created_atomically(tmp_path: Path) -> None:
         assert [r.payload for r in store.topic("t").read()] == [b"one", b"two", b"three"]
 
 
+def test_BDEV_11_BDEV_12_uri_creates_an_image(tmp_path: Path) -> None:
+    """BDEV-11, BDEV-12, URI-1: the issue's URI creates a sparse 64 MiB image holding
+    (64 MiB - 4 KiB) // 4 KiB = 16383 pages, rounded to even; only the metadata slot is written;
+    the default topic binding is "default"; reopening needs no size."""
+    path = tmp_path / "img"
+    with tidelog.open(f"blockdev://{path}?size=64MiB&page_size=4096") as store:
+        facts = store.describe()
+        assert (facts["page_count"], facts["page_size"], facts["device"]) == (16382, 4096, "image")
+        assert facts["topic_binding"] == "default" and facts["formatted"] is True
+        assert facts["io"]["device_bytes_written"] == SLOT_BYTES  # type: ignore[index]
+    assert path.stat().st_size == 64 << 20
+    with tidelog.open(f"blockdev://{path}") as store:
+        assert store.describe()["formatted"] is False
+        assert store.topic("default").append(b"x") == 1
+
+
+def test_BDEV_3_BDEV_11_wrong_magic_is_refused_untouched(tmp_path: Path) -> None:
+    """BDEV-3, BDEV-11: a ring whose metadata magic is wrong in both slots (another format, or a
+    damaged block) is Corrupt naming the magic, and is left byte-identical."""
+    path = tmp_path / "r.img"
+    make_ring(path)
+    data = bytearray(path.read_bytes())
+    for off in (0, SLOT_BYTES):
+        if data[off : off + 8] == b"TDLRING1":
+            data[off : off + 8] = b"TDLRING9"
+    path.write_bytes(bytes(data))
+    with pytest.raises(Corrupt, match=r"bad magic b'TDLRING9'.*format=true"):
+        tidelog.open(ring_uri(path))
+    assert path.read_bytes() == bytes(data)
+
+
 @pytest.mark.parametrize("content", ["random", "text"])
 def test_BDEV_11_foreign_data_is_never_overwritten(tmp_path: Path, content: str) -> None:
     """BDEV-11: a file that is not a ring is Corrupt with a hint, and stays byte-identical;
@@ -349,8 +380,10 @@ def test_BDEV_12_truncated_ring_is_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "r.img"
     make_ring(path)
     os.truncate(path, 4096 + 4 * 512)
+    before = path.read_bytes()
     with pytest.raises(Corrupt, match="truncated"):
         tidelog.open(ring_uri(path))
+    assert path.read_bytes() == before
 
 
 def test_BDEV_3_newer_version_is_refused_untouched(tmp_path: Path) -> None:
@@ -446,3 +479,40 @@ def test_BDEV_3_BDEV_7_golden_examples_in_the_spec() -> None:
                    carried=False), encode_record(0, None, None, b"x", False)):  # fmt: skip
         assert golden.hex() in inline
     assert slot[-4:].hex() in text
+
+
+def test_BDEV_4_BDEV_18_worst_case_metadata_fits_the_slot() -> None:
+    """BDEV-4, BDEV-18, BDEV-19: the longest topic name, every config field at its widest,
+    MAX_SUBSCRIBERS subscribers with 64-character names, 20-digit seqs and gaps, and the write
+    counters at u64 max still fit one slot; outcomes and trimmed ranges that do not fit are left
+    out (largest first), never the progress itself."""
+    from tidelog.backends.blockdev.format import SLOT_BODY_MAX, dumps_body
+    from tidelog.backends.blockdev.meta import IO_RESERVE, MAX_SUBSCRIBERS, build_body
+    from tidelog.backends.common.engine import EngineTopic
+    from tidelog.config import TopicConfig
+
+    big = 2**64 - 1
+    name = "t" * 200
+    config = TopicConfig(
+        durability="memory", cap_records=big, cap_bytes=big, ttl_ms=big, discard="reject",
+        retention="drop_oldest", trim="acked", lease_ms=big, max_deliveries=None,
+        dead_letter=None, backpressure_wait_ms=big,
+    )  # fmt: skip
+    t = EngineTopic(name, config, big)
+    for i in range(MAX_SUBSCRIBERS):
+        s = t.progress.add(f"{i}" + "s" * 63, big - 10**6)
+        s.hwm, s.gap = big - 10**6, (big - 10, big - 1)
+        s.outcomes = {big - 10**6 + 2 * k: "acked" for k in range(1, 30 + 10 * i)}
+    facts = {"head": big, "floor": big, "last_ts": big,
+             "trimmed": [[big - 100 * k, big - 100 * k + 50] for k in range(40)]}  # fmt: skip
+    body = build_body(name, big, t, facts, big)
+    full = dumps_body({**body, "io": [big] * 7})
+    assert len(full) <= SLOT_BODY_MAX and len(dumps_body(body)) + IO_RESERVE <= SLOT_BODY_MAX
+    assert len(body["subs"]) == MAX_SUBSCRIBERS
+    assert all(s["hwm"] == big - 10**6 and s["gap"] for s in body["subs"].values())
+    assert body["state"]["trimmed"] == []  # left out last, after every subscriber's outcomes
+    assert not any("acked" in s for s in body["subs"].values())
+    few = {k: v for k, v in list(t.progress.subs.items())[:1]}
+    t.progress.subs = few
+    kept = build_body(name, big, t, {**facts, "trimmed": facts["trimmed"][:5]}, big)
+    assert len(kept["state"]["trimmed"]) == 5 and all("acked" in s for s in kept["subs"].values())

@@ -4,17 +4,22 @@ sealing and dropping, recovery of a torn WAL tail, and option validation."""
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import xxhash
 
 import tidelog
 from tidelog import FakeClock
-from tidelog.backends.file import FileBackend
+from tidelog.backends.file import FileBackend, open_store
+from tidelog.backends.file.format import wal as walfmt
+from tidelog.fsio import OsFS
 
 
 def backend(store: tidelog.Store) -> FileBackend:
@@ -85,6 +90,102 @@ def test_group_commit_shares_fdatasyncs_between_writers(tmp_path: Path) -> None:
         assert syncs < n_threads * each, f"{syncs} fdatasyncs for {n_threads * each} appends"
 
 
+class _GatedHandle:
+    """A file handle whose fdatasync waits for a permit once the gate is armed."""
+
+    def __init__(self, inner: Any, gate: _Gate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def fdatasync(self) -> None:
+        self._gate.wait()
+        self._inner.fdatasync()
+
+
+class _Gate:
+    def __init__(self) -> None:
+        self.armed = False
+        self.entered = threading.Semaphore(0)  # one release per fdatasync that started waiting
+        self.permits = threading.Semaphore(0)
+
+    def wait(self) -> None:
+        if self.armed:
+            self.entered.release()
+            assert self.permits.acquire(timeout=30), "test gate never opened"
+
+
+class _GatedFS(OsFS):
+    def __init__(self, gate: _Gate) -> None:
+        self.gate = gate
+
+    def open(self, path: str, *, create: bool = True) -> Any:
+        return _GatedHandle(super().open(path, create=create), self.gate)
+
+
+def test_WAL_13_a_record_is_readable_once_its_own_op_is_durable(tmp_path: Path) -> None:
+    """WAL-13, DUR-2, WAL-11: when an fsync op becomes durable it publishes its own records,
+    never those of a later op another thread placed meanwhile that no fdatasync covers yet
+    (regression: it published up to the head)."""
+    gate = _Gate()
+    store = open_store(_GatedFS(gate), str(tmp_path / "s"), background=False, prealloc="none")
+    t = store.topic("t", durability="fsync")
+    t.append(b"a")
+    gate.armed = True
+    first = threading.Thread(target=t.append, args=(b"b",))
+    first.start()
+    assert gate.entered.acquire(timeout=30)  # b's leader is inside its fdatasync
+    second = threading.Thread(target=t.append, args=(b"c",))
+    second.start()
+    deadline = time.monotonic() + 30
+    while backend(store).shards[0].ops < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)  # c is queued behind b's sync
+    gate.permits.release()  # b's fdatasync completes; c's leader starts its own and waits
+    first.join(timeout=30)
+    assert gate.entered.acquire(timeout=30)
+    assert t.state().head_seq == 2  # c is placed, maybe written, but not durable
+    assert [r.payload for r in t.read()] == [b"a", b"b"]  # type: ignore[union-attr]
+    gate.permits.release()
+    second.join(timeout=30)
+    assert [r.payload for r in t.read()] == [b"a", b"b", b"c"]  # type: ignore[union-attr]
+    gate.armed = False
+    store.close()
+
+
+def test_WAL_11_ops_queued_during_a_sync_share_the_next_one(tmp_path: Path) -> None:
+    """WAL-11 group commit: while a leader's fdatasync runs, later fsync ops queue; when it
+    ends, one of them leads a single write + fdatasync for all of them (its waiters are woken
+    one by one, not all at once to race for the lead)."""
+    gate = _Gate()
+    store = open_store(_GatedFS(gate), str(tmp_path / "s"), background=False, prealloc="none")
+    t = store.topic("t", durability="fsync")
+    t.append(b"warm")
+    shard = backend(store).shards[0]
+    gate.armed = True
+    syncs = shard.stats["fdatasyncs"]
+    first = threading.Thread(target=t.append, args=(b"lead",))
+    first.start()
+    assert gate.entered.acquire(timeout=30)  # the leader is inside its fdatasync
+    queued = [threading.Thread(target=t.append, args=(bytes([i]),)) for i in range(5)]
+    for th in queued:
+        th.start()
+    deadline = time.monotonic() + 30
+    while len(shard._waiters) < 5 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(shard._waiters) == 5  # queued behind the running sync
+    gate.permits.release()  # the leader's sync ends; one queued op leads the next
+    assert gate.entered.acquire(timeout=30)
+    gate.permits.release()
+    for th in [first, *queued]:
+        th.join(timeout=30)
+    assert shard.stats["fdatasyncs"] - syncs == 2
+    assert t.state().head_seq == 7
+    gate.armed = False
+    store.close()
+
+
 def test_disk_class_is_written_by_the_committer(tmp_path: Path) -> None:
     """DUR-3, WAL-11, WAL-12: a disk append returns before any fdatasync (only the first one
     waits, for its durable seq reservation); the committer writes and syncs it within
@@ -93,13 +194,13 @@ def test_disk_class_is_written_by_the_committer(tmp_path: Path) -> None:
         t = store.topic("t", durability="disk", trim="none")
         shard = backend(store).shards[0]
         t.append(b"first")  # the first append makes a durable head reservation
-        synced = shard.synced
+        synced = shard.ops_synced
         t.append(b"second")
-        assert shard.synced == synced  # acknowledged without waiting
+        assert shard.ops_synced == synced < shard.ops  # acknowledged without waiting
         deadline = time.monotonic() + 5
-        while shard.synced < shard.submitted and time.monotonic() < deadline:
+        while shard.ops_synced < shard.ops and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert shard.synced == shard.submitted
+        assert shard.ops_synced == shard.ops and shard.synced == shard.submitted
 
 
 def test_segments_are_sealed_and_dropped_whole(tmp_path: Path) -> None:
@@ -152,6 +253,52 @@ def test_WAL_5_torn_tail_is_truncated_and_reported(tmp_path: Path) -> None:
         assert [r.payload for r in t.read()] == [b"kept-1", b"kept-2"]  # type: ignore[union-attr]
         assert any("torn tail" in w for w in backend(store).warnings)
         assert t.append(b"next") == 3
+
+
+def test_WAL_14_append_many_is_one_batch_frame_and_replays(tmp_path: Path) -> None:
+    """WAL-14, TOP-6, DUR-2: append_many writes one APPEND_BATCH frame; after a crash replay
+    gives back every record with its seq, ts and labels (append_records runs keep their own),
+    and single appends between them too."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?background=false&prealloc=none"
+    store = tidelog.open(uri)
+    t = store.topic("t", durability="fsync")
+    t.append(b"single")
+    t.append_many([b"a", b"", b"c" * 5000], tag="x")
+    t.append_records([(b"r1", None, "n"), (b"r2", None, "n"), (b"r3", "y", None)])
+    t.append(b"s2")
+    t.append(b"s3")
+    want = [(r.seq, r.ts, r.tag, r.node, r.payload) for r in t.read()]  # type: ignore[union-attr]
+    image = next(root.glob("wal/wal-*.log")).read_bytes()
+    types = [f.type for f in walfmt.scan(image).frames if f.type in (1, 16)]
+    assert types == [1, 16, 16, 1, 1, 1]  # the r1/r2 run is one frame, r3 its own APPEND
+    backend(store).abandon()
+    with tidelog.open(uri) as store:
+        t = store.topic("t")
+        got = [(r.seq, r.ts, r.tag, r.node, r.payload) for r in t.read()]  # type: ignore[union-attr]
+        assert got == want and len(got) == 9
+        assert store.topic("t").append(b"next") == 10
+
+
+def test_WAL_14_a_batch_frame_with_bad_lengths_stops_recovery(tmp_path: Path) -> None:
+    """WAL-14: a checksum-valid APPEND_BATCH whose lengths disagree with its data is a writer
+    bug, not a torn tail: opening the store refuses (Corrupt) instead of dropping records."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?background=false&prealloc=none"
+    store = tidelog.open(uri)
+    store.topic("t").append(b"kept")
+    tid = 1
+    b = backend(store)
+    b.abandon()
+    data = struct.pack("<III", 2, 1, 9) + b"ab"
+    body = struct.pack("<BBQQQHHI", 16, 0x08, tid, 2, 0, 0, 0, len(data)) + data
+    digest = struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
+    frame = struct.pack("<I", len(body) + 8) + body + digest
+    wal = next(root.glob("wal/wal-*.log"))
+    with wal.open("ab") as f:
+        f.write(frame)
+    with pytest.raises(tidelog.Corrupt, match="WAL-14"):
+        tidelog.open(uri)
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,7 @@ def test_json_bodies_are_compact_and_canonical() -> None:
 
 GOLDEN_WAL_HEADER = (
     "54444c57414c3031"  # magic "TDLWAL01"
-    "01000000"  # version 1
+    "02000000"  # version 2 (may hold APPEND_BATCH frames, WAL-14)
     "40000000"  # header_size 64
     "0100000000000000"  # gen 1
     "00000000"  # shard 0
@@ -103,8 +103,10 @@ GOLDEN_WAL_HEADER = (
     "0068e5cf8b010000"  # created_ms 1_700_000_000_000 = 0x018bcfe56800
     "000102030405060708090a0b0c0d0e0f"  # store_id
     "00000000"  # reserved
-    "33ac3b40"  # crc32c of bytes [0, 60)
+    "3cc764a9"  # crc32c of bytes [0, 60)
 )
+# The same header as written before WAL-14 (version 1): still read.
+GOLDEN_WAL_HEADER_V1 = GOLDEN_WAL_HEADER[:16] + "01000000" + GOLDEN_WAL_HEADER[24:-8] + "33ac3b40"
 
 
 def test_wal_header_golden_bytes() -> None:
@@ -113,6 +115,14 @@ def test_wal_header_golden_bytes() -> None:
     assert got.hex() == GOLDEN_WAL_HEADER
     assert len(got) == wal.HEADER_SIZE == 64
     assert struct.unpack_from("<I", got, 60)[0] == crc32c.crc32c(got[:60])
+
+
+def test_wal_header_version_1_still_reads() -> None:
+    """WAL-1, WAL-14: files written before APPEND_BATCH (version 1) decode; the writer writes 2."""
+    old = bytes.fromhex(GOLDEN_WAL_HEADER_V1)
+    assert struct.unpack_from("<I", old, 60)[0] == crc32c.crc32c(old[:60])
+    assert wal.decode_header(old) == wal.WalHeader(1, 0, 1, TS, STORE_ID, 1, 64)
+    assert wal.decode_header(bytes.fromhex(GOLDEN_WAL_HEADER)).version == wal.VERSION == 2
 
 
 @given(
@@ -128,7 +138,7 @@ def test_wal_header_round_trip(
     """WAL-1: every header field survives encode/decode."""
     shard = data.draw(st.integers(0, count - 1))
     got = wal.decode_header(wal.encode_header(gen, shard, count, created, sid))
-    assert got == wal.WalHeader(gen, shard, count, created, sid, 1, 64)
+    assert got == wal.WalHeader(gen, shard, count, created, sid, wal.VERSION, 64)
 
 
 @pytest.mark.parametrize(
@@ -137,7 +147,7 @@ def test_wal_header_round_trip(
         pytest.param(lambda b: b[:63], id="short"),
         pytest.param(lambda b: b"", id="empty"),
         pytest.param(lambda b: b"XDLWAL01" + b[8:], id="bad-magic"),
-        pytest.param(lambda b: b[:8] + struct.pack("<I", 2) + b[12:], id="bad-version"),
+        pytest.param(lambda b: b[:8] + struct.pack("<I", 3) + b[12:], id="bad-version"),
         pytest.param(lambda b: b[:8] + struct.pack("<I", 0) + b[12:], id="version-0"),
         pytest.param(lambda b: b[:12] + struct.pack("<I", 128) + b[16:], id="bad-header-size"),
         pytest.param(lambda b: flip(b, 40), id="bad-crc"),
@@ -226,6 +236,16 @@ def reference_frame(
     )
 
 
+def reference_flags(tag: str | None, node: str | None, batch_end: bool, durable: bool) -> int:
+    """WAL-6 flags of a record frame, bit by bit."""
+    return (
+        (wal.HAS_TAG if tag is not None else 0)
+        | (wal.HAS_NODE if node is not None else 0)
+        | (wal.DURABLE if durable else 0)
+        | (wal.BATCH_END if batch_end else 0)
+    )
+
+
 @given(
     tid=st.integers(0, 2**64 - 1),
     seq=st.integers(1, 2**64 - 1),
@@ -250,12 +270,7 @@ def test_wal_append_round_trip(
     frame = wal.encode_append(
         tid, seq, ts, tag, node, payload, batch_end=batch_end, durable=durable
     )
-    flags = (
-        (wal.HAS_TAG if tag is not None else 0)
-        | (wal.HAS_NODE if node is not None else 0)
-        | (wal.DURABLE if durable else 0)
-        | (wal.BATCH_END if batch_end else 0)
-    )
+    flags = reference_flags(tag, node, batch_end, durable)
     nb = (node or "").encode()
     tb = (tag or "").encode()
     assert frame == reference_frame(1, flags, tid, seq, ts, nb, tb, payload)
@@ -333,10 +348,157 @@ def test_wal_control_rejects_append_type_and_body_of_append() -> None:
     with pytest.raises(BadArgument):
         wal.encode_control(wal.FrameType.APPEND, 1, {})
     with pytest.raises(BadArgument):
+        wal.encode_control(wal.FrameType.APPEND_BATCH, 1, {})
+    with pytest.raises(BadArgument):
         wal.encode_control(300, 1, {})
     frame = wal.encode_append(1, 1, 0, None, None, b"{}", batch_end=True, durable=False)
     with pytest.raises(TypeError):
         wal.scan(frame, 0).frames[0].body  # noqa: B018
+
+
+# --- WAL: APPEND_BATCH (WAL-14) -------------------------------------------------------------------
+
+GOLDEN_APPEND_BATCH = (
+    "3f000000"  # frame_len 63 = 42 + node 0 + tag 0 + data 21
+    "10"  # type APPEND_BATCH
+    "0c"  # flags DURABLE | BATCH_END
+    "0100000000000000"  # topic_id 1
+    "0500000000000000"  # seq 5: the first record's (records 5, 6, 7)
+    "7b68e5cf8b010000"  # ts 1_700_000_000_123, every record's
+    "0000"  # node_len 0
+    "0000"  # tag_len 0
+    "15000000"  # data_len 21 = 4 + 3 * 4 + 5
+    "03000000"  # count 3
+    "02000000"  # len 2
+    "00000000"  # len 0
+    "03000000"  # len 3
+    "6869"  # "hi"
+    "616263"  # "abc"
+    "329f447ba5e56901"  # xxh3-64 of bytes [4, 59)
+)
+
+
+def reference_batch_data(payloads: list[bytes]) -> bytes:
+    """WAL-14's data, written out the obvious way."""
+    lengths = b"".join(struct.pack("<I", len(p)) for p in payloads)
+    return struct.pack("<I", len(payloads)) + lengths + b"".join(payloads)
+
+
+def test_wal_append_batch_golden_bytes() -> None:
+    """WAL-14: count, u32 lengths, payloads back to back, one checksum over the frame."""
+    got = wal.encode_append_batch(
+        1, 5, TS + 123, None, None, [b"hi", b"", b"abc"], batch_end=True, durable=True
+    )
+    assert got.hex() == GOLDEN_APPEND_BATCH
+    data = reference_batch_data([b"hi", b"", b"abc"])
+    assert got == reference_frame(16, wal.DURABLE | wal.BATCH_END, 1, 5, TS + 123, b"", b"", data)
+
+
+@given(
+    tid=st.integers(0, 2**64 - 1),
+    seq=st.integers(1, 2**63),
+    ts=st.integers(0, 2**64 - 1),
+    tag=texts,
+    node=texts,
+    records=st.lists(payloads, min_size=1, max_size=20),
+    batch_end=st.booleans(),
+    durable=st.booleans(),
+)
+def test_wal_append_batch_round_trip(
+    tid: int,
+    seq: int,
+    ts: int,
+    tag: str | None,
+    node: str | None,
+    records: list[bytes],
+    batch_end: bool,
+    durable: bool,
+) -> None:
+    """WAL-14, WAL-6: one frame per run, equal to the reference encoding; scanning and splitting
+    give back every payload with the run's seq, ts and labels."""
+    frame = wal.encode_append_batch(
+        tid, seq, ts, tag, node, records, batch_end=batch_end, durable=durable
+    )
+    flags = reference_flags(tag, node, batch_end, durable)
+    nb, tb = (node or "").encode(), (tag or "").encode()
+    data = reference_batch_data(records)
+    assert frame == reference_frame(16, flags, tid, seq, ts, nb, tb, data)
+    result = wal.scan(frame, 0)
+    assert result.status == "clean" and result.end == len(frame)
+    (got,) = result.frames
+    assert (got.type, got.topic_id, got.seq, got.ts, got.tag, got.node) == (
+        wal.FrameType.APPEND_BATCH,
+        tid,
+        seq,
+        ts,
+        tag,
+        node,
+    )
+    assert (got.batch_end, got.durable) == (batch_end, durable)
+    assert wal.split_append_batch(got.data, "x") == records
+
+
+@given(
+    records=st.lists(st.binary(max_size=40), min_size=1, max_size=30), limit=st.integers(48, 200)
+)
+def test_wal_append_batch_splits_runs_over_the_limit(records: list[bytes], limit: int) -> None:
+    """WAL-14: a run whose data would exceed a u32 frame is several APPEND_BATCH frames with
+    consecutive seqs, every data within the limit, BATCH_END only on the last (WAL-7)."""
+    image = wal.encode_append_batch(
+        3, 10, 7, "t", None, records, batch_end=True, durable=False, limit=limit
+    )
+    frames = wal.scan(image, 0).frames
+    got = [p for f in frames for p in wal.split_append_batch(f.data, "x")]
+    assert got == records
+    seq = 10
+    for f in frames:
+        assert f.seq == seq and len(f.data) <= limit and f.tag == "t"
+        seq += len(wal.split_append_batch(f.data, "x"))
+    assert [f.batch_end for f in frames] == [False] * (len(frames) - 1) + [True]
+    assert len(frames) == 1 or 4 + 4 * len(records) + sum(map(len, records)) > limit
+
+
+def test_wal_append_batch_refuses_what_no_frame_can_hold() -> None:
+    """WAL-14: an empty run, or one record larger than a frame, is a clear error."""
+    with pytest.raises(BadArgument):
+        wal.encode_append_batch(1, 1, 0, None, None, [], batch_end=True, durable=False)
+    with pytest.raises(BadArgument, match="does not fit"):
+        wal.encode_append_batch(
+            1, 1, 0, None, None, [b"x" * 100, b"y"], batch_end=True, durable=False, limit=60
+        )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(struct.pack("<I", 0) + b"xxxx", id="count-0"),
+        pytest.param(struct.pack("<II", 5, 1) + b"x", id="count-overruns"),
+        pytest.param(struct.pack("<III", 2, 1, 1) + b"x", id="lengths-short"),
+        pytest.param(struct.pack("<III", 2, 1, 1) + b"xyz", id="lengths-long"),
+    ],
+)
+def test_wal_append_batch_bad_lengths_are_corrupt(data: bytes) -> None:
+    """WAL-14: a checksum-valid APPEND_BATCH whose count or lengths disagree with data_len is a
+    writer bug: Corrupt naming WAL-14, never a silently shortened run."""
+    frame = reference_frame(16, wal.BATCH_END, 1, 1, 0, b"", b"", data)
+    (got,) = wal.scan(frame, 0).frames
+    with pytest.raises(FormatCorrupt) as exc:
+        wal.split_append_batch(got.data, "frame")
+    assert exc.value.rule == "WAL-14"
+
+
+def test_wal_append_batch_torn_anywhere_is_never_returned() -> None:
+    """WAL-5, WAL-14: cutting a batch frame at any byte or flipping any bit of it leaves no
+    frame: the whole run is gone, never part of it (TOP-6)."""
+    frame = wal.encode_append_batch(
+        1, 1, TS, None, None, [bytes([i]) * 37 for i in range(9)], batch_end=True, durable=True
+    )
+    image = wal_image([frame], pad=0)
+    for cut in range(wal.HEADER_SIZE, len(image)):
+        assert wal.scan(image[:cut] + bytes(len(image) - cut)).frames == []
+    for at in range(wal.HEADER_SIZE, len(image), 7):
+        assert wal.scan(flip(image, at)).frames == []
 
 
 def test_wal_control_body_not_json_is_corrupt() -> None:
@@ -564,6 +726,38 @@ def test_scan_bit_flip_excludes_that_frame_and_everything_after(
     result = wal.scan(flip(image, at, bit))
     assert result.frames == wal.scan(image).frames[:k]
     assert result.end == offsets[k]
+
+
+def frame_by_frame(buf: bytes, start: int = wal.HEADER_SIZE) -> wal.ScanResult:
+    """What scan must return, from the plain one-frame-at-a-time scanner."""
+    scanner = wal.WalScanner(buf, start)
+    frames = list(scanner)
+    return wal.ScanResult(frames, scanner.end, scanner.status, scanner.detail, scanner.unknown)
+
+
+@settings(max_examples=300)
+@given(specs=frame_specs, data=st.data())
+def test_scan_inlined_run_agrees_with_frame_by_frame_scanning(
+    specs: list[tuple[int, str | None, str | None, bytes, bool]], data: st.DataObject
+) -> None:
+    """WAL-4, WAL-5, WAL-8: scan's inlined loop for unlabelled frames (replay's hot path) gives
+    exactly what the frame-by-frame scanner gives, on intact, cut, flipped and garbage-tailed
+    images mixing labelled, unlabelled, batch and unknown-type frames."""
+    image, offsets = build_image(specs)
+    extra = [
+        wal.encode_append_batch(5, 9, TS, None, None, [b"a", b"b"], batch_end=True, durable=False),
+        reference_frame(99, wal.BATCH_END, 5, 0, 0, b"", b"", b"future"),
+    ]
+    image = image[: offsets[-1]] + b"".join(extra) + bytes(64)
+    variant = data.draw(st.sampled_from(["intact", "cut", "flip", "garbage"]))
+    if variant == "cut":
+        image = image[: data.draw(st.integers(64, len(image)))]
+    elif variant == "flip":
+        at, bit = data.draw(st.integers(64, len(image) - 1)), data.draw(st.integers(0, 7))
+        image = flip(image, at, bit)
+    elif variant == "garbage":
+        image = image[: len(image) - 64] + data.draw(st.binary(min_size=1, max_size=64))
+    assert wal.scan(image) == frame_by_frame(image)
 
 
 # --- segments -------------------------------------------------------------------------------------
@@ -1306,9 +1500,10 @@ def test_every_format_rule_is_cited_by_a_test() -> None:
 
 
 def test_golden_examples_in_formats_md_match() -> None:
-    """WAL-1, WAL-3, SNAP-1: the worked examples printed in FORMATS.md are the golden bytes."""
+    """WAL-1, WAL-3, WAL-14, SNAP-1: the worked examples printed in FORMATS.md are the golden
+    bytes."""
     text = (REPO / "spec" / "FORMATS.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```\n([0-9a-f \n]+)```", text)
     flat = {"".join(b.split()) for b in blocks}
-    assert {GOLDEN_WAL_HEADER, GOLDEN_APPEND, GOLDEN_SNAPSHOT} <= flat
+    assert {GOLDEN_WAL_HEADER, GOLDEN_APPEND, GOLDEN_APPEND_BATCH, GOLDEN_SNAPSHOT} <= flat
     assert json.loads(bytes.fromhex(GOLDEN_SNAPSHOT)[32:-8]) == {"version": 1}

@@ -45,6 +45,13 @@ WAIT = 30.0
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
+def store_uri(path: Path, **options: object) -> str:
+    """A file:// store with a small WAL file (the 64 MiB default is preallocated: dozens of
+    receivers would fill a CI disk)."""
+    query = "&".join(f"{k}={v}" for k, v in {"wal_file_bytes": "1MiB", **options}.items())
+    return f"file://{path}?{query}"
+
+
 def conf(port: int, **keys: object) -> str:
     base: dict[str, object] = {
         "addr": f"127.0.0.1:{port}",
@@ -58,7 +65,7 @@ def conf(port: int, **keys: object) -> str:
 
 @pytest.fixture
 def rx(tmp_path: Path) -> Iterator[Receiver]:
-    receiver = Receiver.open(f"file://{tmp_path / 'rx'}", "events", flush_interval_ms=5).start()
+    receiver = Receiver.open(store_uri(tmp_path / "rx"), "events", flush_interval_ms=5).start()
     yield receiver
     receiver.stop()
 
@@ -100,7 +107,8 @@ class Scripted:
         self._thread.join(WAIT)
 
     def _run(self) -> None:
-        self._loop.run_until_complete(self._main())
+        with asyncio.Runner(loop_factory=lambda: self._loop) as runner:
+            runner.run(self._main())
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
@@ -338,7 +346,7 @@ def test_FWD_5_FWD_18_slot_drains_in_order(rx: Receiver, tmp_path: Path, durable
         slot = fwd.source.slot  # type: ignore[attr-defined]
     assert slot.closed
     rx.stop()
-    got = stored(f"file://{tmp_path / 'rx'}")
+    got = stored(store_uri(tmp_path / "rx"))
     assert got == [("edge", i, b"m%d" % i) for i in range(300)]
     with Slot.open(str(tmp_path / "sf"), "edge", max_bytes=1024) as s:
         assert s.acked_fsn == 299 and len(s.segment_names()) == 1  # trimmed, active kept
@@ -382,13 +390,59 @@ def test_FWD_18_receiver_answers_ok_then_durable(rx: Receiver) -> None:
     asyncio.run(go())
 
 
+def test_FWD_18_durable_ack_only_after_the_flush(tmp_path: Path) -> None:
+    """FWD-18: OKs come after the append, but no durable ack covers a frame before
+    ``Store.flush()`` returned: with the flush held, none arrives at all (a sentinel frame's OK
+    proves everything the receiver sent for earlier frames arrived); released, one does."""
+    from websockets.asyncio.client import connect
+
+    store = tidelog.open(store_uri(tmp_path / "rx"))
+    gate = threading.Event()
+    real_flush = store.flush
+
+    def held_flush() -> None:
+        gate.wait(WAIT)
+        real_flush()
+
+    store.flush = held_flush  # type: ignore[method-assign]
+    r = Receiver(store, "events", flush_interval_ms=1, owns_store=True).start()
+
+    async def go() -> list[wire.Response]:
+        headers = {wire.H_CLIENT_ID: "c", wire.H_FSN_AT_ZERO: "0",
+                   wire.H_REQUEST_DURABLE_ACK: "true"}  # fmt: skip
+        got: list[wire.Response] = []
+
+        async def until(pred: Callable[[wire.Response], bool]) -> None:
+            while not got or not pred(got[-1]):
+                got.append(wire.decode(await asyncio.wait_for(ws.recv(), WAIT)))
+
+        async with connect(f"ws://127.0.0.1:{r.port}/write/v4", additional_headers=headers,
+                           proxy=None) as ws:  # fmt: skip
+            for i in range(20):
+                await ws.send(b"f%d" % i)
+            await until(lambda m: isinstance(m, wire.Ok) and m.sequence == 19)
+            await ws.send(b"sentinel")
+            await until(lambda m: isinstance(m, wire.Ok) and m.sequence == 20)
+            assert not [m for m in got if isinstance(m, wire.DurableAck)], got
+            gate.set()
+            await until(lambda m: isinstance(m, wire.DurableAck) and m.tables["events"] >= 21)
+        return got
+
+    try:
+        got = asyncio.run(go())
+    finally:
+        gate.set()
+        r.stop()
+    assert isinstance(got[-1], wire.DurableAck)
+
+
 def test_FWD_19_receiver_deduplicates_across_restarts(tmp_path: Path) -> None:
     """FWD-19: replays are acknowledged, not stored again -- within a connection, across
     connections, across a clean receiver restart, and after a restart whose checkpoint is
     stale (the topic's producer marks, TOP-11, are the authority)."""
     from websockets.asyncio.client import connect
 
-    uri = f"file://{tmp_path / 'rx'}"
+    uri = store_uri(tmp_path / "rx")
 
     async def send(port: int, fsn0: int, frames: list[bytes]) -> list[wire.Response]:
         headers = {wire.H_CLIENT_ID: "c", wire.H_FSN_AT_ZERO: str(fsn0)}
@@ -443,7 +497,7 @@ def test_FWD_21_rejected_frame_is_never_passed(tmp_path: Path) -> None:
     """FWD-21, FWD-9: a frame the receiver cannot store gets WRITE_ERROR (dropped by default)
     and the connection closes with 1011, so the receiver's mark never passes a frame it does
     not hold; the sender reconnects and delivers the rest."""
-    uri = f"file://{tmp_path / 'rx'}?max_record_bytes=64"
+    uri = store_uri(tmp_path / "rx", max_record_bytes=64)
     r = Receiver.open(uri, "events").start()
     errors: list[SenderError] = []
     c = conf(r.port, sf_dir=tmp_path / "sf", sender_id="s")
@@ -455,7 +509,7 @@ def test_FWD_21_rejected_frame_is_never_passed(tmp_path: Path) -> None:
         assert fwd.counters()["connections"] >= 2
     r.stop()
     assert [e.category for e in errors] == ["WRITE_ERROR"] and errors[0].first_fsn == 1
-    assert [(f, p) for _, f, p in stored(f"file://{tmp_path / 'rx'}")] == [
+    assert [(f, p) for _, f, p in stored(store_uri(tmp_path / "rx"))] == [
         (0, b"a"), (2, b"c"), (3, b"d"),
     ]  # fmt: skip
 
@@ -466,7 +520,7 @@ def test_FWD_21_rejected_frame_is_never_passed(tmp_path: Path) -> None:
 def test_FWD_4_durable_ack_must_be_confirmed(tmp_path: Path) -> None:
     """FWD-4: request_durable_ack=on against a server that does not echo
     X-QWP-Durable-Ack: enabled fails loudly instead of buffering for acks that never come."""
-    r = Receiver.open(f"file://{tmp_path / 'rx'}", "events", durable_ack=False).start()
+    r = Receiver.open(store_uri(tmp_path / "rx"), "events", durable_ack=False).start()
     try:
         with pytest.raises(SenderFailed, match="did not answer X-QWP-Durable-Ack"):
             Forwarder(conf(r.port, request_durable_ack="on", initial_connect_retry="on"))
@@ -492,6 +546,35 @@ def test_FWD_3_auth_failure_is_terminal_at_once() -> None:
             Forwarder(conf(srv.port, initial_connect_retry="on", token="t"), sleep=fake.sleep,
                       clock=fake.clock)  # fmt: skip
         assert srv.upgrades == 3 and len(fake.sleeps) == 2
+
+
+def test_FWD_3_version_outside_range_is_transient(tmp_path: Path) -> None:
+    """FWD-3 (seed §8, §13.3): an upgrade answering an X-QWP-Version other than 1 is a
+    per-endpoint mismatch: transient (retried under initial_connect_retry=on, terminal at the
+    first connect under off); an absent header means version 1."""
+    versions = iter(["2", "2", None])
+
+    async def ack(ws: ServerConnection) -> None:
+        seq = 0
+        async for _ in ws:
+            await ws.send(wire.encode_ok(seq))
+            seq += 1
+
+    def answer(conn: ServerConnection, request: Any, response: Any) -> Any:
+        version = next(versions, None)
+        if version is not None:
+            response.headers[wire.H_VERSION] = version
+        return None
+
+    with Scripted(ack, process_response=answer) as srv:
+        with pytest.raises(SenderFailed, match=r"X-QWP-Version: '2'"):
+            Forwarder(conf(srv.port))
+        fake = FakeTime()
+        with Forwarder(conf(srv.port, initial_connect_retry="on"), sleep=fake.sleep,
+                       clock=fake.clock) as fwd:  # fmt: skip
+            fwd.append(b"v1")
+            assert fwd.wait_acked(timeout=WAIT)
+        assert srv.upgrades == 3 and len(fake.sleeps) == 1
 
 
 @pytest.mark.parametrize(("code", "terminal"), [(1008, True), (1002, True), (1011, False)])
@@ -569,7 +652,7 @@ def test_FWD_13_initial_connect_retry_modes(tmp_path: Path) -> None:
     async def start_on_third(seconds: float) -> None:
         await fake.sleep(seconds)
         if len(fake.sleeps) == 2:
-            started.append(Receiver.open(f"file://{tmp_path / 'rx'}", "events", port=port).start())
+            started.append(Receiver.open(store_uri(tmp_path / "rx"), "events", port=port).start())
 
     with Forwarder(conf(port, initial_connect_retry="on"), sleep=start_on_third,
                    clock=fake.clock) as fwd:  # fmt: skip
@@ -580,7 +663,7 @@ def test_FWD_13_initial_connect_retry_modes(tmp_path: Path) -> None:
     for _ in range(10):
         fwd.append(b"early")
     assert fwd.acked_fsn == -1
-    r = Receiver.open(f"file://{tmp_path / 'rx2'}", "events", port=port2).start()
+    r = Receiver.open(store_uri(tmp_path / "rx2"), "events", port=port2).start()
     try:
         assert fwd.wait_acked(timeout=WAIT)
         fwd.close()
@@ -658,24 +741,47 @@ def _halting_server() -> Scripted:
     return Scripted(handler)
 
 
-def test_FWD_15_close_flush_timeout(rx: Receiver, tmp_path: Path) -> None:
-    """FWD-15: close() waits up to close_flush_timeout_millis for acks (default 5000); 0 skips
-    the wait and the unacknowledged frames stay in the slot for the next sender."""
+def test_FWD_15_close_flush_timeout(
+    rx: Receiver, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FWD-15 (seed §17): close() waits up to close_flush_timeout_millis for acks (default
+    5000); when they do not come it logs a WARNING and the frames stay in the slot for the next
+    sender; 0 and -1 skip the wait entirely. No error is latched, so nothing is rethrown."""
     c = conf(rx.port, sf_dir=tmp_path / "sf", close_flush_timeout_millis=5000)
     fwd = Forwarder(c)
     for _ in range(200):
         fwd.append(b"f")
     fwd.close()
     assert fwd.acked_fsn == 199
-    with _halting_server() as srv:
-        fwd = Forwarder(conf(srv.port, sf_dir=tmp_path / "sf", close_flush_timeout_millis=0))
-        fwd.append(b"kept")
-        t0 = time.monotonic()
-        with contextlib.suppress(SenderFailed):
-            fwd.close()
-        assert time.monotonic() - t0 < WAIT
-    with Slot.open(str(tmp_path / "sf"), "default") as s:  # the lock was released
-        assert s.read(s.acked_fsn + 1) == [b"kept"]
+
+    async def silent(ws: ServerConnection) -> None:
+        async for _ in ws:
+            pass  # never acknowledges
+
+    waits: list[float] = []
+    real_wait = Forwarder.wait_acked
+
+    def spy(self: Forwarder, fsn: int | None = None, timeout: float = 30.0) -> bool:
+        waits.append(timeout)
+        return real_wait(self, fsn, timeout)
+
+    monkeypatch.setattr(Forwarder, "wait_acked", spy)
+    with Scripted(silent) as srv:
+        for timeout_ms in (50, 0, -1):
+            waits.clear()
+            c = conf(srv.port, sf_dir=tmp_path / "sf", close_flush_timeout_millis=timeout_ms)
+            fwd = Forwarder(c)
+            fwd.append(b"kept %d" % timeout_ms)
+            with caplog.at_level(logging.WARNING, logger="tidelog.forward"):
+                caplog.clear()
+                fwd.close()  # no terminal error: nothing to rethrow
+            if timeout_ms > 0:
+                assert waits == [timeout_ms / 1000.0]
+                assert "still unacknowledged after 50 ms" in caplog.text
+            else:
+                assert waits == [] and "unacknowledged" not in caplog.text
+    with Slot.open(str(tmp_path / "sf"), "default") as s:  # the lock was released each time
+        assert s.read(s.acked_fsn + 1) == [b"kept 50", b"kept 0", b"kept -1"]
 
 
 def test_FWD_15_safety_net_and_its_two_guards(tmp_path: Path) -> None:
@@ -759,10 +865,48 @@ def test_FWD_17_orphan_adoption(rx: Receiver, tmp_path: Path) -> None:
     assert counters["active_background_drainers"] == 0
     assert (broken / FAILED_FILE).read_text().startswith("recovery refused")
     rx.stop()
-    got = stored(f"file://{tmp_path / 'rx'}")
+    got = stored(store_uri(tmp_path / "rx"))
     assert sorted((c, f) for c, f, _ in got) == sorted(
         [("orphan1", i) for i in range(5)] + [("orphan2", i) for i in range(3)]
     )
+
+
+def test_FWD_17_drainer_pool_is_bounded(tmp_path: Path) -> None:
+    """FWD-17 (seed §18.2): five orphans, max_background_drainers=2, a receiver that never
+    acknowledges: exactly two drainers run (two orphan connections), the rest wait; closing the
+    sender stops them without .failed, and every orphan keeps its frames."""
+    sf = tmp_path / "sf"
+    names = [f"orphan{i}" for i in range(5)]
+    for name in names:
+        with Slot.open(str(sf), name) as s:
+            s.append(name.encode())
+    clients: list[str] = []
+
+    async def silent(ws: ServerConnection) -> None:
+        assert ws.request is not None
+        clients.append(ws.request.headers[wire.H_CLIENT_ID])
+        async for _ in ws:
+            pass
+
+    with Scripted(silent) as srv:
+        c = conf(srv.port, sf_dir=sf, sender_id="main", drain_orphans="on",
+                 max_background_drainers=2)  # fmt: skip
+        fwd = Forwarder(c)
+        pool = fwd._drainers
+        end = time.monotonic() + WAIT
+        while len(clients) < 3 and time.monotonic() < end:  # main + two drainers
+            time.sleep(0.01)
+        assert "main" in clients and len(clients) == 3
+        assert pool.active == 2 and pool.peak_active == 2
+        fwd.close()
+    assert pool.peak_active == 2 and len({c for c in clients if c != "main"}) == 2
+    counters = fwd.counters()
+    assert counters["total_background_drainers_failed"] == 0
+    assert counters["total_background_drainers_succeeded"] == 0
+    for name in names:
+        assert not (sf / name / FAILED_FILE).exists()
+        with Slot.open(str(sf), name) as s:  # released, frames kept
+            assert s.read(0) == [name.encode()]
 
 
 def test_FWD_17_drainer_gives_up_with_failed_sentinel(tmp_path: Path) -> None:
@@ -791,7 +935,7 @@ def test_FWD_22_topic_source_with_holes(rx: Receiver, tmp_path: Path) -> None:
     """FWD-22, FWD-2: a topic drains through a durable subscriber with fsn = seq - 1;
     deleted records are holes the forwarder steps over with a fresh connection; the
     subscriber's commit trims what was acknowledged; appends go to the topic itself."""
-    with tidelog.open(f"file://{tmp_path / 'src'}") as store:
+    with tidelog.open(store_uri(tmp_path / "src")) as store:
         topic = store.topic("out")
         for i in range(1, 21):
             topic.append(b"r%d" % i, tag="drop" if i in (5, 6, 12) else None)
@@ -807,9 +951,88 @@ def test_FWD_22_topic_source_with_holes(rx: Receiver, tmp_path: Path) -> None:
         assert topic.subscriber("forward").hwm == 21
         assert topic.state().count == 0  # trim="acked": everything delivered is trimmed
     rx.stop()
-    got = stored(f"file://{tmp_path / 'rx'}")
+    got = stored(store_uri(tmp_path / "rx"))
     live = [i for i in range(3, 22) if i not in (5, 6, 12)]
     assert [(f, p) for _, f, p in got] == [(i - 1, b"r%d" % i) for i in live]
+
+
+def test_FWD_5_a_failing_source_halts_instead_of_reconnecting_forever(rx: Receiver) -> None:
+    """FWD-5: a source that cannot be read (an unreadable segment, a store closed under the
+    forwarder) is a local fault no reconnect cures: the loop halts loudly, once."""
+    from tidelog.errors import StorageError
+    from tidelog.forward import MemorySource
+
+    class Unreadable(MemorySource):
+        def read(self, fsn: int, max_frames: int) -> Any:
+            raise StorageError(f"segment holding FSN {fsn}: Input/output error")
+
+    source = Unreadable(1 << 20, 1 << 16, 0)
+    fwd = Forwarder(conf(rx.port), source=source)
+    source.append(b"x")
+    fwd.wait_acked(timeout=WAIT)
+    error = fwd.last_terminal_error
+    assert error is not None and error.category == "PROTOCOL_VIOLATION"
+    assert "reading memory at FSN 0 failed" in error.message and "Input/output" in error.message
+    assert fwd.counters()["connections"] == 1
+    with pytest.raises(SenderFailed):
+        fwd.close()
+
+
+def test_FWD_15_stop_requested_before_the_loop_first_ran_is_not_lost() -> None:
+    """FWD-15 regression (a hang seen on a loaded box): close() right after an async start
+    can ask the I/O loop to stop before its thread ever ran; the request must still stop it
+    (it used to be dropped, leaving close() joining a loop that reconnects forever)."""
+    from tidelog.forward import MemorySource
+    from tidelog.forward.loop import IOLoop
+
+    c = parse_conf(conf(_closed_port(), initial_connect_retry="async"))
+    io = IOLoop(c, MemorySource(1 << 20, 1 << 16, 0), ErrorInbox(16, None))
+    io._loop.call_soon_threadsafe(io._request_stop)  # what stop() does, before start()
+    io.start()
+    io._thread.join(WAIT)
+    assert not io.running
+
+
+def test_FWD_2_cli_forward_drains_a_slot_or_a_topic(rx: Receiver, tmp_path: Path) -> None:
+    """FWD-2, FWD-16: ``tidelog forward CONNECT_STRING`` drains the slot (stdin lines appended
+    as frames) or ``--from URI --topic NAME``, prints the counters as JSON; a forwarder that
+    cannot start is a one-line ``sender_error`` (exit 2), never a traceback."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tidelog.cli import main
+
+    runner = CliRunner()
+    slot_conf = conf(rx.port, sf_dir=tmp_path / "sf", sender_id="cli")
+    result = runner.invoke(main, ["forward", slot_conf, "--stdin", "--until-drained"],
+                           input="a\nb\nc\n")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    counters = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (counters["acked_fsn"], counters["frames_sent"]) == (2, 3)
+    assert counters["last_terminal_error"] == ""
+    src = store_uri(tmp_path / "src")
+    with tidelog.open(src) as store:
+        store.topic("out").append_many([b"x", b"y"])
+    result = runner.invoke(main, ["forward", conf(rx.port, sender_id="cli-topic"), "--from", src,
+                                  "--topic", "out", "--until-drained"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["acked_fsn"] == 1
+    result = runner.invoke(main, ["forward", conf(_closed_port())])
+    assert result.exit_code == 2 and "tidelog: error: sender_error:" in result.stderr
+    assert "initial_connect_retry=off" in result.stderr and "Traceback" not in result.output
+    with _halting_server() as srv:  # a halt: counters, then the one-line error
+        result = runner.invoke(main, ["forward", conf(srv.port, sender_id="h"), "--stdin",
+                                      "--until-drained"], input="bad\n")  # fmt: skip
+    assert result.exit_code == 2 and "PARSE_ERROR" in result.stderr
+    counters = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "PARSE_ERROR" in counters["last_terminal_error"]
+    rx.stop()
+    got = stored(store_uri(tmp_path / "rx"))
+    assert [(c, f, p) for c, f, p in got] == [
+        ("cli", 0, b"a"), ("cli", 1, b"b"), ("cli", 2, b"c"), ("cli-topic", 0, b"x"),
+        ("cli-topic", 1, b"y"),
+    ]  # fmt: skip
 
 
 def test_FWD_2_memory_mode(rx: Receiver) -> None:

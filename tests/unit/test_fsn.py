@@ -1,4 +1,4 @@
-"""Store-and-forward FSN rules and the forwarder model (spec FSN-1..FSN-9, seed 003).
+"""Store-and-forward FSN rules and the forwarder model (spec FSN-1..FSN-10, seed 003).
 
 Unit tests pin each pure function to the seed's examples; a Hypothesis state machine then drives
 :class:`ForwarderModel` against a simulated receiver that records what it really received and
@@ -192,6 +192,48 @@ def test_fsn_6_reconnect_replays_from_acked_plus_one() -> None:
     # 3 and 4 were published before the disconnect: replayed; 5 is new (seed 003 §13.5).
     assert model.frames_replayed == 2
     model.check_invariants()
+
+
+# --- FSN-10 -------------------------------------------------------------------------------------
+
+
+def test_fsn_10_skip_to_moves_past_a_hole_with_a_fresh_window() -> None:
+    """FSN-10: once everything sent is acknowledged, a hole moves ackedFsn to just below the
+    next existing FSN and ends the connection; the next window starts there."""
+    model = ForwarderModel()
+    model.publish(10)
+    model.connect()
+    assert [model.next_frame() for _ in range(3)] == [0, 1, 2]
+    model.on_ok(2)
+    model.skip_to(6)  # FSNs 3, 4, 5 were deleted
+    assert (model.acked_fsn, model.connected, model.fsn_at_zero) == (5, False, 6)
+    model.check_invariants()
+    model.connect()
+    assert [model.next_frame() for _ in range(2)] == [6, 7]
+    model.on_ok(1)
+    assert model.acked_fsn == 7  # wire seq 1 of the new window is FSN 7
+    model.skip_to(10)  # 8 and 9 deleted too: the hole reaches the head
+    assert (model.acked_fsn, model.published_fsn) == (9, 9)
+
+
+def test_fsn_10_skip_to_refuses_what_would_break_fsn_1_or_fsn_3() -> None:
+    """FSN-10: not while frames sent are unacknowledged (their wire sequences still map through
+    this window), not backwards, not past the head, not while disconnected or halted."""
+    model = ForwarderModel()
+    model.publish(5)
+    with pytest.raises(BadArgument, match="open, unhalted"):
+        model.skip_to(3)
+    model.connect()
+    model.next_frame()
+    with pytest.raises(BadArgument, match="not all acknowledged"):
+        model.skip_to(3)
+    model.on_ok(0)
+    for bad in (1, 0, 7):
+        with pytest.raises(BadArgument, match="outside the published range"):
+            model.skip_to(bad)
+    model.on_error(5, 0)  # PARSE_ERROR halts
+    with pytest.raises(BadArgument, match="open, unhalted"):
+        model.skip_to(3)
 
 
 # --- FSN-4 --------------------------------------------------------------------------------------
@@ -496,7 +538,7 @@ class Connection:
 
 
 class ForwarderMachine(RuleBasedStateMachine):
-    """FSN-1..FSN-9: drive ForwarderModel against a simulated receiver and slot directory.
+    """FSN-1..FSN-10: drive ForwarderModel against a simulated receiver and slot directory.
 
     Checked after every step: ackedFsn never exceeds what the receiver received and confirmed
     and never decreases within a process (FSN-3); each connection sends ackedFsn+1, +2, ... in
@@ -700,6 +742,32 @@ class ForwarderMachine(RuleBasedStateMachine):
         assert self.model.acked_fsn >= before
         if self.model.halted is None:
             self._assert_drained()
+
+    def _all_sent_acked(self) -> bool:
+        m = self.model
+        return (
+            m.connected
+            and m.halted is None
+            and m.acked_fsn == m.fsn_at_zero + m.next_wire_seq - 1
+            and m.published_fsn > m.acked_fsn
+        )
+
+    @precondition(lambda self: self._all_sent_acked())
+    @rule(size=st.integers(1, 3))
+    def hole(self, size: int) -> None:
+        """FSN-10: FSNs that will never exist (a topic source's deleted records) are skipped
+        only once everything sent is acknowledged, by ending the connection; the next one
+        starts right after the hole, and nothing that exists is skipped."""
+        m = self.model
+        first = m.acked_fsn + 1
+        nxt = min(first + size, m.published_fsn + 1)
+        for fsn in range(first, nxt):
+            self.confirmations.setdefault(fsn, []).append(None)  # known never to exist
+        self.highest_received = max(self.highest_received, nxt - 1)
+        m.skip_to(nxt)
+        assert (m.acked_fsn, m.connected) == (nxt - 1, False)
+        assert (m.fsn_at_zero, m.next_wire_seq) == (nxt, 0)
+        self.conn, self.in_flight = None, []
 
     # the slot directory and restarts
 

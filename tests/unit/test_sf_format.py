@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import tidelog
 from tidelog.errors import (
     Backpressure,
     BadArgument,
@@ -416,6 +417,70 @@ def test_SF_5_segments_are_preallocated_and_rotate(tmp_path: Path) -> None:
                            for n in names[: names.index(name)])  # fmt: skip
 
 
+@pytest.mark.parametrize("fallocate", ["native", "unsupported"])
+def test_SF_5_segments_hold_real_blocks_not_a_sparse_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fallocate: str
+) -> None:
+    """SF-5 (seed §6): a new segment's blocks are reserved at create time (posix_fallocate;
+    where the file system has none, by writing the zeros): the file is never sparse, so a full
+    disk fails the creation and never a later append."""
+    size = 1 << 20
+    if fallocate == "unsupported":
+
+        def no_fallocate(fd: int, offset: int, length: int) -> None:
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+        monkeypatch.setattr(os, "posix_fallocate", no_fallocate)
+    with Slot.open(str(tmp_path), "a", max_bytes=size, max_total_bytes=4 * size) as s:
+        s.append(b"one frame")
+        (name,) = s.segment_names()
+    st = os.stat(tmp_path / "a" / name)
+    assert st.st_size == size
+    assert st.st_blocks * 512 >= size, f"sparse: {st.st_blocks * 512} bytes of blocks"
+
+
+def test_SF_4_sealed_segments_are_read_through_a_map(tmp_path: Path) -> None:
+    """SF-4, SF-7 (seed §6.5 step 1): recovery maps every segment; a sealed segment stays
+    mapped (read-only) until it is trimmed and its frames are read from the mapping; the
+    active one is read with pread (it is still being written)."""
+    maps: list[str] = []
+
+    class Counted:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def map(self) -> memoryview:
+            maps.append(os.path.basename(self.inner.path).removesuffix(".tmp"))
+            return self.inner.map()  # type: ignore[no-any-return]
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    class CountingFS(OsFS):
+        def open(self, path: str, *, create: bool = True) -> Any:
+            return Counted(super().open(path, create=create))
+
+        def open_read(self, path: str) -> Any:
+            return Counted(super().open_read(path))
+
+    with Slot.open(str(tmp_path), "a", fs=CountingFS(), max_bytes=128, max_total_bytes=4096) as s:
+        for i in range(30):
+            s.append(fr(i))
+        names = s.segment_names()
+        assert len(names) >= 3 and maps == names[:-1]  # sealed at rotation
+        views = [seg.view for seg in s._segments]
+        assert all(isinstance(v, memoryview) for v in views[:-1]) and views[-1] is None
+        assert s.read(0, 100) == [fr(i) for i in range(30)]
+    maps.clear()
+    with Slot.open(str(tmp_path), "a", fs=CountingFS(), max_bytes=128, max_total_bytes=4096) as s:
+        # recovery maps each segment once; adoption maps the sealed ones again
+        assert sorted(maps) == sorted(names + names[:-1])
+        assert s.read(0, 100) == [fr(i) for i in range(30)]
+        s.acknowledge(s.published_fsn)
+        s.apply_acks()
+        assert [seg.view for seg in s._segments] == [None]  # trimmed ones were unmapped
+
+
 def test_SF_5_enospc_at_creation_unlinks_the_file(tmp_path: Path) -> None:
     """SF-5: block reservation fails cleanly at create time, leaving no partial segment."""
 
@@ -543,8 +608,9 @@ def test_SF_16_failed_sentinel(tmp_path: Path) -> None:
 def test_SF_15_sf_uri_is_a_one_topic_store(tmp_path: Path) -> None:
     """SF-15: sf:///<sf_dir>/<sender_id> exposes topic "frames": seq = FSN + 1, no labels;
     subscribers, queue mode, deletes and other topics are not_available; options validated."""
-    import tidelog.sf
+    from tidelog import registry
 
+    assert registry.BUILTIN["sf"] == "tidelog.sf:open_backend"  # no import needed to use it
     uri = f"sf://{tmp_path}/edge?sf_max_bytes=256&sf_durability=append"
     with tidelog.open(uri) as store:
         assert store.topics() == ["frames"]

@@ -337,6 +337,30 @@ def test_batch_with_broken_seq_run(store: Store) -> None:
     assert (problem.rule, problem.offset) == ("WAL-7", wal.HEADER_SIZE + len(frames[0]))
 
 
+def test_append_batch_frames_in_wal(store: Store) -> None:
+    """WAL-14, WAL-7: APPEND_BATCH runs verify clean, their records count in the batch's seq
+    run; a checksum-valid batch whose lengths disagree with data_len is an error."""
+    good = [
+        wal.encode_append_batch(TID, 3, TS, None, None, [b"a", b"b"], batch_end=False,
+                                durable=True),
+        wal.encode_append(TID, 5, TS, "t", None, b"c", batch_end=True, durable=True),
+    ]  # fmt: skip
+    store.wal_file.write_bytes(wal_bytes(good))
+    assert check(store.root).problems == []
+    broken = [good[0], wal.encode_append(TID, 6, TS, None, None, b"", batch_end=True,
+                                         durable=True)]  # fmt: skip
+    store.wal_file.write_bytes(wal_bytes(broken))
+    problem = only(check(store.root))
+    assert (problem.rule, problem.offset) == ("WAL-7", wal.HEADER_SIZE + len(good[0]))
+    data = struct.pack("<III", 2, 1, 5) + b"ab"  # lengths add up to 6, the data holds 2
+    body = struct.pack("<BBQQQHHI", 16, wal.BATCH_END, TID, 3, TS, 0, 0, len(data)) + data
+    digest = struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
+    bad = struct.pack("<I", len(body) + 8) + body + digest
+    store.wal_file.write_bytes(wal_bytes([bad]))
+    problem = only(check(store.root))
+    assert (problem.rule, problem.severity, problem.offset) == ("WAL-14", "error", wal.HEADER_SIZE)
+
+
 def test_stale_bytes_after_clean_end(store: Store) -> None:
     """WAL-4: non-zero bytes after the zero frame_len are leftovers: a warning at their offset."""
     raw = bytearray(store.wal_file.read_bytes())

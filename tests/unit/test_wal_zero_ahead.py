@@ -1,7 +1,7 @@
 """WAL zero-ahead (backends/file/wal.py): small durable writes into a fallocated WAL file also
 zero the next stretch of it, so later appends overwrite initialised blocks instead of converting
 unwritten extents (issue 8's durable single-append target). It never changes what a file holds:
-the bytes past the log's end stay zero (WAL-4), large batches do not trigger it, everything
+the bytes past the log's end stay zero (WAL-4), only large batches skip it, everything
 reads back after a reopen, and the crash-simulation FS never sees it."""
 
 from __future__ import annotations
@@ -53,8 +53,22 @@ def test_large_batches_do_not_zero_ahead(tmp_path: Path) -> None:
         shard = _backend(store).shards[0]
         before = shard.stats["zeroed"]
         for _ in range(5):
-            t.append_many([b"x" * 100] * 1000)  # ~146 KB of frames per write
+            t.append_many([b"x" * 4096] * 100)  # ~410 KB per write: bandwidth-bound
         assert shard.stats["zeroed"] == before
+
+
+def test_small_batches_zero_ahead_once_per_window(tmp_path: Path) -> None:
+    """append_many(1000) of 100-byte records (~104 KB per write) zeroes ahead too, but only
+    once per ZERO_AHEAD of log, so at most about as many bytes as the frames themselves."""
+    with tidelog.open(f"file://{tmp_path / 's'}?background=false") as store:
+        t = store.topic("t", durability="fsync")
+        shard = _backend(store).shards[0]
+        before, written = shard.stats["zeroed"], shard.stats["bytes"]
+        for _ in range(30):
+            t.append_many([b"x" * 100] * 1000)
+        zeroed = shard.stats["zeroed"] - before
+        assert 0 < zeroed <= shard.stats["bytes"] - written + ZERO_AHEAD
+        assert shard.stats["writes"] <= 32  # one write per batch: zeros ride along
 
 
 def test_prealloc_zero_and_the_crash_simulation_fs_never_zero_ahead(tmp_path: Path) -> None:

@@ -25,13 +25,21 @@ from tidelog.model import ModelStore, TopicModel
 
 from .crashfs import RecordingFS
 
-__all__ = ["CrashRun", "Op", "apply_op", "observe"]
+__all__ = [
+    "CrashRun",
+    "Op",
+    "TopicView",
+    "apply_op",
+    "check_progress",
+    "compare_recovered",
+    "observe",
+]
 
 #: ("create", topic, {config}) | ("append", topic, payload, tag) | ("append_many", topic,
-#: [payloads]) | ("append_records", topic, [(payload, tag, node), ...]) | ("delete", topic, before) | ("subscribe", topic, sub, start) |
-#: ("ack", topic, sub, seq) | ("commit", topic, sub, seq) | ("flush_sub", topic, sub) |
-#: ("claim", topic, node, n) | ("complete_first", topic) | ("drop", topic) | ("flush",) |
-#: ("checkpoint",) | ("advance", ms)
+#: [payloads]) | ("append_records", topic, [(payload, tag, node), ...]) |
+#: ("delete", topic, before) | ("subscribe", topic, sub, start) | ("ack", topic, sub, seq) |
+#: ("commit", topic, sub, seq) | ("flush_sub", topic, sub) | ("claim", topic, node, n) |
+#: ("complete_first", topic) | ("drop", topic) | ("flush",) | ("checkpoint",) | ("advance", ms)
 Op = tuple[Any, ...]
 StoreFactory = Callable[[RecordingFS, Clock], Store]
 
@@ -110,7 +118,8 @@ def _view(items: Sequence[Any], st: Any, subs: dict[str, int]) -> TopicView:
     )
 
 
-def observe(store: Store) -> dict[str, TopicView]:
+def observe(store: Any) -> dict[str, TopicView]:
+    """What a reader observes of every topic of ``store`` (a Store or a RemoteStore)."""
     out = {}
     for name in store.topics():
         t = store.topic(name, create=False)
@@ -250,35 +259,59 @@ class CrashRun:
         clock: Clock,
         where: str,
     ) -> None:
-        allowed = set(model_i.topics) | (set(model_next.topics) if model_next else set())
-        assert set(got) <= allowed, f"topics {set(got) - allowed} never created: {where}"
-        required = set(model_i.topics) & (
-            set(model_next.topics) if model_next else set(model_i.topics)
+        compare_recovered(got, model_i, model_next, clock, where)
+
+
+def compare_recovered(
+    got: dict[str, TopicView],
+    model_i: ModelStore,
+    model_next: ModelStore | None,
+    clock: Clock,
+    where: str,
+) -> None:
+    """CRASH-7, DUR-2..DUR-6, DUR-9: the topics ``got`` observed after recovery are states the
+    model allows after the ops of ``model_i`` (and, when an op was in flight, ``model_next``:
+    the model after it); raises AssertionError naming the topic otherwise."""
+    allowed = set(model_i.topics) | (set(model_next.topics) if model_next else set())
+    assert set(got) <= allowed, f"topics {set(got) - allowed} never created: {where}"
+    required = set(model_i.topics) & (
+        set(model_next.topics) if model_next else set(model_i.topics)
+    )
+    assert required <= set(got), f"acknowledged topics {required - set(got)} lost: {where}"
+    for name, view in got.items():
+        cands: list[TopicModel] = []
+        for m in (model_i, model_next):
+            if m is not None and name in m.topics:
+                cands += m.crash_candidates(name)
+        cls = cands[0].config.durability
+        views = [_candidate_view(c, clock) for c in cands]
+        assert any(_matches(view, v, cls) for v in views), (
+            f"topic {name} ({cls}) recovered as {view} which no allowed state matches; "
+            f"allowed: {views}: {where}"
         )
-        assert required <= set(got), f"acknowledged topics {required - set(got)} lost: {where}"
-        for name, view in got.items():
-            cands: list[TopicModel] = []
-            for m in (model_i, model_next):
-                if m is not None and name in m.topics:
-                    cands += m.crash_candidates(name)
-            cls = cands[0].config.durability
-            views = [_candidate_view(c, clock) for c in cands]
-            assert any(_matches(view, v, cls) for v in views), (
-                f"topic {name} ({cls}) recovered as {view} which no allowed state matches; "
-                f"allowed: {views}: {where}"
-            )
-            for sub, hwm in view.subs:
-                known = [
-                    m.topics[name].subs[sub]
-                    for m in (model_i, model_next)
-                    if m is not None and name in m.topics and sub in m.topics[name].subs
-                ]
-                lo = min((s.flushed_hwm for s in known), default=0)
-                hi = max((s.hwm for s in known), default=view.head)
-                live = {r.seq for r in view.records}
-                # DUR-9: at least what was flushed, at most what was resolved; above the model's
-                # hwm only across seqs that are not live (lost or removed seqs resolve silently)
-                assert min(lo, view.head) <= hwm, f"{name}/{sub}: hwm {hwm} < flushed {lo}: {where}"
-                assert hwm <= hi or not any(hi < q <= hwm for q in live), (
-                    f"{name}/{sub}: hwm {hwm} passed unresolved live records above {hi}: {where}"
-                )
+        check_progress(name, view, model_i, model_next, where)
+
+
+def check_progress(
+    name: str,
+    view: TopicView,
+    model_i: ModelStore,
+    model_next: ModelStore | None,
+    where: str,
+) -> None:
+    """DUR-9: every recovered subscriber hwm within the model's at-least-once bounds."""
+    for sub, hwm in view.subs:
+        known = [
+            m.topics[name].subs[sub]
+            for m in (model_i, model_next)
+            if m is not None and name in m.topics and sub in m.topics[name].subs
+        ]
+        lo = min((s.flushed_hwm for s in known), default=0)
+        hi = max((s.hwm for s in known), default=view.head)
+        live = {r.seq for r in view.records}
+        # DUR-9: at least what was flushed, at most what was resolved; above the model's
+        # hwm only across seqs that are not live (lost or removed seqs resolve silently)
+        assert min(lo, view.head) <= hwm, f"{name}/{sub}: hwm {hwm} < flushed {lo}: {where}"
+        assert hwm <= hi or not any(hi < q <= hwm for q in live), (
+            f"{name}/{sub}: hwm {hwm} passed unresolved live records above {hi}: {where}"
+        )

@@ -1,65 +1,81 @@
 """tidelog's own conformance driver: ``tidelog conformance driver --uri TEMPLATE``.
 
-It speaks the driver protocol (spec/CONFORMANCE.md §3) on stdin/stdout and executes each request
-through tidelog's public API against the store ``TEMPLATE.format(name=...)`` (e.g.
-``memory://{name}`` or ``file:///tmp/conf/{name}?background=false``). Every request carries the
-runner's clock (``now``); the driver's injected clock is set to it first, so time-dependent rules
-(TTL, leases) are exact. Other implementations write the same loop around their own API.
+It speaks the driver protocol (spec/CONFORMANCE.md §3) on stdin/stdout: one JSON request per
+line in, one JSON response per line out, in order. Each request is executed through tidelog's
+public API on the store ``TEMPLATE.format(name=...)`` (e.g. ``memory://{name}`` or
+``file:///conf/{name}?background=false``), held by a ``LocalSut``. Every request may carry the
+runner's clock (``now``); the store's injected clock is set to it first, so time-dependent
+rules (TTL, leases) are exact. Other implementations write the same loop around their own API.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-from importlib import import_module
 from collections.abc import Callable
 from typing import IO, Any
 
-import tidelog
-from tidelog.api import Store, Subscriber, Topic
+from tidelog.api import Subscriber, Topic
 from tidelog.clock import FakeClock
-from tidelog.errors import BadArgument, NotAvailable, TidelogError
-from tidelog.uri import parse_uri
+from tidelog.errors import BadArgument, Closed, NotAvailable, TidelogError
 
+from .forwarding import SlotSender
 from .protocol import (
     PROTOCOL,
     VERSION,
+    b64,
     item_to_json,
     lease_to_json,
     state_to_json,
     unb64,
 )
+from .sut import LocalSut
 
-__all__ = ["Driver", "serve"]
+__all__ = ["Driver", "OPS", "serve", "make_driver"]
 
 OPS = (
-    "hello", "open", "close", "crash", "topic", "topics", "drop_topic", "flush", "config",
-    "append", "append_many", "append_records", "read", "state", "delete", "subscribe",
-    "subscribers", "poll", "ack", "reject", "commit", "hwm", "flush_sub", "unregister", "claim",
-    "complete", "release", "nack", "capabilities", "dispose",
+    "hello", "open", "close", "crash", "dispose", "capabilities",
+    "topic", "topics", "drop_topic", "flush", "config",
+    "append", "append_many", "append_records", "read", "state", "delete",
+    "subscribe", "subscribers", "poll", "ack", "reject", "commit", "hwm", "flush_sub",
+    "unregister", "claim", "complete", "release", "nack",
+    "ring_head",
+    "sf_open", "sf_publish", "sf_connect", "sf_send", "sf_ok", "sf_durable_ack", "sf_error",
+    "sf_close_code", "sf_disconnect", "sf_state", "sf_reopen", "sf_crash",
 )  # fmt: skip
 
 
 class Driver:
-    def __init__(self, template: str) -> None:
-        self.template = template
+    """Executes protocol requests on a ``LocalSut``. ``handle(request) -> response``."""
+
+    def __init__(self, sut: LocalSut) -> None:
+        self.sut = sut
         self.clock = FakeClock(0)
-        self.store: Store | None = None
+        self.store: Any = None
         self.name = ""
+        self.handles: dict[int, Topic] = {}
+        self.sender: SlotSender | None = None
+        self.slot = ""
 
     # -- helpers ---------------------------------------------------------------------------
-    def _store(self) -> Store:
+    def _store(self) -> Any:
         if self.store is None:
-            raise tidelog.Closed("no store is open (send an 'open' request first)")
+            raise Closed("no store is open (send an 'open' request first)")
         return self.store
 
     def _topic(self, req: dict[str, Any]) -> Topic:
-        return self._store().topic(req["topic"], create=False)
+        try:
+            return self.handles[int(req["handle"])]
+        except KeyError:
+            raise BadArgument(f"unknown topic handle {req.get('handle')!r}") from None
 
     def _sub(self, req: dict[str, Any]) -> Subscriber:
         return Subscriber(self._topic(req), req["sub"])
+
+    def _sender(self) -> SlotSender:
+        if self.sender is None:
+            raise Closed("no SF slot is open (send an 'sf_open' request first)")
+        return self.sender
 
     @staticmethod
     def _producer(req: dict[str, Any]) -> tuple[str, int] | None:
@@ -74,70 +90,81 @@ class Driver:
         op = req.get("op")
         handler: Callable[[dict[str, Any]], Any] | None = getattr(self, f"op_{op}", None)
         if handler is None or op not in OPS:
-            return {"id": rid, "ok": False, "code": "not_available", "message": f"unknown op {op!r}"}
+            message = f"unknown op {op!r}"
+            return {"id": rid, "ok": False, "code": "not_available", "message": message}
+        seed = req.get("crash_seed")
         try:
-            return {"id": rid, "ok": True, "value": handler(req)}
+            if seed is not None:  # power loss inside this op: no result (spec §3.4)
+                events = self.sut.crash_during(int(seed), lambda: handler(req))
+                self._forget_store()
+                out: dict[str, Any] = {"id": rid, "ok": True, "value": None, "crashed": True}
+                if events:
+                    out["ring_evictions"] = [e.to_json() for e in events]
+                return out
+            resp: dict[str, Any] = {"id": rid, "ok": True, "value": handler(req)}
         except TidelogError as exc:
-            return {"id": rid, "ok": False, "code": exc.code, "message": exc.message}
-        except (KeyError, TypeError, ValueError) as exc:
-            return {"id": rid, "ok": False, "code": "bad_argument", "message": repr(exc)}
+            resp = {"id": rid, "ok": False, "code": exc.code, "message": exc.message}
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            resp = {"id": rid, "ok": False, "code": "bad_argument", "message": repr(exc)}
+        events = self.sut.ring_evictions()  # also those a close wrote (the last page)
+        if events:
+            resp["ring_evictions"] = [e.to_json() for e in events]
+        return resp
+
+    def _forget_store(self) -> None:
+        self.store = None
+        self.handles = {}
 
     # -- store lifecycle -------------------------------------------------------------------
     def op_hello(self, req: dict[str, Any]) -> dict[str, Any]:
-        scheme = self.template.split(":", 1)[0]
-        return {"protocol": PROTOCOL, "version": VERSION,
-                "implementation": f"tidelog {tidelog.__version__} ({self.template})",
-                "ops": list(OPS), "reopen": True, "crash": scheme in ("file", "blockdev")}
+        return {
+            "protocol": PROTOCOL,
+            "version": VERSION,
+            "implementation": self.sut.hello["implementation"],
+            "ops": list(OPS),
+            "reopen": self.sut.hello["reopen"],
+            "crash": list(self.sut.hello["crash"]),
+        }
 
     def op_open(self, req: dict[str, Any]) -> dict[str, Any]:
         if self.store is not None:
             self.store.close()
-        self.name = req["name"]
-        self.store = tidelog.open(self.template.format(name=self.name), clock=self.clock)
-        return self.store.capabilities.to_dict()
+        self._forget_store()
+        self.name = str(req["name"])
+        self.store = self.sut.open(self.name, self.clock)
+        return {
+            "capabilities": self.store.capabilities.to_dict(),
+            "ring_pages": self.sut.ring_pages(),
+        }
 
-    def op_capabilities(self, req: dict[str, Any]) -> dict[str, Any]:
-        return self._store().capabilities.to_dict()
+    def op_capabilities(self, req: dict[str, Any]) -> dict[str, object]:
+        return dict(self._store().capabilities.to_dict())
 
     def op_close(self, req: dict[str, Any]) -> None:
         if self.store is not None:
             self.store.close()
-        self.store = None
+        self._forget_store()
 
     def op_crash(self, req: dict[str, Any]) -> None:
-        """Power loss: drop everything unsynced (file backend: abandon, as if killed). The model
-        has no unsynced state once the runner has flushed (it always does), so its crash is a
-        close."""
-        store = self._store()
-        abandon = getattr(store._backend, "abandon", None)
-        if abandon is not None:
-            abandon()
-        elif self.template.startswith("model:"):
-            store.close()
-        else:
-            raise NotAvailable("this store cannot simulate a crash")
-        self.store = None
+        self._store()
+        try:
+            self.sut.crash(int(req.get("seed", 0)))
+        finally:
+            self._forget_store()
 
     def op_dispose(self, req: dict[str, Any]) -> None:
-        """Close the store named ``name`` and delete its data (the runner's example is over)."""
-        if self.store is not None and self.name == req["name"]:
-            self.store.close()
-            self.store = None
-        uri = parse_uri(self.template.format(name=req["name"]))
-        if uri.scheme in ("memory", "model"):
-            import_module(f"tidelog.{'model' if uri.scheme == 'model' else 'backends.memory'}"
-                          ).forget(uri.location)
-        elif uri.scheme == "file":
-            shutil.rmtree(uri.location, ignore_errors=True)
-        elif uri.scheme == "blockdev" and os.path.isfile(uri.location):
-            os.unlink(uri.location)  # an image file; never a real device
+        self.sut.dispose(str(req["name"]))
+        self._forget_store()
+        self.sender = None
 
     def op_topic(self, req: dict[str, Any]) -> str:
-        return self._store().topic(req["name"], create=req.get("create", True),
-                                   **req.get("config", {})).name
+        topic = self._store().topic(req["name"], create=req.get("create", True),
+                                    **req.get("config") or {})
+        self.handles[int(req["handle"])] = topic
+        return str(topic.name)
 
     def op_topics(self, req: dict[str, Any]) -> list[str]:
-        return self._store().topics()
+        return list(self._store().topics())
 
     def op_drop_topic(self, req: dict[str, Any]) -> None:
         self._store().drop_topic(req["name"])
@@ -217,13 +244,61 @@ class Driver:
     def op_nack(self, req: dict[str, Any]) -> None:
         self._topic(req).nack(req["seq"], req["lease_id"], delay_ms=req.get("delay_ms", 0))
 
+    # -- ring head detection (RING-3..RING-5) ----------------------------------------------
+    def op_ring_head(self, req: dict[str, Any]) -> dict[str, int] | None:
+        seqs = [None if s is None else int(s) for s in req["seqs"]]
+        got = self.sut.ring_head(int(req["pages"]), seqs)
+        return None if got is None else {"index": got[0], "parity": got[1]}
 
-def serve(template: str, stdin: IO[str] | None = None, stdout: IO[str] | None = None,
-          driver_factory: Callable[[str], Driver] = Driver) -> int:
+    # -- store-and-forward sender (FSN) ----------------------------------------------------
+    def op_sf_open(self, req: dict[str, Any]) -> dict[str, object]:
+        self.slot = str(req["slot"])
+        self.sender = self.sut.sender(self.slot)
+        return self.sender.state()
+
+    def op_sf_publish(self, req: dict[str, Any]) -> list[int]:
+        return self._sender().publish([unb64(p) for p in req["payloads"]])
+
+    def op_sf_connect(self, req: dict[str, Any]) -> None:
+        self._sender().connect(bool(req.get("durable", False)))
+
+    def op_sf_send(self, req: dict[str, Any]) -> list[dict[str, Any]]:
+        frames = self._sender().send(int(req.get("max", 1)))
+        return [{"fsn": fsn, "payload": b64(p)} for fsn, p in frames]
+
+    def op_sf_ok(self, req: dict[str, Any]) -> None:
+        self._sender().on_ok(int(req["sequence"]), dict(req.get("tables") or {}))
+
+    def op_sf_durable_ack(self, req: dict[str, Any]) -> None:
+        self._sender().on_durable_ack(dict(req.get("tables") or {}))
+
+    def op_sf_error(self, req: dict[str, Any]) -> None:
+        self._sender().on_error(int(req["status"]), int(req["sequence"]))
+
+    def op_sf_close_code(self, req: dict[str, Any]) -> None:
+        self._sender().on_close(int(req["code"]))
+
+    def op_sf_disconnect(self, req: dict[str, Any]) -> None:
+        self._sender().disconnect()
+
+    def op_sf_state(self, req: dict[str, Any]) -> dict[str, object]:
+        return self._sender().state()
+
+    def op_sf_reopen(self, req: dict[str, Any]) -> dict[str, object]:
+        self._sender().close()
+        return self.op_sf_open({"slot": self.slot})
+
+    def op_sf_crash(self, req: dict[str, Any]) -> dict[str, object]:
+        self._sender()
+        self.sender = None
+        self.sut.sender_crash(int(req.get("seed", 0)))
+        return self.op_sf_open({"slot": self.slot})
+
+
+def serve(driver: Driver, stdin: IO[str] | None = None, stdout: IO[str] | None = None) -> int:
     """The driver's main loop: one JSON request per line in, one response per line out."""
     src = stdin or sys.stdin
     dst = stdout or sys.stdout
-    driver = driver_factory(template)
     for line in src:
         line = line.strip()
         if not line:
@@ -237,6 +312,15 @@ def serve(template: str, stdin: IO[str] | None = None, stdout: IO[str] | None = 
             resp = {"id": None, "ok": False, "code": "bad_argument", "message": str(exc)}
         dst.write(json.dumps(resp) + "\n")
         dst.flush()
-    if driver.store is not None:
-        driver.store.close()
+    driver.sut.shutdown()
     return 0
+
+
+def make_driver(template: str, *, fs: str = "os") -> Driver:
+    """tidelog's driver for stores ``template.format(name=...)``."""
+    if "{name}" not in template:
+        raise BadArgument(f"the store template needs {{name}}: {template!r}")
+    if fs not in ("os", "recording"):
+        raise NotAvailable(f"--fs must be 'os' or 'recording', not {fs!r}")
+    return Driver(LocalSut(template, fs=fs))  # type: ignore[arg-type]
+

@@ -16,11 +16,14 @@ def full_read(topic: Topic, after: int = 0, batch: int = 1_000_000) -> list[Item
     return list(topic.read(after=after, limit=batch))
 
 
-def check_topic(topic: Topic, state: TopicState | None = None) -> None:
-    """TOP-2, TOP-3, TMB-1, TMB-5, TOP-7, RET-1 on one topic's current observable state."""
+def check_topic(
+    topic: Topic, state: TopicState | None = None, items: list[Item] | None = None
+) -> None:
+    """TOP-2, TOP-3, TMB-1, TMB-5, TOP-7, RET-1 on one topic's current observable state
+    (``state`` and ``items``, a full read, when the caller already has them)."""
     st = state if state is not None else topic.state()
     assert 1 <= st.evict_floor <= st.earliest_seq <= st.head_seq + 1, f"TOP-2 violated: {st}"
-    items = full_read(topic)
+    items = items if items is not None else full_read(topic)
     records = [i for i in items if isinstance(i, Record)]
     tombs = [i for i in items if isinstance(i, Tombstone)]
     assert len(records) == st.count, f"TOP-3: count {st.count} but {len(records)} live records"

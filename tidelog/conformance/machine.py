@@ -19,7 +19,7 @@ import contextlib
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 from hypothesis import event
 from hypothesis import strategies as st
@@ -39,8 +39,20 @@ from tidelog.errors import TidelogError
 from tidelog.records import Lease
 
 from .invariants import check_topic
+from .sut import RingEvent
 
-__all__ = ["LogMachine", "Outcome"]
+__all__ = ["LogMachine", "Outcome", "FAILURE_HOOKS", "fail"]
+
+#: called with the message whenever the suite finds a difference, just before it raises (the
+#: conformance runner times the first failure of a run with it)
+FAILURE_HOOKS: list[Callable[[str], None]] = []
+
+
+def fail(message: str) -> NoReturn:
+    """Report a conformance failure: an AssertionError naming what differed."""
+    for hook in FAILURE_HOOKS:
+        hook(message)
+    raise AssertionError(message)
 
 TOPICS = ("t0", "t1", "dlq")
 SUBS = ("s0", "s1")
@@ -56,9 +68,17 @@ payloads = st.binary(max_size=12)
 
 
 @st.composite
-def topic_configs(draw: Any, caps: Capabilities, name: str) -> dict[str, Any]:
-    durability = caps.durability
-    cfg: dict[str, Any] = {"durability": draw(st.sampled_from(sorted(durability)))}
+def topic_configs(
+    draw: Any,
+    caps: Capabilities,
+    name: str,
+    trims: tuple[str, ...] = ("acked", "none"),
+    favour: str | None = None,
+) -> dict[str, Any]:
+    classes = sorted(caps.durability)
+    if favour in caps.durability:
+        classes += [favour] * len(classes)  # half the topics get this class
+    cfg: dict[str, Any] = {"durability": draw(st.sampled_from(classes))}
     if draw(st.integers(0, 3)):
         cfg["cap_records"] = draw(st.integers(1, 6))
     if draw(st.integers(0, 3)) == 0:
@@ -67,7 +87,7 @@ def topic_configs(draw: Any, caps: Capabilities, name: str) -> dict[str, Any]:
         cfg["ttl_ms"] = draw(st.sampled_from(DURATIONS))
     cfg["discard"] = draw(st.sampled_from(["old", "reject"]))
     cfg["retention"] = draw(st.sampled_from(["backpressure", "drop_oldest"]))
-    cfg["trim"] = draw(st.sampled_from(["acked", "none"]))
+    cfg["trim"] = draw(st.sampled_from(trims))
     cfg["lease_ms"] = draw(st.sampled_from(DURATIONS))
     if caps.queue and caps.multi_topic and name != "dlq" and draw(st.integers(0, 2)) == 0:
         cfg["max_deliveries"] = draw(st.integers(1, 3))
@@ -109,11 +129,28 @@ def _note(op: str, out: Outcome) -> None:
 def _sub_handle(topic: Topic, name: str) -> Subscriber:
     """A subscriber handle that does not check existence (remote topics make their own)."""
     make = getattr(topic, "subscriber_handle", None)
-    return make(name) if make is not None else Subscriber(topic, name)  # type: ignore[no-any-return]
+    return make(name) if make is not None else Subscriber(topic, name)
 
 
-def _append_one(topic: Topic, *, payload: bytes, tag: str | None) -> int:
-    return topic.append(payload, tag=tag)
+def _append_one(topic: Topic, *, payload: bytes, tag: str | None, node: str | None) -> int:
+    return topic.append(payload, tag=tag, node=node)
+
+
+def _read_page(topic: Topic, *, after: int, limit: int, node: str | None) -> Any:
+    return topic.read(after, limit, exclude_node=node)
+
+
+def _resolve_one(sub: Subscriber, *, seq: int, kind: str) -> tuple[bool, int]:
+    return getattr(sub, kind)(seq), sub.hwm
+
+
+def _finish_one(topic: Topic, *, lease: Lease, kind: str) -> None:
+    if kind == "complete":
+        topic.complete(lease.seq, lease.lease_id)
+    elif kind == "release":
+        topic.release(lease.seq, lease.lease_id)
+    else:
+        topic.nack(lease.seq, lease.lease_id, delay_ms=20 if kind == "nack_later" else 0)
 
 
 class LogMachine(RuleBasedStateMachine):
@@ -123,6 +160,10 @@ class LogMachine(RuleBasedStateMachine):
     capabilities: Capabilities | None = None
     #: whether the backend supports close + reopen by URI (named stores / directories)
     supports_reopen: bool = True
+    #: the trim policies topics are created with (SUB-5)
+    trims: tuple[str, ...] = ("acked", "none")
+    #: a durability class half the topics get (None: all classes alike)
+    favour: str | None = None
 
     @staticmethod
     def sut_uri(name: str) -> str:
@@ -165,7 +206,9 @@ class LogMachine(RuleBasedStateMachine):
     def both(self, fn: Callable[[Store], Any]) -> Outcome:
         expected = _run(lambda: fn(self.model))
         actual = _run(lambda: fn(self.sut))
-        assert actual == expected, f"backend returned {actual!r}, model {expected!r}"
+        if actual != expected:
+            fail(f"backend returned {actual!r}, model {expected!r}")
+        self.learn_ring()
         _note("store", expected)
         return expected
 
@@ -177,7 +220,9 @@ class LogMachine(RuleBasedStateMachine):
         else:
             expected = _run(lambda: fn(pair[0]))
             actual = _run(lambda: fn(pair[1]))
-        assert actual == expected, f"on topic {name}: backend {actual!r}, model {expected!r}"
+        if actual != expected:
+            fail(f"on topic {name}: backend {actual!r}, model {expected!r}")
+        self.learn_ring()
         _note("topic", expected)
         return expected
 
@@ -188,7 +233,9 @@ class LogMachine(RuleBasedStateMachine):
         m, s = (_sub_handle(pair[0], sub), _sub_handle(pair[1], sub))
         expected = _run(lambda: fn(m))
         actual = _run(lambda: fn(s))
-        assert actual == expected, f"on {topic}/{sub}: backend {actual!r}, model {expected!r}"
+        if actual != expected:
+            fail(f"on {topic}/{sub}: backend {actual!r}, model {expected!r}")
+        self.learn_ring()
         _note("subscriber", expected)
         return expected
 
@@ -201,6 +248,39 @@ class LogMachine(RuleBasedStateMachine):
         except TidelogError:
             return 0
 
+    # -- involuntary evictions the model cannot predict (ring overwrite, BDEV-16) -------------
+    def ring_events(self) -> list[RingEvent]:
+        """Hook: ring overwrites the backend reported since the last call."""
+        return []
+
+    def ring_pages(self) -> int | None:
+        """Hook: the page count of the backend's ring (None: not a ring)."""
+        return None
+
+    def learn_ring(self, events: list[RingEvent] | None = None, into: Any = None) -> None:
+        """BDEV-16, TMB-1, SUB-7: apply the reported ring overwrites (default: the new ones)
+        to the model (default: ``self.model``) as the involuntary evictions they are, after
+        checking each was legitimate: the ring really was full, i.e. ``pages`` newer pages each
+        holding a newer record existed."""
+        events = self.ring_events() if events is None else events
+        if not events:
+            return
+        pages = self.ring_pages()
+        model: Any = self.model._backend if into is None else into
+        for ev in events:
+            if pages is None or ev.head - ev.through < pages:
+                fail(
+                    f"BDEV-16: ring overwrite evicted {ev.topic} through seq {ev.through} at head "
+                    f"{ev.head}, but a ring of {pages} pages was not full"
+                )
+            event("ring overwrite evicted live records")
+            with model.lock:
+                t = model.topics.get(ev.topic)
+                seqs = [q for q in t.live_sorted() if q <= ev.through] if t is not None else []
+                if seqs:
+                    model._remove_involuntary(t, seqs, "evicted")
+                    model._record_history(t)
+
     # -- rules: store ----------------------------------------------------------------------
     @initialize(data=st.data())
     def first_topics(self, data: st.DataObject) -> None:
@@ -209,9 +289,11 @@ class LogMachine(RuleBasedStateMachine):
 
     def pick(self, data: st.DataObject) -> str:
         """Mostly an existing topic; sometimes any name (missing topics must fail alike)."""
+        names: list[str] = list(self.topic_names)
         if self.handles and data.draw(st.integers(0, 9)) > 0:
-            return data.draw(st.sampled_from(sorted(self.handles)))
-        return data.draw(st.sampled_from(self.topic_names))
+            names = sorted(self.handles)
+        name: str = data.draw(st.sampled_from(names))
+        return name
 
     @rule(data=st.data())
     def create_topic_rule(self, data: st.DataObject) -> None:
@@ -219,7 +301,7 @@ class LogMachine(RuleBasedStateMachine):
         self.create_topic(data.draw(st.sampled_from(self.topic_names)), data)
 
     def create_topic(self, name: str, data: st.DataObject) -> None:
-        cfg = data.draw(topic_configs(self.caps, name))
+        cfg = data.draw(topic_configs(self.caps, name, self.trims, self.favour))
         if name in self.handles and data.draw(st.booleans()):
             cfg = {}  # plain lookup of an existing topic
         out = self.both(lambda s: s.topic(name, **cfg).name)
@@ -237,18 +319,46 @@ class LogMachine(RuleBasedStateMachine):
         if pair is not None:
             self.stale.append(pair)
         self.leases = [(t, lease) for t, lease in self.leases if t != name]
+        if pair is not None and data.draw(st.booleans()):
+            self.create_topic(name, data)  # a new incarnation under the same name
+            self.check_stale(pair)
 
     @precondition(lambda self: bool(self.stale))
     @rule(data=st.data())
     def use_stale_handle(self, data: st.DataObject) -> None:
         """TOP-10: handles from before a drop raise no_such_topic, even after re-creation."""
-        m, s = data.draw(st.sampled_from(self.stale))
+        pair = data.draw(st.sampled_from(self.stale))
+        if pair[0].name not in self.handles and data.draw(st.booleans()):
+            self.create_topic(pair[0].name, data)  # a new incarnation under the same name
+        self.check_stale(pair)
+
+    def check_stale(self, pair: tuple[Topic, Topic]) -> None:
+        m, s = pair
         expected, actual = _run(lambda: m.append(b"x")), _run(lambda: s.append(b"x"))
-        assert expected.code == actual.code == "no_such_topic", (expected, actual)
+        if not expected.code == actual.code == "no_such_topic":
+            fail(f"TOP-10: a handle from before the drop gave {actual!r}, model {expected!r}")
 
     @rule(ms=st.sampled_from(STEPS))
     def advance_clock(self, ms: int) -> None:
         self.clock.advance(ms)
+
+    @rule(early=st.sampled_from([0, 0, 1]))
+    def advance_to_deadline(self, early: int) -> None:
+        """RET-4, QUE-4, QUE-5 at their boundaries: move the clock exactly onto the next
+        deadline the model knows of (a record's ts + ttl_ms, a lease's deadline, a nack's ready
+        time), or one millisecond before it."""
+        now = self.clock.now_ms()
+        model: Any = self.model._backend
+        due = []
+        for t in model.topics.values():
+            if t.config.ttl_ms is not None:
+                due += [r.ts + t.config.ttl_ms for r in t.records.values()]
+            due += [deadline for _, _, deadline in t.queue.leases.values()]
+            due += list(t.queue.delayed.values())
+        later = [d - early for d in due if d - early > now]
+        if later:
+            self.clock.set(min(later))
+            event("clock moved onto a deadline")
 
     @rule()
     def flush(self) -> None:
@@ -259,8 +369,9 @@ class LogMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         """DUR-1, SUB-9, QUE-8: clean close + reopen, then the restart rules hold."""
-        self.model.close()
         self.sut.close()
+        self.learn_ring()  # the last page written at close may have overwritten some (BDEV-16)
+        self.model.close()
         self.model = tidelog.open(self.model_uri, clock=self.clock)
         self.sut = self.open_sut()
         self.handles = {
@@ -303,8 +414,10 @@ class LogMachine(RuleBasedStateMachine):
     ) -> None:
         """TOP-6: all-or-nothing batches; TOP-11: idempotent producer batches (retries of an
         applied sequence return [] and append nothing)."""
+        node = data.draw(st.sampled_from((None, *NODES)))
         out = self.on_topic(
-            self.pick(data), lambda t: t.append_many(batch, tag=tag, producer=producer)
+            self.pick(data),
+            lambda t: t.append_many(batch, tag=tag, node=node, producer=producer),
         )
         if producer is not None and batch and out.value == []:
             event("append_many: duplicate producer batch refused")
@@ -325,9 +438,10 @@ class LogMachine(RuleBasedStateMachine):
     def append_burst(self, data: st.DataObject, n: int, tag: str | None) -> None:
         """TOP-1: several single appends in a row (reaches caps, TTL and eviction faster)."""
         name = self.pick(data)
-        for i in range(n):
+        nodes = data.draw(st.lists(st.sampled_from((None, *NODES)), min_size=n, max_size=n))
+        for i, node in enumerate(nodes):
             payload = bytes([i]) * (i + 1)
-            self.on_topic(name, partial(_append_one, payload=payload, tag=tag))
+            self.on_topic(name, partial(_append_one, payload=payload, tag=tag, node=node))
 
     @rule(data=st.data())
     def read(self, data: st.DataObject) -> None:
@@ -337,6 +451,20 @@ class LogMachine(RuleBasedStateMachine):
         limit = data.draw(st.sampled_from([1, 2, 3, 1000]))
         exclude = data.draw(st.sampled_from((None, *NODES)))
         self.on_topic(name, lambda t: t.read(after=after, limit=limit, exclude_node=exclude))
+
+    @rule(data=st.data(), limit=st.integers(1, 3), exclude=st.sampled_from(NODES))
+    def page_through(self, data: st.DataObject, limit: int, exclude: str) -> None:
+        """TOP-7, TOP-8: a reader paging with a small limit and a node filter; each page
+        continues after the last item of the previous one and the pages together hold every
+        live record not excluded, once."""
+        name = self.pick(data)
+        after = 0
+        for _ in range(self.head(name) + 2):
+            out = self.on_topic(name, partial(_read_page, after=after, limit=limit, node=exclude))
+            if not out.value:
+                return
+            last = out.value[-1]
+            after = last.gap_to if type(last).__name__ == "Tombstone" else last.seq
 
     @precondition(lambda self: self.caps.deletes)
     @rule(data=st.data())
@@ -386,6 +514,29 @@ class LogMachine(RuleBasedStateMachine):
         self.on_sub(name, sub, lambda s: (getattr(s, kind)(seq), s.hwm))
 
     @precondition(lambda self: self.caps.subscribers)
+    @rule(
+        data=st.data(),
+        sub=st.sampled_from(SUBS),
+        start=st.sampled_from(["resume", "earliest"]),
+        limit=st.integers(1, 5),
+    )
+    def consume(self, data: st.DataObject, sub: str, start: str, limit: int) -> None:
+        """SUB-1..SUB-4: a producer and a consumer's round trip: (re)subscribe, append, poll,
+        then ack or reject some of what it got, in any order (the hwm must stop at the first
+        unresolved seq)."""
+        name = self.pick(data)
+        self.on_topic(name, lambda t: t.subscribe(sub, start=start).hwm)
+        batch = data.draw(st.lists(payloads, max_size=4))
+        if batch:
+            self.on_topic(name, lambda t: t.append_many(batch))
+        got = self.on_sub(name, sub, lambda s: s.poll(limit))
+        seqs = [i.seq for i in got.value or () if type(i).__name__ == "Record"]
+        for seq in data.draw(st.permutations(seqs)):
+            kind = data.draw(st.sampled_from(["ack", "ack", "reject", "skip"]))
+            if kind != "skip":
+                self.on_sub(name, sub, partial(_resolve_one, seq=seq, kind=kind))
+
+    @precondition(lambda self: self.caps.subscribers)
     @rule(data=st.data(), sub=st.sampled_from(SUBS))
     def unregister(self, data: st.DataObject, sub: str) -> None:
         """SUB-8."""
@@ -428,27 +579,67 @@ class LogMachine(RuleBasedStateMachine):
             "nack": lambda t: t.nack(lease.seq, lease_id),
             "nack_later": lambda t: t.nack(lease.seq, lease_id, delay_ms=20),
         }
-        self.on_topic(name, calls[kind])
+        if self.on_topic(name, calls[kind]).code is None:
+            self.leases.remove((name, lease))  # the lease ended: later use is lease_lost
+
+    @precondition(lambda self: self.caps.queue)
+    @rule(
+        data=st.data(),
+        node=st.sampled_from(NODES),
+        limit=st.integers(1, 3),
+        kinds=st.lists(st.sampled_from(["complete", "release", "nack", "nack_later", "keep"]),
+                       min_size=3, max_size=3),
+    )
+    def work(self, data: st.DataObject, node: str, limit: int, kinds: list[str]) -> None:
+        """QUE-1..QUE-4: a producer and a worker's round trip: append jobs, claim, finish each
+        some way, claim again (released and nacked jobs come back first; delayed ones only when
+        due)."""
+        name = self.pick(data)
+        batch = data.draw(st.lists(payloads, max_size=3))
+        if batch:
+            self.on_topic(name, lambda t: t.append_many(batch))
+        for _ in range(2):
+            out = self.on_topic(name, lambda t: t.claim(node, max=limit))
+            for lease, kind in zip(out.value or (), kinds):
+                if kind == "keep":
+                    self.leases.append((name, lease))
+                else:
+                    self.on_topic(name, partial(_finish_one, lease=lease, kind=kind))
 
     # -- invariants ------------------------------------------------------------------------
     @invariant()
     def states_agree(self) -> None:
         """Every topic's observable state equals the model's; model invariants hold."""
-        assert self.both(lambda s: s.topics()).code is None
+        if self.both(lambda s: s.topics()).code is not None:
+            fail("topics() failed")
         for name in self.model.topics():
-            m, s = self.model.topic(name, create=False), self.sut.topic(name, create=False)
+            pair = self.handles.get(name)
+            if pair is None:  # created by the store itself (a dead-letter topic, QUE-7)
+                pair = self.handles[name] = (
+                    self.model.topic(name, create=False),
+                    self.sut.topic(name, create=False),
+                )
+            m, s = pair
             expected, actual = _run(m.state), _run(s.state)
-            assert actual == expected, f"state of {name}: backend {actual!r}, model {expected!r}"
+            if actual != expected:
+                fail(f"state of {name}: backend {actual!r}, model {expected!r}")
             full_m, full_s = _run(partial(m.read, 0, 10**9)), _run(partial(s.read, 0, 10**9))
-            assert full_s == full_m, f"full read of {name} differs"
-            check_topic(s)
+            if full_s != full_m:
+                fail(f"full read of {name}: backend {full_s!r}, model {full_m!r}")
+            try:
+                check_topic(s, actual.value, full_s.value)
+            except AssertionError as exc:
+                fail(f"topic {name}: {exc}")
             subs = _run(m.subscribers)
-            assert _run(s.subscribers) == subs
+            got = _run(s.subscribers)
+            if got != subs:
+                fail(f"subscribers of {name}: backend {got!r}, model {subs!r}")
             for sub in subs.value or ():
-                hwm_s = _run(partial(lambda t, n: t.subscribe(n).hwm, s, sub))
-                hwm_m = _run(partial(lambda t, n: t.subscribe(n).hwm, m, sub))
-                assert hwm_s == hwm_m, f"hwm of {name}/{sub}: backend {hwm_s}, model {hwm_m}"
+                hwm_s = _run(partial(lambda t, n: _sub_handle(t, n).hwm, s, sub))
+                hwm_m = _run(partial(lambda t, n: _sub_handle(t, n).hwm, m, sub))
+                if hwm_s != hwm_m:
+                    fail(f"hwm of {name}/{sub}: backend {hwm_s}, model {hwm_m}")
         if "dlq" in self.model.topics() and self.model.topic("dlq").state().head_seq:
             event("dead-letter topic received records")
-        backend = self.model._backend
-        backend.check_invariants()  # type: ignore[attr-defined]
+        backend: Any = self.model._backend
+        backend.check_invariants()

@@ -1,202 +1,431 @@
-"""``tidelog conformance run``: the stateful suite against any program that speaks the driver
-protocol, level by level (spec/CONFORMANCE.md).
+"""``tidelog conformance run``: the suite against any implementation, level by level
+(spec/CONFORMANCE.md §1, §4).
 
-Each level is the stateful machine of ``tidelog.conformance.machine`` with the rules that level
-binds; the backend under test is a ``RemoteStore`` in the driver process, the oracle is the model
-in this process. A failure is shrunk by Hypothesis to a minimal operation sequence; its requests
-are written to a replay file that ``--replay`` sends again to the driver and to the model, one by
-one, reporting the first response that differs.
+Each level runs on a fresh ``RemoteSut`` (a new driver process, or a new in-process driver) with
+Hypothesis; the oracle is the model in this process. A failure is shrunk by Hypothesis to a
+minimal operation sequence, whose exchange with the driver is kept: the report prints it with
+the expected and actual results, and a replay file holds its requests. ``replay`` sends them
+again to the driver and to the reference (tidelog's driver over the model, ``model://``), one by
+one, and reports the first response that differs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import hypothesis.core
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import rule, precondition, run_state_machine_as_test
+import hypothesis.internal.conjecture.engine as _engine
+from hypothesis import HealthCheck, given, settings
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import run_state_machine_as_test
 
-from tidelog.api import Store
-from tidelog.backend import Capabilities
-from tidelog.errors import TidelogError
+from tidelog.clock import FakeClock
+from tidelog.errors import NotAvailable, TidelogError
 
-from .driver import Driver
-from .machine import LogMachine
-from .remote import DriverProcess, RemoteStore
+from .crashcheck import compare_recovered, observe
+from .driver import make_driver
+from .fsnmachine import forward_machine_for
+from .levels import LEVELS, ORDER, applies
+from .machine import FAILURE_HOOKS
+from .remote import LocalTransport, RemoteSut
+from .ringcheck import check_ring_head, ring_images
+from .suitemachine import machine_for, snapshot_model
 
-__all__ = ["LEVELS", "LevelResult", "run_levels", "replay"]
+__all__ = [
+    "Failure", "LevelResult", "SutFactory", "run_levels", "run_level", "replay",
+    "format_report", "reference_sut", "check_refusals",
+]  # fmt: skip
 
-#: level -> (what it adds, the spec rule families it binds)
-LEVELS: dict[str, tuple[str, str]] = {
-    "log": ("topics, tombstones, deletes, retention, errors, restart",
-            "TOP TMB DEL RET ERR DUR-1 DUR-7 DUR-8 CAP"),
-    "subscribers": ("+ durable subscribers and the high-water mark", "SUB"),
-    "queue": ("+ queue mode: leases, reclaim, dead letter", "QUE"),
-    "durable": ("+ power loss: acknowledged fsync ops survive a crash", "DUR-2 DUR-6 DUR-9"),
-}
+SutFactory = Callable[[], RemoteSut]
+#: requests the report leaves out of the minimal sequence (the suite's own reads after each
+#: step: they are in the replay file)
+_READS = frozenset({"topics", "state", "read", "subscribers", "hwm", "config", "sf_state"})
+
+
+@dataclass
+class Failure:
+    message: str
+    steps: list[dict[str, Any]]  # the shrunk example's exchange: {"request", "response"}
+    seconds_to_first: float  # from the start of the level to the first difference found
+    examples_to_first: int  # examples generated up to and including the first failing one
+    hypothesis_steps: str = ""  # Hypothesis's own account of the shrunk example (its rules)
 
 
 @dataclass
 class LevelResult:
     level: str
-    passed: bool
-    examples: int
-    seconds: float
-    error: str = ""
+    status: str  # "pass" | "fail" | "n/a"
+    examples: int = 0
+    seconds: float = 0.0
+    seed: int = 0
+    detail: str = ""
+    failure: Failure | None = None
     replay_file: str | None = None
-    skipped: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
-class _Recorder:
-    """The requests of the example that ran last (Hypothesis replays the shrunk one last)."""
+class _Watch:
+    """Times the first failure of a run and counts examples (FAILURE_HOOKS, on_start)."""
 
-    driver: DriverProcess
-    start: int = 0
-    opened: list[int] = field(default_factory=list)
+    start: float = field(default_factory=time.perf_counter)
+    examples: int = 0
+    first: tuple[float, int] | None = None
+    mark: int = 0  # index in the transport log where the current example starts
+    link: RemoteSut | None = None
 
-    def mark(self) -> None:
-        self.start = len(self.driver.log)
+    def started(self, _machine: object) -> None:
+        self.examples += 1
+        if self.link is not None:
+            self.mark = len(self.link.transport.log)
 
-    def last_example(self) -> list[dict[str, Any]]:
-        return self.driver.log[self.start:]
+    def failed(self, _message: str) -> None:
+        if self.first is None:
+            self.first = (time.perf_counter() - self.start, self.examples)
 
 
-def _level_caps(level: str, caps: Capabilities) -> Capabilities:
-    """The capabilities a level exercises: lower levels switch the later rule families off."""
-    if level == "log":
-        return replace(caps, subscribers=False, queue=False)
-    if level == "subscribers":
-        return replace(caps, queue=False)
-    if level == "durable":
-        return replace(caps, queue=False, durability=frozenset({"fsync"}) & caps.durability)
+@contextlib.contextmanager
+def _hypothesis(seed: int, shrink_seconds: float, sink: list[str]) -> Iterator[None]:
+    """Seed Hypothesis (the printed seed reproduces the run), bound its shrinking (through a
+    driver every candidate is a whole example: the default five minutes is too long; Hypothesis
+    has no public setting for it) and collect what it reports (the falsifying steps)."""
+    old_seed: Any = hypothesis.core.global_force_seed
+    old_limit = getattr(_engine, "MAX_SHRINKING_SECONDS", None)
+    hypothesis.core.global_force_seed = seed  # type: ignore[assignment]
+    if old_limit is not None:
+        _engine.MAX_SHRINKING_SECONDS = shrink_seconds  # type: ignore[assignment]
+    try:
+        with with_reporter(lambda text: sink.append(str(text))):
+            yield
+    finally:
+        hypothesis.core.global_force_seed = old_seed
+        if old_limit is not None:
+            _engine.MAX_SHRINKING_SECONDS = old_limit
+
+
+def _settings(examples: int, steps: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        print_blob=False,
+        derandomize=False,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+def _probe(link: RemoteSut) -> Any:
+    """The capabilities of a fresh store (opened, then disposed of)."""
+    name = "probe" + uuid.uuid4().hex[:8]
+    store = link.open(name, FakeClock(1_000_000))
+    caps = store.capabilities
+    with contextlib.suppress(TidelogError):
+        store.close()
+    link.dispose(name)
     return caps
 
 
-def machine_for(driver: DriverProcess, level: str, recorder: _Recorder) -> type[LogMachine]:
-    crashable = bool(driver.hello.get("crash"))
-
-    class DriverMachine(LogMachine):
-        supports_reopen = bool(driver.hello.get("reopen", True))
-
-        @staticmethod
-        def sut_uri(name: str) -> str:
-            return f"driver:{name}"
-
-        def cleanup_sut(self, name: str) -> None:
-            with contextlib.suppress(TidelogError):
-                driver.request({"op": "dispose", "name": name})
-
-        def open_sut(self) -> Store:
-            if not hasattr(self, "caps"):
-                recorder.mark()
-            store = RemoteStore(driver, self.name, self.clock)
-            self.capabilities = _level_caps(level, store.capabilities)
-            return store  # type: ignore[return-value]
-
-        @precondition(lambda self: level == "durable" and crashable)
-        @rule()
-        def crash(self) -> None:
-            """DUR-2, DUR-9: flushed progress and acknowledged fsync ops survive power loss;
-            after a crash the store equals the model after a restart."""
-            self.sut.flush()
-            self.model.flush()
-            self.sut.crash()  # type: ignore[attr-defined]
-            self.reopen_after_crash()
-
-        def reopen_after_crash(self) -> None:
-            import tidelog
-
-            self.model.close()
-            self.model = tidelog.open(self.model_uri, clock=self.clock)
-            self.sut = self.open_sut()
-            self.handles = {
-                n: (self.model.topic(n, create=False), self.sut.topic(n, create=False))
-                for n in self.model.topics()
-            }
-            self.leases = []
-            self.stale = []
-
-    return DriverMachine
+def check_refusals(link: RemoteSut) -> list[str]:
+    """CAP-1: for every capability an implementation says it lacks, the operation needing it
+    raises ``not_available`` (and changes nothing). Returns the violations."""
+    name = "cap" + uuid.uuid4().hex[:8]
+    store = link.open(name, FakeClock(1_000_000))
+    caps = store.capabilities
+    problems: list[str] = []
+    try:
+        existing = store.topics()
+        topic = store.topic(existing[0] if existing else "t0")
+        probes: dict[str, Callable[[], object]] = {
+            "deletes": lambda: topic.delete(1),
+            "subscribers": lambda: topic.subscribe("s0"),
+            "queue": lambda: topic.claim("n0"),
+            "multi_topic": lambda: store.topic("t1" if topic.name != "t1" else "t2"),
+        }
+        for flag, probe in probes.items():
+            if getattr(caps, flag):
+                continue
+            try:
+                probe()
+            except NotAvailable:
+                continue
+            except TidelogError as exc:
+                problems.append(f"CAP-1: {flag} is False but its operation raised {exc.code}, "
+                                "not not_available")
+                continue
+            problems.append(f"CAP-1: {flag} is False but its operation succeeded")
+    finally:
+        with contextlib.suppress(TidelogError):
+            store.close()
+        link.dispose(name)
+    return problems
 
 
-def run_levels(command: str, levels: list[str], *, examples: int = 100, steps: int = 40,
-               seed: int | None = None, replay_dir: str = ".",
-               on_progress: Callable[[str], None] | None = None) -> list[LevelResult]:
-    """Run each level against a fresh driver process; stops at the first failing level."""
-    seed = seed if seed is not None else int(time.time())
-    results: list[LevelResult] = []
-    for level in levels:
-        driver = DriverProcess(command)
-        recorder = _Recorder(driver)
-        machine = machine_for(driver, level, recorder)
-        if level == "durable" and not driver.hello.get("crash"):
-            results.append(LevelResult(level, True, 0, 0.0, skipped="driver cannot crash"))
-            driver.close()
-            continue
-        if on_progress:
-            on_progress(f"level {level}: {examples} examples of up to {steps} steps, seed {seed}")
-        t0 = time.perf_counter()
-        old = hypothesis.core.global_force_seed
-        hypothesis.core.global_force_seed = seed  # the printed seed reproduces the run
+def run_level(
+    make_sut: SutFactory,
+    level: str,
+    *,
+    examples: int,
+    steps: int,
+    seed: int,
+    shrink_seconds: float = 30.0,
+) -> LevelResult:
+    """One level on a fresh implementation instance."""
+    link = make_sut()
+    t0 = time.perf_counter()
+    try:
+        caps = _probe(link)
+        reason = applies(level, caps, link.hello)
+        if reason is not None:
+            return LevelResult(level, "n/a", 0, time.perf_counter() - t0, seed, reason)
+        wrong = check_refusals(link) if level == "log" else []
+        if wrong:
+            return LevelResult(level, "fail", 0, time.perf_counter() - t0, seed, "; ".join(wrong))
+        watch = _Watch(link=link)
+        FAILURE_HOOKS.append(watch.failed)
+        reported: list[str] = []
         try:
-            run_state_machine_as_test(machine, settings=settings(
-                max_examples=examples, stateful_step_count=steps, deadline=None,
-                database=None, print_blob=False, derandomize=False,
-                suppress_health_check=list(HealthCheck)))
-            results.append(LevelResult(level, True, examples, time.perf_counter() - t0))
-        except Exception as exc:  # noqa: BLE001 - any failure is the driver's finding
-            path = f"{replay_dir}/tidelog-replay-{level}-{uuid.uuid4().hex[:8]}.json"
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump({"driver": command, "level": level, "seed": seed,
-                           "requests": recorder.last_example()}, f, indent=1)
-            results.append(LevelResult(level, False, examples, time.perf_counter() - t0,
-                                       error=str(exc), replay_file=path))
-            driver.close()
-            break
+            with _hypothesis(seed, shrink_seconds, reported):
+                _run_machines(link, level, examples, steps, watch)
+        except Exception as exc:  # any failure is the implementation's finding
+            watch.failed(str(exc))
+            first = watch.first or (time.perf_counter() - t0, watch.examples)
+            steps_seen = link.transport.log[watch.mark :]
+            return LevelResult(
+                level,
+                "fail",
+                watch.examples,
+                time.perf_counter() - t0,
+                seed,
+                _message(exc),
+                Failure(_message(exc), steps_seen, first[0], first[1], _steps_text(reported)),
+            )
         finally:
-            hypothesis.core.global_force_seed = old
-        driver.close()
-    return results
+            FAILURE_HOOKS.remove(watch.failed)
+        return LevelResult(level, "pass", examples, time.perf_counter() - t0, seed)
+    finally:
+        link.shutdown()
 
 
-def replay(path: str, command: str | None = None) -> list[dict[str, Any]]:
-    """Send a replay file's requests to the driver and to the model; returns one row per
-    request with the expected (model) and actual (driver) response; ``differs`` marks the
-    first divergence."""
+def _steps_text(reported: list[str]) -> str:
+    """Hypothesis's falsifying-example printout, without its notes about shrinking time."""
+    keep = [r for r in reported if "shrink" not in r.lower() and "PLEASE REPORT" not in r]
+    return "\n".join(keep).strip()
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if isinstance(exc, AssertionError) else f"{type(exc).__name__}: {text}"
+
+
+def _run_machines(link: RemoteSut, level: str, examples: int, steps: int, watch: _Watch) -> None:
+    cfg = _settings(examples, steps)
+    if level == "forward":
+        run_state_machine_as_test(forward_machine_for(link, watch.started), settings=cfg)
+        return
+    if level == "ring":
+
+        @given(ring_images())
+        @cfg
+        def heads(image: tuple[int, list[int | None], str]) -> None:
+            watch.started(None)
+            check_ring_head(link.ring_head, *image)
+
+        heads()
+        if link.ring_pages() is None:
+            probe = link.open("ring" + uuid.uuid4().hex[:8], FakeClock(1_000_000))
+            is_ring = link.ring_pages() is not None
+            with contextlib.suppress(TidelogError):
+                probe.close()
+            link.dispose(probe.name)
+            if not is_ring:
+                return  # not a ring store: the pure part is the whole level
+    run_state_machine_as_test(machine_for(link, level, watch.started), settings=cfg)
+
+
+def run_levels(
+    make_sut: SutFactory,
+    levels: list[str] | None = None,
+    *,
+    examples: int = 100,
+    steps: int = 40,
+    seed: int | None = None,
+    replay_dir: str | None = None,
+    command: str | None = None,
+    shrink_seconds: float = 30.0,
+    on_progress: Callable[[str], None] | None = None,
+) -> list[LevelResult]:
+    """Run ``levels`` (default: all, in order) one after the other; a failing level is recorded
+    and the run goes on (levels are independent), so the report lists every level's verdict."""
+    seed = seed if seed is not None else int(time.time())
+    out = []
+    for level in levels or list(ORDER):
+        if level not in LEVELS:
+            raise ValueError(f"unknown level {level!r}; levels: {', '.join(ORDER)}")
+        if on_progress:
+            on_progress(f"level {level}: up to {examples} examples of {steps} steps, seed {seed}")
+        result = run_level(
+            make_sut, level, examples=examples, steps=steps, seed=seed,
+            shrink_seconds=shrink_seconds,
+        )
+        if result.failure is not None and replay_dir is not None:
+            path = os.path.join(replay_dir, f"tidelog-replay-{level}-{uuid.uuid4().hex[:8]}.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(
+                    {
+                        "driver": command,
+                        "level": level,
+                        "seed": seed,
+                        "message": result.failure.message,
+                        "requests": [s["request"] for s in result.failure.steps],
+                    },
+                    f,
+                    indent=1,
+                )
+            result.replay_file = path
+        out.append(result)
+    return out
+
+
+# -- the report ------------------------------------------------------------------------------
+def _compact(obj: Any, width: int = 160) -> str:
+    text = json.dumps(obj, separators=(",", ":"))
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def format_report(results: list[LevelResult]) -> list[str]:
+    """Human-readable lines: one verdict per level; for a failure, the shrunk minimal sequence
+    (state-changing requests with their responses) and what differed."""
+    lines = []
+    for r in results:
+        verdict = {"pass": "PASS", "fail": "FAIL", "n/a": "N/A "}[r.status]
+        title = LEVELS[r.level].title
+        if r.status == "pass":
+            lines.append(f"{verdict} {r.level:<12} {r.examples} examples in {r.seconds:.1f}s "
+                         f"(seed {r.seed}): {title}")
+        elif r.status == "n/a":
+            lines.append(f"{verdict} {r.level:<12} {r.detail}")
+        else:
+            lines.append(f"{verdict} {r.level:<12} seed {r.seed}; binds {LEVELS[r.level].binds}")
+            f = r.failure
+            if f is not None:
+                lines.append(f"     first failure after {f.seconds_to_first:.2f}s, in example "
+                             f"{f.examples_to_first}; shrunk to:")
+                shown = [s for s in f.steps if s["request"].get("op") not in _READS]
+                for s in shown:
+                    req = {k: v for k, v in s["request"].items() if k not in ("id", "now")}
+                    lines.append(f"       {_compact(req)}")
+                    lines.append(f"         -> {_compact(s['response'])}")
+            lines.append(f"     difference: {r.detail.splitlines()[0][:400]}")
+            if r.replay_file:
+                lines.append(f"     replay: tidelog conformance run --replay {r.replay_file}")
+    passed = [r.level for r in results if r.status == "pass"]
+    lines.append(f"passed levels: {', '.join(passed) or 'none'}")
+    return lines
+
+
+# -- replay ------------------------------------------------------------------------------------
+def reference_sut() -> RemoteSut:
+    """tidelog's driver over the model (in-process): the expected side of a replay."""
+    return RemoteSut(LocalTransport(make_driver("model://{name}")))
+
+
+def _same(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    def key(r: dict[str, Any] | None) -> Any:
+        if r is None:
+            return None
+        return (bool(r.get("ok")), r.get("value"), r.get("code"))
+
+    return bool(key(a) == key(b))
+
+
+def replay(path: str, make_sut: SutFactory) -> list[dict[str, Any]]:
+    """Send a replay file's requests to the implementation and to the reference, one by one.
+
+    Returns one row per request (``request``, ``expected``, ``actual``, ``differs``), up to and
+    including the first that differs. A power loss (``crash`` or ``crash_seed``) is checked the
+    way the run checked it: the implementation's recovered store must be a state the model allows;
+    the requests on that store after it are skipped (the run went on with a fresh store).
+    """
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    driver = DriverProcess(command or data["driver"])
-    model = Driver("model://{name}")
-    rows = []
+    link, ref = make_sut(), reference_sut()
+    rows: list[dict[str, Any]] = []
+    crashed: str | None = None
     try:
         for req in data["requests"]:
             req = {k: v for k, v in req.items() if k != "id"}
-            if req.get("op") == "hello":
+            op = req.get("op")
+            if op == "hello":
                 continue
-            if req.get("op") == "open":  # a fresh name: replays must not meet old state
-                req["name"] = "replay" + uuid.uuid4().hex[:8]
-            expected = model.handle(dict(req))
-            try:
-                actual: dict[str, Any] = {"ok": True, "value": driver.request(dict(req))}
-            except Exception as exc:  # noqa: BLE001
-                actual = {"ok": False, "code": getattr(exc, "code", type(exc).__name__),
-                          "message": str(exc)}
-            expected.pop("id", None)
-            differs = (expected.get("ok"), expected.get("value"), expected.get("code")) != (
-                actual.get("ok"), actual.get("value"), actual.get("code"))
+            if crashed is not None:
+                if op == "open" and req.get("name") != crashed:
+                    crashed = None  # the fresh store the run went on with
+                else:
+                    continue
+            if op == "crash" or "crash_seed" in req:
+                crashed = ref.transport.driver.name  # type: ignore[attr-defined]
+                row = _replay_crash(link, ref, req)
+                rows.append(row)
+                if row["differs"]:
+                    break
+                continue
+            expected = _exchange(ref, req)
+            actual = _exchange(link, req)
+            differs = not _same(expected, actual)
             rows.append({"request": req, "expected": expected, "actual": actual,
                          "differs": differs})
-            if differs and req.get("op") not in ("open", "capabilities"):
+            if differs:
                 break
     finally:
-        driver.close()
-        if model.store is not None:
-            model.store.close()
+        link.shutdown()
+        ref.shutdown()
     return rows
+
+
+def _exchange(link: RemoteSut, req: dict[str, Any]) -> dict[str, Any]:
+    try:
+        value = link.transport.request(dict(req))
+        return {"ok": True, "value": value}
+    except TidelogError as exc:
+        return {"ok": False, "code": exc.code, "message": exc.message}
+    except Exception as exc:  # the implementation broke the protocol itself
+        return {"ok": False, "code": type(exc).__name__, "message": str(exc)}
+
+
+def _replay_crash(link: RemoteSut, ref: RemoteSut, req: dict[str, Any]) -> dict[str, Any]:
+    """Replay a power loss: apply the op (if any) to the model, crash the implementation,
+    recover it and compare with the model's allowed states."""
+    ref_driver = ref.transport.driver  # type: ignore[attr-defined]
+    model = ref_driver.store._backend
+    name = ref_driver.name
+    before = snapshot_model(model)
+    after = None
+    if "crash_seed" in req:
+        inner = {k: v for k, v in req.items() if k != "crash_seed"}
+        _exchange(ref, inner)
+        after = model
+    _exchange(link, req)
+    clock = FakeClock(int(req.get("now", 1_000_000)))
+    try:
+        store = link.open(name, clock)
+        got = observe(store)
+        compare_recovered(got, before, after, clock, "replayed power loss")
+        verdict: dict[str, Any] = {"ok": True, "value": "recovered state allowed"}
+        differs = False
+    except (AssertionError, TidelogError) as exc:
+        verdict = {"ok": False, "code": "recovery", "message": str(exc)}
+        differs = True
+    ref_driver.handle({"op": "close"})
+    return {"request": req, "expected": {"ok": True, "value": "a state the model allows"},
+            "actual": verdict, "differs": differs}

@@ -30,6 +30,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 import tidelog
 from tidelog.clock import Clock
+from tidelog.errors import TidelogError
 from tidelog.model.fsn import (
     backoff_sleep,
     close_code_is_terminal,
@@ -78,6 +79,11 @@ class _RoleReject(Exception):
 
 class _Transient(Exception):
     pass
+
+
+class _SourceFailed(Exception):
+    """Reading the source failed: a local fault (an unreadable segment, a closed store) that
+    no reconnect can cure, so it halts instead of reconnecting forever (FWD-5)."""
 
 
 class _MonotonicClock:
@@ -134,10 +140,17 @@ class IOLoop:
         self.state_cond = threading.Condition()
         self.connected = False
         self.ever_connected = False
-        self.outage_since: float | None = None  # wall time, for the backpressure message
+        # Wall time the current outage began, for the backpressure message (seed §16). Until
+        # the first connect succeeds the loop is in its retry loop: that is an outage too.
+        self.outage_since: float | None = time.time()
         self.outage_attempts = 0
         self.first_outcome = threading.Event()
         self._loop = asyncio.new_event_loop()
+        # Created here, not in _main: a stop() requested before the thread first ran must not
+        # be lost (asyncio.Event binds to the running loop only on first use, Python >= 3.10).
+        self._stop_event = asyncio.Event()
+        self._wakeup = asyncio.Event()
+        self._ack_event = asyncio.Event()
         self._want_wakeup = False
         self._last_send = 0.0
         # A daemon: a forwarder nobody closed must not keep the interpreter alive in its
@@ -146,18 +159,20 @@ class IOLoop:
             target=self._thread_main, name="tidelog-forward-io", daemon=True
         )
         source.add_listener(self._on_publish)
+        # What recovery (or the subscriber) seeded, before anything moves it (FSN-5).
+        self._trace("start", acked=self.acked, published=source.published_fsn())
 
     # -- thread plumbing ---------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
 
     def _thread_main(self) -> None:
-        asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_until_complete(self._main())
+            # The Runner cancels and awaits whatever tasks are left before closing the loop.
+            with asyncio.Runner(loop_factory=lambda: self._loop) as runner:
+                runner.run(self._main())
         finally:
             self.first_outcome.set()
-            self._loop.close()
 
     def stop(self, timeout: float | None = None) -> None:
         """Ask the loop to stop (closing the connection with 1000) and join the thread."""
@@ -219,9 +234,6 @@ class IOLoop:
 
     # -- the reconnect loop (seed §13.6) ---------------------------------------------------------
     async def _main(self) -> None:
-        self._stop_event = asyncio.Event()
-        self._wakeup = asyncio.Event()
-        self._ack_event = asyncio.Event()
         try:
             await self._reconnect_loop()
         except Exception as exc:  # a bug must surface as a terminal error, never vanish
@@ -296,6 +308,7 @@ class IOLoop:
                 log.info("connect to %s:%d failed: %s", *hosts[idx], exc)
                 if outage_start is None:
                     outage_start = self.clock.now_ms()
+                if self.outage_since is None:
                     self.outage_since = time.time()
                 if not seen_first and conf.initial_connect_retry == "off":
                     self._latch(
@@ -339,7 +352,7 @@ class IOLoop:
     def _headers(self, fsn_at_zero: int) -> dict[str, str]:
         conf = self.conf
         headers = {
-            wire.H_MAX_VERSION: "1",
+            wire.H_MAX_VERSION: str(wire.QWP_VERSION),
             wire.H_CLIENT_ID: conf.client_id,
             wire.H_FSN_AT_ZERO: str(fsn_at_zero),
         }
@@ -391,6 +404,12 @@ class IOLoop:
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             raise _Transient(repr(exc)) from None
         headers = ws.response.headers if ws.response is not None else {}
+        version = headers.get(wire.H_VERSION, str(wire.QWP_VERSION)).strip()
+        if version != str(wire.QWP_VERSION):
+            # seed §8, §13.3: a version outside what we asked for (X-QWP-Max-Version: 1) is a
+            # per-endpoint mismatch: transient, so the walk moves on to the next host.
+            ws.transport.abort()
+            raise _Transient(f"{host}:{port} negotiated {wire.H_VERSION}: {version!r}, not 1")
         if conf.request_durable_ack and headers.get(wire.H_DURABLE_ACK, "").lower() != "enabled":
             await ws.close(1000)
             raise _Terminal(
@@ -440,6 +459,9 @@ class IOLoop:
                 exc = first.exception()
                 if isinstance(exc, ConnectionClosed):
                     outcome = self._closed(exc)
+                elif isinstance(exc, _SourceFailed):
+                    self._latch(self._synthesized("PROTOCOL_VIOLATION", str(exc)))
+                    outcome = Outcome.HALT
                 elif exc is not None:
                     log.warning("connection failed: %r", exc)
                 else:
@@ -489,7 +511,12 @@ class IOLoop:
                     await self._wakeup.wait()
                 self._want_wakeup = False
                 continue
-            frames = await self._read(fsn)
+            try:
+                frames = await self._read(fsn)
+            except (TidelogError, OSError) as exc:
+                raise _SourceFailed(
+                    f"reading {self.source.name} at FSN {fsn} failed: {exc!r}"
+                ) from exc
             if isinstance(frames, Gap):
                 return await self._skip_gap(st, fsn, frames.next_fsn)
             for payload in frames:
@@ -585,8 +612,9 @@ class IOLoop:
     # -- introspection -------------------------------------------------------------------------
     def backpressure_message(self, cap: int, deadline_ms: int) -> str:
         """The two distinct messages of seed §16."""
-        if self.outage_since is not None and not self.connected:
-            since = datetime.fromtimestamp(self.outage_since, UTC).isoformat(timespec="seconds")
+        if not self.connected:
+            began = self.outage_since if self.outage_since is not None else time.time()
+            since = datetime.fromtimestamp(began, UTC).isoformat(timespec="seconds")
             return (
                 f"backpressure while reconnecting: the buffer is full (cap {cap} bytes) and "
                 f"did not drain within {deadline_ms} ms; reconnect attempt "

@@ -78,6 +78,7 @@ class DrainerPool:
         self._stop = threading.Event()
         self._live: list[Any] = []  # running drainer forwarders, closed on stop
         self.active = 0
+        self.peak_active = 0  # the most drainers ever running at once (<= the pool size)
         self.succeeded = 0
         self.failed = 0
         self.skipped = 0
@@ -95,6 +96,7 @@ class DrainerPool:
             return
         with self._lock:
             self.active += 1
+            self.peak_active = max(self.peak_active, self.active)
         try:
             outcome = self._drain_slot(name)
         except Exception:

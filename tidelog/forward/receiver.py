@@ -130,10 +130,10 @@ class Receiver:
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        finally:
-            loop.close()
+        # The Runner cancels and awaits whatever tasks are left (a handshake cut short by the
+        # stop) before closing the loop.
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            runner.run(self._serve())
 
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
@@ -214,7 +214,7 @@ class Receiver:
         if response.status_code != 101:
             return None
         headers: Headers = response.headers
-        headers[wire.H_VERSION] = "1"
+        headers[wire.H_VERSION] = str(wire.QWP_VERSION)
         wants = request.headers.get(wire.H_REQUEST_DURABLE_ACK, "").lower() == "true"
         if wants and self.durable_ack:
             headers[wire.H_DURABLE_ACK] = "enabled"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 __all__ = [
+    "QWP_VERSION",
     "STATUS_OK",
     "STATUS_DURABLE_ACK",
     "MAX_ERROR_MESSAGE",
@@ -35,6 +36,7 @@ __all__ = [
     "decode",
 ]
 
+QWP_VERSION: Final = 1  # the only QWP version tidelog speaks (seed §8)
 STATUS_OK: Final = 0x00
 STATUS_DURABLE_ACK: Final = 0x02
 MAX_ERROR_MESSAGE: Final = 1024

@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-from tidelog import registry as _registry
-
 from .backend import TOPIC, SfBackend, open_backend
 from .recovery import RecoveredSegment, Recovery, recover
 from .slot import DURABILITIES, Slot, SlotStats, check_sender_id, write_failed
@@ -30,8 +28,3 @@ __all__ = [
     "SfBackend",
     "TOPIC",
 ]
-
-# Until the built-in table lists "sf" (registry.BUILTIN is the lead's), importing tidelog.sf
-# makes the scheme usable: tidelog.open("sf:///...").
-if "sf" not in _registry.BUILTIN and "sf" not in _registry.known_schemes():
-    _registry.register("sf", "tidelog.sf:open_backend")

@@ -87,29 +87,45 @@ def _read_all(fs: FS, path: str) -> bytes:
 
 
 def _scan_segment(fs: FS, slot_dir: str, name: str) -> RecoveredSegment | None:
+    """Map the segment read-only and walk it (seed §6.5 steps 1-5)."""
     path = os.path.join(slot_dir, name)
     try:
-        data = _read_all(fs, path)
+        h = fs.open_read(path)
     except OSError as exc:
         raise Corrupt(f"{path}: unreadable ({exc}); refusing recovery") from None
-    if data.count(0) == len(data):
-        return None  # unborn: created, never written (see module docstring)
-    if len(data) < HEADER_SIZE:
-        raise Corrupt(f"{path}: {len(data)} bytes, shorter than a segment header; refusing")
+    try:
+        try:
+            data = h.map()
+        except OSError as exc:
+            raise Corrupt(f"{path}: cannot be mapped ({exc}); refusing recovery") from None
+        try:
+            return _scan_mapped(path, name, data)
+        finally:
+            data.release()  # the map itself goes with the handle
+    finally:
+        h.close()
+
+
+def _scan_mapped(path: str, name: str, data: memoryview) -> RecoveredSegment | None:
+    size = len(data)
+    # Unborn (module docstring): all zeros. The header decides quickly for a live segment.
+    if not any(data[:HEADER_SIZE]) and data == bytes(size):
+        return None
+    if size < HEADER_SIZE:
+        raise Corrupt(f"{path}: {size} bytes, shorter than a segment header; refusing")
     header = decode_header(data, path)
     scan = scan_frames(data)
-    tail = data[scan.last_good :]
-    dirty_end = scan.last_good + len(tail.rstrip(b"\0")) if tail.strip(b"\0") else 0
+    tail = bytes(data[scan.last_good :]).rstrip(b"\0")
     return RecoveredSegment(
         name=name,
         generation=segment_generation(name),
         base_seq=header.base_seq,
         created_micros=header.created_micros,
-        size=len(data),
+        size=size,
         offsets=scan.offsets,
         append_cursor=scan.last_good,
         torn_tail=scan.torn_tail,
-        dirty_end=dirty_end,
+        dirty_end=scan.last_good + len(tail) if tail else 0,
     )
 
 

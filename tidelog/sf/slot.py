@@ -5,11 +5,16 @@ reads, the manager (whoever calls ``apply_acks``) persists the watermark and tri
 variable guards the metadata; reads and writes happen under it too (they are single positional
 calls), so a trim can never close a file a read is using.
 
-Python reads and writes through the ``FS`` seam with positional I/O instead of the seed's mmap:
-the bytes on disk are identical, crash tests can record every write, and a sparse or truncated
-file can never deliver SIGBUS (anchors B, JQ #73) -- a short read is just a short read.
-Block reservation at create time (``Handle.allocate`` = posix_fallocate) is still done, so a full
-disk fails the segment's creation, cleanly, instead of a later append.
+Segments are mmap'd for reading, as the seed's are: the recovery scan walks each file through
+a read-only map (seed §6.5 step 1), and every sealed segment stays mapped until it is trimmed,
+so the I/O loop reads its frames straight from the mapping. Writes -- the frames of the active
+segment, headers, the watermark -- are positional writes through the ``FS`` seam instead of
+stores into a writable map (spec/FORWARD.md SF-4): the bytes on disk are identical, the crash
+simulation can record every write, and a store can never SIGBUS (anchors B, JQ #73). The
+active segment is read with ``pread`` too (the seam's maps are only defined for files nobody
+writes any more). Block reservation at create time (``Handle.allocate`` = posix_fallocate) is
+done as the seed demands, so a full disk fails the segment's creation, cleanly, never a later
+append.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from tidelog.clock import Clock
-from tidelog.errors import Backpressure, BadArgument, Closed, Corrupt, TooLarge
+from tidelog.errors import Backpressure, BadArgument, Closed, Corrupt, StorageError, TooLarge
 from tidelog.fsio import FS, Handle, OsFS, make_dirs, storage_error
 
 from . import lock
@@ -60,6 +65,18 @@ class _Segment:
     offsets: array[int]
     cursor: int  # append cursor = published cursor (one writer, under the slot lock)
     synced: bool = True  # every byte written is covered by an fdatasync
+    view: memoryview | None = None  # read-only map of a sealed segment (None while active)
+
+    def map_sealed(self) -> None:
+        """Map the (now immutable) segment for the readers."""
+        if self.view is None:
+            self.view = self.handle.map()
+
+    def close(self) -> None:
+        if self.view is not None:
+            self.view.release()
+            self.view = None
+        self.handle.close()
 
     @property
     def count(self) -> int:
@@ -122,7 +139,12 @@ class Slot:
         #: called when an append times out waiting for space; returns the message (seed §16)
         self.backpressure_reason: Callable[[], str] = lambda: "backpressure: SF slot is full"
         self.backpressure_stalls = 0
-        self._adopt(recovery)
+        try:
+            self._adopt(recovery)
+        except BaseException:
+            for seg in self._segments:
+                seg.close()
+            raise
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -164,7 +186,10 @@ class Slot:
             make_dirs(fs, slot_dir)
         except OSError as exc:
             raise storage_error(exc, f"creating SF slot {slot_dir}") from None
-        handle = lock.acquire(fs, slot_dir)
+        try:
+            handle = lock.acquire(fs, slot_dir)
+        except OSError as exc:
+            raise storage_error(exc, f"locking SF slot {slot_dir}") from None
         try:
             try:
                 recovery = recover(fs, slot_dir)
@@ -182,8 +207,10 @@ class Slot:
                 durability=durability,
                 clock=clock,
             )
-        except BaseException:
+        except BaseException as exc:
             handle.close()  # never keep a slot locked that we failed to open
+            if isinstance(exc, OSError) and not isinstance(exc, StorageError):
+                raise storage_error(exc, f"opening SF slot {slot_dir}") from None
             raise
 
     def _adopt(self, rec: Recovery) -> None:
@@ -196,7 +223,17 @@ class Slot:
             active = i == len(rec.segments) - 1
             path = os.path.join(self.dir, r.name)
             h = self.fs.open(path, create=False) if active else self.fs.open_read(path)
-            if active and r.dirty_end > r.append_cursor:
+            seg = _Segment(
+                r.name, h, r.base_seq, r.created_micros, r.size, r.offsets, r.append_cursor,
+                # Recovered bytes may still be only in the page cache (a previous session
+                # under the memory durability): the first sync covers them too.
+                synced=False,
+            )  # fmt: skip
+            self._segments.append(seg)
+            self._bases.append(seg.base_seq)
+            if not active:
+                seg.map_sealed()
+            elif r.dirty_end > r.append_cursor:
                 # SF-9: bytes a torn append left after the last good frame are zeroed, durably,
                 # before anything is appended: a new shorter frame followed by an intact stale
                 # frame from the previous session would otherwise read back as a valid frame.
@@ -206,20 +243,6 @@ class Slot:
                     h.pwrite(_ZERO_CHUNK[:n], pos)
                     pos += n
                 h.fdatasync()
-            # Recovered bytes may still be only in the page cache (a previous session under
-            # the memory durability): the first sync covers them too.
-            seg = _Segment(
-                r.name,
-                h,
-                r.base_seq,
-                r.created_micros,
-                r.size,
-                r.offsets,
-                r.append_cursor,
-                synced=False,
-            )
-            self._segments.append(seg)
-            self._bases.append(seg.base_seq)
         if not self._segments and self.fs.exists(os.path.join(self.dir, WATERMARK_FILE)):
             # A fully drained slot starts fresh: a stale watermark would only confuse (§18.1).
             self.fs.unlink(os.path.join(self.dir, WATERMARK_FILE))
@@ -317,6 +340,7 @@ class Slot:
         if self.durability != "memory" and not seg.synced:
             seg.handle.fdatasync()
             seg.synced = True
+        seg.map_sealed()
 
     def _now_micros(self) -> int:
         if self._clock is not None:
@@ -365,9 +389,12 @@ class Slot:
                 hi = min(seg.count, k + max_frames - len(out))
                 p = bisect.bisect_right(seg.offsets, start + max_bytes - size, k + 1, hi)
                 end = seg.offsets[p] if p < seg.count else seg.cursor
-                view = memoryview(seg.handle.pread(end - start, start))
+                if seg.view is not None:
+                    view, base = seg.view, 0  # sealed: straight from the mapping
+                else:
+                    view, base = memoryview(seg.handle.pread(end - start, start)), start
                 for j in range(k, p):
-                    off = seg.offsets[j] - start
+                    off = seg.offsets[j] - base
                     n = int.from_bytes(view[off + 4 : off + 8], "little")
                     out.append(bytes(view[off + 8 : off + 8 + n]))
                     size += n
@@ -420,7 +447,7 @@ class Slot:
             while len(self._segments) > 1 and self._segments[0].last_seq <= acked:
                 seg = self._segments.pop(0)
                 self._bases.pop(0)
-                seg.handle.close()
+                seg.close()
                 self.fs.unlink(os.path.join(self.dir, seg.name))
                 if self.durability != "memory":
                     # One unlink per directory sync: segments vanish lowest first even on a
@@ -467,7 +494,7 @@ class Slot:
             finally:
                 self._closed = True
                 for seg in self._segments:
-                    seg.handle.close()
+                    seg.close()
                 if self._watermark is not None:
                     self._watermark.close()
                 if self._lock_handle is not None:

@@ -1,7 +1,9 @@
 """WAL files: a 64-byte file header, then XXH3-64-checksummed frames (spec/FORMATS.md WAL-1..).
 
-The frame is seed 000 §2.1 byte for byte. ``encode_append`` is on the append hot path (one call
-per record), so it is kept to one ``struct.pack``, one XXH3 call and one concatenation.
+The frame is seed 000 §2.1 byte for byte. ``encode_append`` is on the single-append hot path, so
+it is kept to one ``struct.pack``, one XXH3 call and one concatenation. ``encode_append_batch``
+frames a whole run of records (WAL-14) with C-level calls only: lengths through ``map(len)``, one
+join, one XXH3 pass; ``split_append_batch`` undoes it the same way on replay.
 ``scan`` is on the recovery path and must survive anything a crash leaves behind: it never
 raises and never yields a frame whose checksum fails; it stops at the first frame it cannot
 trust and says why.
@@ -11,8 +13,11 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterator
+import sys
+from array import array
+from collections.abc import Iterator, Sequence
 from enum import IntEnum
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 import crc32c
@@ -28,6 +33,7 @@ __all__ = [
     "HEADER_SIZE",
     "FRAME_HEADER_SIZE",
     "FRAME_OVERHEAD",
+    "BATCH_DATA_MAX",
     "FrameType",
     "HAS_TAG",
     "HAS_NODE",
@@ -41,6 +47,9 @@ __all__ = [
     "encode_header",
     "decode_header",
     "encode_append",
+    "encode_append_batch",
+    "split_append_batch",
+    "split_runs",
     "encode_control",
     "scan",
     "split_batches",
@@ -50,7 +59,8 @@ __all__ = [
 ]
 
 MAGIC = b"TDLWAL01"
-VERSION = 1
+VERSION = 2  # written; 2 = may hold APPEND_BATCH frames (WAL-14), which a version-1 reader lacks
+VERSIONS = (1, 2)  # read
 HEADER_SIZE = 64
 
 # magic | version | header_size | gen | shard | shard_count | created_ms | store_id | 4 reserved
@@ -86,11 +96,19 @@ class FrameType(IntEnum):
     SUB_UNREGISTER = 13
     LOSS = 14
     PRODUCER = 15
+    APPEND_BATCH = 16
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
 _APPEND = int(FrameType.APPEND)
+_APPEND_BATCH = int(FrameType.APPEND_BATCH)
 _new = tuple.__new__
+
+# APPEND_BATCH data (WAL-14): count u32 | count x u32 lengths | the payloads back to back.
+# frame_len is a u32, so one frame holds at most this many data bytes (a larger run is split).
+BATCH_DATA_MAX = 0xFFFF_FFFF - _LEN_FIXED - 2 * 0xFFFF
+_BIG_ENDIAN = sys.byteorder == "big"
+assert array("I").itemsize == 4
 
 HAS_TAG = 0x01
 HAS_NODE = 0x02
@@ -140,9 +158,11 @@ def decode_header(buf: bytes | bytearray | memoryview) -> WalHeader:
         raise FormatCorrupt("WAL-1", f"WAL header: bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     # Version before CRC: a newer format may cover different bytes, so "unsupported version"
     # is the more useful message for a file written by a newer tidelog.
-    if version != VERSION:
+    if version not in VERSIONS:
         raise FormatCorrupt(
-            "WAL-1", f"WAL header: unsupported version {version} (this reader knows {VERSION})"
+            "WAL-1",
+            f"WAL header: unsupported version {version} (this reader knows "
+            f"{', '.join(map(str, VERSIONS))})",
         )
     if header_size != HEADER_SIZE:
         raise FormatCorrupt(
@@ -182,8 +202,8 @@ class Frame(NamedTuple):
     @property
     def body(self) -> dict[str, Any]:
         """The parsed JSON body of a control frame (WAL-9); Corrupt if it is not a JSON object."""
-        if self.type == _APPEND:
-            raise TypeError("an APPEND frame carries a payload, not a JSON body")
+        if self.type == _APPEND or self.type == _APPEND_BATCH:
+            raise TypeError("an APPEND frame carries payloads, not a JSON body")
         return loads_body(self.data, f"WAL frame at offset {self.offset}", "WAL-9")
 
     @property
@@ -235,6 +255,14 @@ def encode_append(
 ) -> bytes:
     """One APPEND frame (WAL-3). ``tag``/``node`` None and "" differ: HAS_TAG/HAS_NODE say which
     (WAL-6). ``batch_end`` marks the last frame of one op (WAL-7)."""
+    flags, nb, tb = _labels(tag, node, batch_end, durable)
+    return _frame(_APPEND, flags, topic_id, seq, ts, nb, tb, payload)
+
+
+def _labels(
+    tag: str | None, node: str | None, batch_end: bool, durable: bool
+) -> tuple[int, bytes, bytes]:
+    """(flags, node bytes, tag bytes) of a record frame (WAL-6)."""
     flags = (BATCH_END if batch_end else 0) | (DURABLE if durable else 0)
     if tag is None:
         tb = b""
@@ -246,7 +274,117 @@ def encode_append(
     else:
         nb = node.encode("utf-8")
         flags |= HAS_NODE
-    return _frame(_APPEND, flags, topic_id, seq, ts, nb, tb, payload)
+    return flags, nb, tb
+
+
+def encode_append_batch(
+    topic_id: int,
+    first_seq: int,
+    ts: int,
+    tag: str | None,
+    node: str | None,
+    payloads: Sequence[bytes],
+    *,
+    batch_end: bool,
+    durable: bool,
+    limit: int = BATCH_DATA_MAX,
+) -> bytes:
+    """APPEND_BATCH frames (WAL-14) for records ``first_seq ..`` of one run sharing ``ts``, tag
+    and node: each payload's length in a u32 array, the payloads back to back, one XXH3-64 over
+    all of it, with no Python-level loop per record. One frame, unless the data would exceed
+    ``limit`` bytes (u32 ``data_len``): then consecutive frames, ``batch_end`` on the last."""
+    if not payloads:
+        raise BadArgument("an APPEND_BATCH frame holds at least one record")
+    flags, nb, tb = _labels(tag, node, batch_end, durable)
+    n = len(payloads)
+    try:
+        lens = array("I", map(len, payloads))
+    except OverflowError:
+        raise BadArgument("a payload of 4 GiB or more does not fit a WAL frame") from None
+    size = 4 + 4 * n + sum(lens)
+    if size > limit:
+        parts = split_runs(lens, limit)
+        return b"".join(
+            encode_append_batch(
+                topic_id,
+                first_seq + lo,
+                ts,
+                tag,
+                node,
+                payloads[lo:hi],
+                batch_end=batch_end and hi == n,
+                durable=durable,
+                limit=limit,
+            )
+            for lo, hi in parts
+        )
+    if _BIG_ENDIAN:
+        lens.byteswap()
+    try:
+        head = _FRAME.pack(
+            _LEN_FIXED + len(nb) + len(tb) + size,
+            _APPEND_BATCH,
+            flags,
+            topic_id,
+            first_seq,
+            ts,
+            len(nb),
+            len(tb),
+            size,
+        )
+    except struct.error as exc:
+        raise BadArgument(f"WAL frame field out of range ({exc})") from None
+    body = b"".join((head, nb, tb, _U32.pack(n), lens, *payloads))
+    with memoryview(body) as mv:
+        checksum = xxhash.xxh3_64_intdigest(mv[4:])
+    return body + _U64.pack(checksum)
+
+
+def split_runs(sizes: Sequence[int], limit: int = BATCH_DATA_MAX) -> list[tuple[int, int]]:
+    """Cut a run of records with these payload sizes into [lo, hi) index ranges whose
+    APPEND_BATCH data (4 + 4 per record + payloads) stays within ``limit`` bytes. Almost always
+    one range; only runs of gigabytes are cut. Each record must fit alone."""
+    n = len(sizes)
+    if 4 + 4 * n + sum(sizes) <= limit:
+        return [(0, n)]
+    out: list[tuple[int, int]] = []
+    lo, used = 0, 4
+    for i, size in enumerate(sizes):
+        if 4 + size + 4 > limit:
+            raise BadArgument(f"a payload of {size} bytes does not fit a WAL frame")
+        if used + 4 + size > limit:
+            out.append((lo, i))
+            lo, used = i, 4
+        used += 4 + size
+    out.append((lo, n))
+    return out
+
+
+def split_append_batch(data: bytes, where: str) -> list[bytes]:
+    """The payloads of an APPEND_BATCH frame's ``data`` (WAL-14), with C-level calls only. The
+    frame passed its checksum, so lengths that disagree with ``data_len`` are a writer bug, not
+    a torn write: Corrupt naming ``where``."""
+    size = len(data)
+    if size < 8:
+        raise FormatCorrupt("WAL-14", f"{where}: APPEND_BATCH data of {size} bytes")
+    (n,) = _U32.unpack_from(data, 0)
+    start = 4 + 4 * n
+    if n == 0 or start > size:
+        raise FormatCorrupt("WAL-14", f"{where}: APPEND_BATCH count {n} in {size} data bytes")
+    lens = array("I")
+    lens.frombytes(data[4:start])
+    if _BIG_ENDIAN:
+        lens.byteswap()
+    ends = list(accumulate(lens, initial=start))
+    if ends[-1] != size:
+        raise FormatCorrupt(
+            "WAL-14",
+            f"{where}: APPEND_BATCH lengths add up to {ends[-1] - start} bytes, data_len leaves "
+            f"{size - start}",
+        )
+    if n == 1:
+        return [data[start:]]
+    return list(map(data.__getitem__, map(slice, ends, ends[1:])))
 
 
 def encode_control(
@@ -261,7 +399,7 @@ def encode_control(
 ) -> bytes:
     """A control frame whose ``data`` is ``body`` as compact JSON (WAL-9). A control op is a
     batch of its own unless the caller chains it into a multi-frame op (``batch_end=False``)."""
-    if ftype == _APPEND or not 0 <= ftype <= 255:
+    if ftype in (_APPEND, _APPEND_BATCH) or not 0 <= ftype <= 255:
         raise BadArgument(f"{ftype} is not a control frame type")
     flags = (BATCH_END if batch_end else 0) | (DURABLE if durable else 0)
     return _frame(ftype, flags, topic_id, seq, ts, b"", b"", dumps_body(body))
@@ -360,10 +498,48 @@ class WalScanner:
 
 def scan(buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE) -> ScanResult:
     """Every valid frame from ``start`` up to the first zero frame_len, end of buffer, or frame
-    that cannot be trusted (WAL-4, WAL-5). Never raises on garbage."""
-    scanner = WalScanner(buf, start)
-    frames = list(scanner)
-    return ScanResult(frames, scanner.end, scanner.status, scanner.detail, scanner.unknown)
+    that cannot be trusted (WAL-4, WAL-5). Never raises on garbage. Runs of frames without
+    tag or node (the common case) are decoded by an inlined loop (recovery replays every
+    frame); anything else, including where the log ends, goes through ``_decode_at``."""
+    mv = memoryview(buf)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    if start > len(mv):
+        return ScanResult([], start, "torn", f"start {start} is past the end of the file", [])
+    frames: list[Frame] = []
+    unknown: list[int] = []
+    pos = start
+    while True:
+        pos = _plain_run(mv, pos, frames, unknown)
+        got = _decode_at(mv, pos)
+        if isinstance(got, _Stop):
+            return ScanResult(frames, pos, got.status, got.detail, unknown)
+        if got.type not in _KNOWN_TYPES:
+            unknown.append(pos)
+        frames.append(got)
+        pos += got.length
+
+
+def _plain_run(mv: memoryview, pos: int, frames: list[Frame], unknown: list[int]) -> int:
+    """Decode consecutive valid frames without tag or node from ``pos`` into ``frames``; return
+    the offset of the first one it does not take (labelled, damaged, or the log's end), for
+    ``_decode_at`` to judge. The checks are exactly ``_decode_at``'s for such frames."""
+    size = len(mv)
+    unpack, unpack_u64, digest = _FRAME.unpack_from, _U64.unpack_from, xxhash.xxh3_64_intdigest
+    append, known, labels = frames.append, _KNOWN_TYPES, HAS_TAG | HAS_NODE
+    while pos + FRAME_OVERHEAD <= size:
+        frame_len, ftype, flags, topic_id, seq, ts, nl, tl, dl = unpack(mv, pos)
+        if nl or tl or flags & labels or frame_len != _LEN_FIXED + dl or frame_len > size - pos - 4:
+            return pos
+        cs_at = pos + frame_len - 4
+        if digest(mv[pos + 4 : cs_at]) != unpack_u64(mv, cs_at)[0]:
+            return pos
+        if ftype not in known:
+            unknown.append(pos)
+        data = bytes(mv[pos + FRAME_HEADER_SIZE : cs_at])
+        append(_new(Frame, (ftype, flags, topic_id, seq, ts, None, None, data, pos, frame_len + 4)))
+        pos = cs_at + 8
+    return pos
 
 
 def split_batches(frames: list[Frame]) -> tuple[list[list[Frame]], list[Frame]]:

@@ -1,0 +1,64 @@
+"""Proof the conformance suite can fail (issue 7 item 5): every mutant implementation
+(tests/conformance/mutants.py: tidelog with one planted defect each) is run through the driver
+protocol, in its own driver process, at the conformance level binding the rule it breaks, and
+the suite must report a failure. The run's mutation score and each mutant's time to first
+failure are printed at the end of the test session (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conformance_helpers import MUTANTS_FILE, driver_factory, load_mutants, record_mutation
+
+from tidelog.conformance.runner import run_level
+from tidelog.conformance.suite import session_seed
+
+MUTANTS = load_mutants().MUTANTS
+#: the most examples a level may take to find the defect: a caught mutant stops at its first
+#: failure (a few examples to a few dozen, see the report), so a high cap costs nothing unless
+#: a mutant escapes (the nox `conformance` session measures the catch rate over
+#: TIDELOG_MUTANT_SEEDS seeds)
+EXAMPLES = {"crash": 500}
+DEFAULT_EXAMPLES = 250
+SEEDS = int(os.environ.get("TIDELOG_MUTANT_SEEDS", "1"))
+
+
+def test_the_issue_defects_are_all_planted() -> None:
+    """The defects issue 7 names each have a mutant (and more besides)."""
+    rules = {m.rule for m in MUTANTS.values()}
+    required = {"TMB-1", "TMB-4", "DUR-2", "WAL-5/DUR-6", "SUB-2", "FSN-6", "RING-3", "RET-3"}
+    assert required <= rules, required - rules
+    assert len(MUTANTS) > len(required)
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_suite_catches_mutant(name: str) -> None:
+    """The level binding the broken rule fails against the mutant, through the protocol."""
+    mutant = MUTANTS[name]
+    escaped = []
+    first = session_seed()
+    for seed in range(first, first + SEEDS):
+        result = run_level(
+            driver_factory(name, plugin=MUTANTS_FILE),
+            mutant.level,
+            examples=EXAMPLES.get(mutant.level, DEFAULT_EXAMPLES),
+            steps=40,
+            seed=seed,
+            shrink_seconds=5,
+        )
+        failure = result.failure
+        record_mutation({
+            "mutant": name, "rule": mutant.rule, "level": mutant.level, "seed": seed,
+            "caught": result.status == "fail", "seconds": result.seconds,
+            "seconds_to_first": failure.seconds_to_first if failure else None,
+            "examples_to_first": failure.examples_to_first if failure else None,
+        })
+        if result.status != "fail":
+            escaped.append(seed)
+        else:
+            assert failure is not None and failure.steps, "a failure comes with its sequence"
+    assert not escaped, (
+        f"mutant {name} ({mutant.defect}, {mutant.rule}) passed level {mutant.level} "
+        f"with seeds {escaped}: the suite does not catch it"
+    )
