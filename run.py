@@ -39,6 +39,10 @@ commands (nox sessions, see noxfile.py):
   packaging    only tests/packaging (wheel + editable install checks)
   bench        benchmarks vs the disk's limits and the Python peers
                (`python3 run.py bench --quick`; results in bench-results/)
+  stateful, crash, forward, conformance
+               long seeded campaigns (stateful suite, crash simulation,
+               forwarder fault injection, conformance levels + mutants)
+  blockdev_device  the blockdev backend on loop devices (root + losetup)
   SESSION      any other nox session in noxfile.py
 
 other:

@@ -56,7 +56,8 @@ def main() -> None:
     """tidelog: a durable, sequence-numbered store-and-forward log.
 
     URIs: memory:// (fresh, in-process), memory://NAME (named, in-process), model:// (the
-    reference model); file:// and blockdev:// are not available yet.
+    reference model), file://DIR (WAL + segments), blockdev://PATH (flash page ring on a device
+    or image), sf://SF_DIR/SENDER_ID (a store-and-forward slot); see the README.
     """
 
 

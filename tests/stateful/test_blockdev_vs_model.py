@@ -62,50 +62,25 @@ class BlockdevMachine(LogMachine):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(_ROOT, f"{name}.img"))
 
-    # -- the model learns ring overwrites (BDEV-16) -----------------------------------------
+    # -- the model learns ring overwrites (BDEV-16): LogMachine.learn_ring checks and applies
+    # -- what these hooks report
     _seen = 0
 
-    def learn_ring(self, store: Store | None = None) -> None:
-        """BDEV-16, TMB-1, SUB-7: apply the backend's ring evictions to the model."""
+    def ring_pages(self) -> int | None:
+        return PAGES
+
+    def ring_events(self, store: Store | None = None) -> list[Any]:
+        """The evictions ``store`` (default: the open one) reported since the last call."""
         backend: Any = (store or self.sut)._backend
         fresh = backend.ring_evictions[self._seen :]
         self._seen = len(backend.ring_evictions)
-        model: Any = self.model._backend
-        for ev in fresh:
-            assert ev.head - ev.through >= PAGES, (
-                f"BDEV-16: ring evicted through seq {ev.through} at head {ev.head}: the ring "
-                f"of {PAGES} pages was not full"
-            )
-            event("ring overwrite evicted live records")
-            with model.lock:
-                t = model.topics.get(ev.topic)
-                seqs = [q for q in t.live_sorted() if q <= ev.through] if t is not None else []
-                if seqs:
-                    model._remove_involuntary(t, seqs, "evicted")
-                    model._record_history(t)
-
-    def both(self, fn: Any) -> Any:
-        out = super().both(fn)
-        self.learn_ring()
-        return out
-
-    def on_topic(self, name: str, fn: Any) -> Any:
-        out = super().on_topic(name, fn)
-        self.learn_ring()
-        return out
-
-    def on_sub(self, topic: str, sub: str, fn: Any) -> Any:
-        out = super().on_sub(topic, sub, fn)
-        self.learn_ring()
-        return out
+        return list(fresh)
 
     @precondition(lambda self: self.supports_reopen)
     @rule()
     def reopen(self) -> None:
         """DUR-1, SUB-9: clean close + reopen of the image restores everything exactly."""
-        old = self.sut
-        super().reopen()
-        self.learn_ring(old)  # the final page written at close may have overwritten some
+        super().reopen()  # learns what the final page written at close overwrote
         self._seen = 0
         facts: Any = self.sut.describe()
         if facts["looped"]:
@@ -119,7 +94,7 @@ class BlockdevMachine(LogMachine):
         the reopened ring holds an allowed state, and the model carries on from it."""
         old = self.sut
         old._backend.abandon()  # type: ignore[attr-defined]
-        self.learn_ring(old)
+        self.learn_ring(self.ring_events(old))
         self._seen = 0
         self.sut = self.open_sut()
         model: ModelStore = self.model._backend  # type: ignore[assignment]
