@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import struct
 from pathlib import Path
 
 import pytest
-import xxhash
 
 import tidelog
 from tidelog.backends.file.format import segment as seg
@@ -126,15 +124,6 @@ def test_SEG_12_a_damaged_byte_anywhere_in_a_sealed_segment_is_corrupt(tmp_path:
     assert _read_all(root, 1000) == expected
 
 
-def _as_version_1(idx: bytes) -> bytes:
-    """A version-2 .idx rewritten as version 1 (what an earlier tidelog wrote): the 32-byte
-    header, the same entries, the footer (FORMATS.md §4.3)."""
-    count, topic_id, first_seq = struct.unpack_from("<IQQ", idx, 12)
-    body = struct.pack("<8sHHIQQ", seg.IDX_MAGIC, 1, 32, count, topic_id, first_seq)
-    body += idx[seg.IDX_HEADER_SIZE : seg.IDX_HEADER_SIZE + count * seg.ENTRY_SIZE]
-    return body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
-
-
 def test_SEG_12_a_version_1_segment_still_opens_reads_and_verifies(tmp_path: Path) -> None:
     """SEG-9, SEG-12: a store sealed with version-1 indexes reads exactly as with version 2
     (verified by frame: it has no blocks), keeps its tag index, and verifies clean."""
@@ -143,7 +132,7 @@ def test_SEG_12_a_version_1_segment_still_opens_reads_and_verifies(tmp_path: Pat
     with tidelog.open(f"file://{root}") as store:
         expected = store.topic("t").read(0, 10_000)
     for idx in (root / "topics").glob("*/seg-*.idx"):
-        idx.write_bytes(_as_version_1(idx.read_bytes()))
+        idx.write_bytes(seg.index_as_version_1(idx.read_bytes()))
     assert verify_store(OsFS(), str(root)).problems == []
     with tidelog.open(f"file://{root}") as store:
         t = store.topic("t")

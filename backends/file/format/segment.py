@@ -16,7 +16,7 @@ import re
 import struct
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, repeat
 from typing import NamedTuple
@@ -28,6 +28,9 @@ from tidelog.errors import BadArgument, TooLarge
 from . import FormatCorrupt
 
 __all__ = [
+    "index_as_version_1",
+    "cut_blocks",
+    "encode_index",
     "DATA_MAGIC",
     "IDX_MAGIC",
     "VERSION",
@@ -181,6 +184,9 @@ class LabelRuns:
 
 def label_runs(tags: Sequence[str | None], nodes: Sequence[str | None]) -> LabelRuns:
     """The maximal runs of per-slot labels (SEG-11: what the writer stores)."""
+    n = len(tags)
+    if tags.count(None) == n and nodes.count(None) == n:  # no labels: the common case
+        return LabelRuns([0], [None], [None]) if n else LabelRuns([], [], [])
     firsts: list[int] = []
     rt: list[str | None] = []
     rn: list[str | None] = []
@@ -327,6 +333,86 @@ def encode_record(
     return b"".join((head, nb, tb, payload, _U64.pack(h.intdigest())))
 
 
+def cut_blocks(offsets: Sequence[int], count: int) -> list[tuple[int, int]]:
+    """SEG-10 as tidelog cuts: (first slot, .data offset) of each block, a block ending at the
+    first frame boundary at least ``BLOCK_BYTES`` after its start. ``offsets[i]`` is frame
+    ``i``'s offset (ascending); one bisect per block, no loop per record."""
+    blocks: list[tuple[int, int]] = []
+    i = 0
+    while i < count:
+        blocks.append((i, offsets[i]))
+        i = bisect_left(offsets, offsets[i] + BLOCK_BYTES, i + 1, count)
+    return blocks
+
+
+def encode_index(
+    topic_id: int,
+    first_seq: int,
+    data: bytes,
+    entries: bytes,
+    offsets: Sequence[int],
+    tags: Sequence[str | None],
+    nodes: Sequence[str | None],
+) -> bytes:
+    """The version-2 ``.idx`` (SEG-9) of ``data``, whose frames ``entries`` (packed SEG-5
+    entries, one per record) describe: header, entries, blocks (SEG-10), label runs, strings
+    (SEG-11) and footer. ``offsets[i]`` is frame ``i``'s offset; ``tags``/``nodes`` its labels."""
+    count = len(entries) // ENTRY_SIZE
+    mv = memoryview(data)
+    cuts = cut_blocks(offsets, count)
+    ends = [off for _, off in cuts[1:]] + [len(data)]
+    blocks = [
+        _BLOCK.pack(slot, off, xxhash.xxh3_64_intdigest(mv[off:end]))
+        for (slot, off), end in zip(cuts, ends)
+    ]
+    runs = label_runs(tags, nodes)
+    strings: dict[str, int] = {}
+    encoded: list[bytes] = []
+
+    def ref(text: str | None) -> int:
+        if text is None:
+            return NO_STRING
+        got = strings.get(text)
+        if got is None:
+            got = strings[text] = len(strings)
+            encoded.append(text.encode("utf-8"))
+        return got
+
+    run_rows = [
+        _RUN.pack(first, ref(tag), ref(node))
+        for first, tag, node in zip(runs.firsts, runs.tags, runs.nodes)
+    ]
+    string_ends = array(_U32_CODE, accumulate(len(e) for e in encoded))
+    if _BIG_ENDIAN:
+        string_ends.byteswap()
+    text = b"".join(encoded)
+    head = _IDX_HEADER2.pack(
+        IDX_MAGIC,
+        IDX_VERSION,
+        IDX_HEADER_SIZE,
+        count,
+        topic_id,
+        first_seq,
+        len(data),
+        len(blocks),
+        len(run_rows),
+        len(encoded),
+        len(text),
+    )
+    idx = b"".join((head, entries, *blocks, *run_rows, string_ends.tobytes(), text))
+    return idx + _U64.pack(xxhash.xxh3_64_intdigest(idx))
+
+
+def index_as_version_1(idx: bytes) -> bytes:
+    """A version-2 ``.idx`` rewritten as version 1, what an earlier tidelog wrote (FORMATS.md
+    §4.3: the 32-byte header, the same entries, the footer): for golden vectors and tests of
+    readers of both versions."""
+    count, topic_id, first_seq = struct.unpack_from("<IQQ", idx, 12)
+    body = _IDX_HEADER.pack(IDX_MAGIC, VERSION, HEADER_SIZE, count, topic_id, first_seq)
+    body += idx[IDX_HEADER_SIZE : IDX_HEADER_SIZE + count * ENTRY_SIZE]
+    return body + _U64.pack(xxhash.xxh3_64_intdigest(body))
+
+
 class SegmentBuilder:
     """Accumulates a gapless run of one topic's records into (.data, .idx) bytes (SEG-3), the
     index in version 2 (SEG-9): entries, blocks (SEG-10) and label runs (SEG-11)."""
@@ -342,7 +428,7 @@ class SegmentBuilder:
             _DATA_HEADER.pack(DATA_MAGIC, VERSION, HEADER_SIZE, 0, topic_id, first_seq)
         ]
         self._entries: list[bytes] = []
-        self._blocks: list[tuple[int, int]] = []  # (first slot, .data offset)
+        self._offsets: list[int] = []
         self._tags: list[str | None] = []
         self._nodes: list[str | None] = []
 
@@ -361,9 +447,8 @@ class SegmentBuilder:
         frame = encode_record(seq, ts, tag, node, payload)
         if self.size + len(frame) > MAX_DATA_SIZE:
             raise TooLarge(f"segment would exceed {MAX_DATA_SIZE} bytes (u32 idx offsets)")
-        if not self._blocks or self.size - self._blocks[-1][1] >= BLOCK_BYTES:
-            self._blocks.append((len(self._entries), self.size))
         self._entries.append(_ENTRY.pack(self.size, len(frame), ts, frame[4]))
+        self._offsets.append(self.size)
         self._tags.append(tag)
         self._nodes.append(node)
         self._parts.append(frame)
@@ -377,48 +462,11 @@ class SegmentBuilder:
     def finish(self) -> tuple[bytes, bytes]:
         """The .data and .idx file contents."""
         data = b"".join(self._parts)
-        mv = memoryview(data)
-        ends = [off for _, off in self._blocks[1:]] + [len(data)]
-        blocks = [
-            _BLOCK.pack(slot, off, xxhash.xxh3_64_intdigest(mv[off:end]))
-            for (slot, off), end in zip(self._blocks, ends)
-        ]
-        runs = label_runs(self._tags, self._nodes)
-        strings: dict[str, int] = {}
-        encoded: list[bytes] = []
-
-        def ref(text: str | None) -> int:
-            if text is None:
-                return NO_STRING
-            got = strings.get(text)
-            if got is None:
-                got = strings[text] = len(strings)
-                encoded.append(text.encode("utf-8"))
-            return got
-
-        run_rows = [
-            _RUN.pack(first, ref(tag), ref(node))
-            for first, tag, node in zip(runs.firsts, runs.tags, runs.nodes)
-        ]
-        string_ends = array(_U32_CODE, accumulate(len(e) for e in encoded))
-        if _BIG_ENDIAN:
-            string_ends.byteswap()
-        text = b"".join(encoded)
-        head = _IDX_HEADER2.pack(
-            IDX_MAGIC,
-            IDX_VERSION,
-            IDX_HEADER_SIZE,
-            self.count,
-            self.topic_id,
-            self.first_seq,
-            len(data),
-            len(blocks),
-            len(run_rows),
-            len(encoded),
-            len(text),
+        entries = b"".join(self._entries)
+        idx = encode_index(
+            self.topic_id, self.first_seq, data, entries, self._offsets, self._tags, self._nodes
         )
-        idx = b"".join((head, *self._entries, *blocks, *run_rows, string_ends.tobytes(), text))
-        return data, idx + _U64.pack(xxhash.xxh3_64_intdigest(idx))
+        return data, idx
 
 
 def build_segment(
