@@ -290,11 +290,12 @@ def _recovery(settings: Settings, run_dir: str) -> dict[str, Any]:
     of the process but not of the machine)."""
     out: dict[str, Any] = {}
     size = 100
-    for kind in ("clean", "crash"):
+    for kind in ("clean", "tagged", "crash"):  # tagged: clean close, every record tagged
         root = os.path.join(run_dir, f"recovery-{kind}")
         _progress(f"recovery: building a {settings.recovery_bytes >> 20} MiB store ({kind})")
         built = isolated.run_child("build", root=root, total_bytes=settings.recovery_bytes,
-                                   size=size, crash=kind == "crash")  # fmt: skip
+                                   size=size, crash=kind == "crash",
+                                   tag="sensor-7" if kind == "tagged" else None)  # fmt: skip
         opens = []
         for _ in range(settings.repeats):
             opens.append(isolated.run_child("open", root=root))

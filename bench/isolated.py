@@ -36,10 +36,13 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def build_store(root: str, total_bytes: int, size: int, crash: bool) -> dict[str, Any]:
+def build_store(
+    root: str, total_bytes: int, size: int, crash: bool, tag: str | None = None
+) -> dict[str, Any]:
     """Fill a file store with ``total_bytes`` of ``size``-byte payloads (disk class,
-    append_many of 10000). Then close it cleanly, or flush and SIGKILL this process (the WAL
-    written since the last checkpoint is left for recovery to replay)."""
+    append_many of 10000, every record tagged ``tag``). Then close it cleanly, or flush and
+    SIGKILL this process (the WAL written since the last checkpoint is left for recovery to
+    replay)."""
     import tidelog
 
     from .measure import payload
@@ -51,7 +54,7 @@ def build_store(root: str, total_bytes: int, size: int, crash: bool) -> dict[str
     n = 0
     t0 = time.perf_counter()
     while n * size < total_bytes:
-        t.append_many(batch)
+        t.append_many(batch, tag=tag)
         n += len(batch)
     store.flush()
     elapsed = time.perf_counter() - t0

@@ -123,7 +123,7 @@ def _isolated(iso: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]
         if mmap_row and "mb_per_s_1mib_slices" in mmap_row["metrics"]
         else None
     )
-    for kind in ("clean", "crash"):
+    for kind in ("clean", "tagged", "crash"):
         got = iso.get(kind)
         if not got:
             continue
@@ -202,8 +202,9 @@ def _targets(rows: list[dict[str, Any]], iso: dict[str, Any]) -> list[dict[str, 
     read_ok = None if rd is None else min(rd / 1e6, _ratio(rd, lm) or rd / 1e6)
     add("read", read_ok, 1.0,
         f"{(rd or 0):,.0f} rec/s; x lmdb point get {(_ratio(rd, lm) or 0):.2f}")  # fmt: skip
-    clean = iso.get("clean")
-    add("recovery_clean", clean["s_per_gb"]["median"] if clean else None, 2.0, "s per GB",
+    cleans = {k: iso[k]["s_per_gb"]["median"] for k in ("clean", "tagged") if iso.get(k)}
+    add("recovery_clean", max(cleans.values()) if cleans else None, 2.0,
+        "s per GB, the worse of: " + ", ".join(f"{k} {v:.2f}" for k, v in cleans.items()),
         le=True)  # fmt: skip
     crash = iso.get("crash")
     bound = (1 / crash["x_read_bound"]) if crash and crash.get("x_read_bound") else None
@@ -277,11 +278,16 @@ def table(summary: dict[str, Any]) -> str:
     iso = summary["isolated"]
     if iso:
         lines += ["", "## recovery and memory (fresh processes)", ""]
-        for kind in ("clean", "crash"):
+        after = {
+            "clean": "a clean close",
+            "tagged": "a clean close, every record tagged",
+            "crash": "SIGKILL",
+        }
+        for kind, what in after.items():
             e = iso.get(kind)
             if e:
                 lines.append(
-                    f"- recovery after {'a clean close' if kind == 'clean' else 'SIGKILL'}: "
+                    f"- recovery after {what}: "
                     f"{_fmt(e['open_s']['median'])} s [{_fmt(e['open_s']['min'])}–"
                     f"{_fmt(e['open_s']['max'])}] for {e['payload_bytes'] / 1e6:,.0f} MB of "
                     f"payload ({e['disk_bytes'] / 1e6:,.0f} MB on disk) = "

@@ -7,7 +7,7 @@ The store is built first (one topic, ``--rows`` records of ``--payload`` random 
 every record sits in sealed segments), then Spark copies the tidelog DataFrame to Parquet once,
 then both are scanned ``--runs`` times each, alternating, with the ``noop`` sink (every column is
 materialised, nothing is written). Also reported: the adapter's Python-side read alone, on one
-core, without Spark (the ceiling for one executor).
+core, without Spark (the ceiling for one executor). Rates are medians with min–max over the runs.
 """
 
 from __future__ import annotations
@@ -54,6 +54,14 @@ def python_side(root: str, rows: int, partition_records: int) -> float:
     return time.perf_counter() - t0
 
 
+def rates(rows: int, times: list[float]) -> str:
+    """rows/s as median [min–max] over the runs."""
+    return (
+        f"{rows / statistics.median(times):>12,.0f} "
+        f"[{rows / max(times):,.0f}–{rows / min(times):,.0f}]"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -72,8 +80,8 @@ def main() -> None:
     print(f"  store built in {build_store(root, args.rows, args.payload):.1f} s")
     print(f"  read-only view opened in {open_view(root):.2f} s (once per executor worker)")
     python_side(root, args.rows, args.partition_records)  # warm-up
-    py = python_side(root, args.rows, args.partition_records)
-    print(f"  adapter read without Spark (1 core): {args.rows / py:,.0f} rows/s ({py:.2f} s)")
+    py = [python_side(root, args.rows, args.partition_records) for _ in range(args.runs)]
+    print(f"  adapter read without Spark (1 core), rows/s: {rates(args.rows, py)}")
 
     spark = spark_session(args.master, app="tidelog-spark-read-bench")
     try:
@@ -102,13 +110,16 @@ def main() -> None:
             f"\nSpark scan of {args.rows:,} rows (6 columns, {args.payload} B payload), "
             f"{args.master}, {args.runs} runs each, alternating:"
         )
-        print(f"  {'source':<9} {'best rows/s':>14} {'median rows/s':>14}   runs (s)")
+        print(f"  {'source':<9} {'rows/s median [min–max]':>36}   runs (s)")
         for name, ts in times.items():
-            best, med = min(ts), statistics.median(ts)
             runs = " ".join(f"{t:.2f}" for t in ts)
-            print(f"  {name:<9} {args.rows / best:>14,.0f} {args.rows / med:>14,.0f}   {runs}")
+            print(f"  {name:<9} {rates(args.rows, ts):>36}   {runs}")
+        ratios = [p / t for p, t in zip(times["parquet"], times["tidelog"], strict=True)]
         ratio = statistics.median(times["parquet"]) / statistics.median(times["tidelog"])
-        print(f"  tidelog / parquet (median): {ratio:.2f}")
+        print(
+            f"  tidelog / parquet: {ratio:.2f} (medians); per alternating pair "
+            f"{min(ratios):.2f}–{max(ratios):.2f}"
+        )
     finally:
         spark.stop()
         if not args.dir:

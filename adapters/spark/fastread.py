@@ -1,16 +1,18 @@
 """Columnar reads of sealed segments for Spark's executors (SPK-3's fast path).
 
-``Topic.read`` builds one ``Record`` per seq in Python (about 7 µs each, mostly frame decoding);
-a Spark scan then converts those back into columns. Here the live records of a sealed segment
-become Arrow columns directly: the frame headers of a whole run are decoded with numpy, every
-frame's XXH3-64 is still verified (SEG-2), and payloads, tags and nodes are gathered straight
-out of the segment's mmap. Anything else (the unsealed tail, tombstones, ts filters, a backend
-without ``SegChunk``s) goes through the public read path, which stays the reference: a test
-compares the two on the same stores.
+``Topic.read`` builds one ``Record`` per seq in Python; a Spark scan then converts those back
+into columns. Here a live run of a sealed segment becomes Arrow columns directly, with array
+operations only: the records are verified as a read verifies them (spec/FORMATS-seg2.md SEG-12:
+one XXH3-64 per ~64 KiB block of the mapped ``.data``, or frame by frame where that is cheaper
+or a block fails), seqs, timestamps and payload positions come from the index columns, tags and
+nodes from its label runs (SEG-11), and the payload bytes are gathered straight out of the
+segment's mmap. Anything else (the unsealed tail, tombstones, ts filters, a backend without
+``SegChunk``s) goes through the public read path, which stays the reference: a test compares
+the two on the same stores.
 
 This module reads the file backend's in-memory structures (``TopicLog.chunks``, ``SegChunk``'s
-index and dead map) of a read-only view that only this process refreshes; it checks their shape
-and falls back rather than guess when they change.
+index, label runs and dead map) of a read-only view that only this process refreshes; it checks
+their shape and falls back rather than guess when they change.
 """
 
 from __future__ import annotations
@@ -20,30 +22,13 @@ from typing import Any
 
 import numpy as np  # the spark extra brings it (pyspark's Arrow paths need it too)
 import pyarrow as pa
-import xxhash
-
-from tidelog.errors import Corrupt
 
 from .columns import log_schema
 
 __all__ = ["available", "chunk_ranges", "read_chunk", "is_qseg_chunk"]
 
-_HDR = np.dtype(
-    [
-        ("frame_len", "<u4"),
-        ("flags", "u1"),
-        ("seq", "<u8"),
-        ("ts", "<u8"),
-        ("nl", "<u2"),
-        ("tl", "<u2"),
-        ("dl", "<u4"),
-    ]
-)  # the record frame header of FORMATS SEG-2, packed: 29 bytes
-
-_HEADER = 29
-_OVERHEAD = _HEADER + 8
-_DATA_HEADER = 32  # .data file header (SEG-1)
-_HAS_TAG, _HAS_NODE = 0x01, 0x02
+_HEADER = 29  # record frame header (FORMATS SEG-2)
+_OVERHEAD = _HEADER + 8  # header + XXH3-64 trailer
 _MAX_BATCH_BYTES = 256 << 20  # Arrow binary offsets are int32: stay far below 2 GiB per batch
 
 
@@ -54,12 +39,15 @@ def available() -> bool:
 
 def _is_segchunk(chunk: Any) -> bool:
     index = getattr(chunk, "index", None)
+    runs = getattr(chunk, "runs", None)
     return (
         isinstance(getattr(chunk, "data", None), memoryview)
         and isinstance(getattr(chunk, "dead", None), bytearray)
+        and callable(getattr(chunk, "verify_slots", None))
         and index is not None
-        and hasattr(index, "offsets")
-        and hasattr(index, "lengths")
+        and all(hasattr(index, a) for a in ("offsets", "lengths", "tss"))
+        and runs is not None
+        and all(hasattr(runs, a) for a in ("firsts", "tags", "nodes", "nls", "tls"))
     )
 
 
@@ -109,16 +97,11 @@ def chunk_ranges(
     return runs, resume
 
 
-def _column(
-    mv: memoryview, data: Any, starts: Any, lengths: Any, present: Any | None, typ: pa.DataType
-) -> pa.Array:
-    """Values ``mv[start:start+length]`` as a ``typ`` (binary or string) array, nulls where
-    ``present`` is False. Built as a binary_view array over the mapped segment (16-byte views
-    made with numpy, no per-value Python work), then cast to ``typ`` in C++: the cast copies
-    the values into one contiguous buffer and, for strings, validates UTF-8."""
+def _views(mv: memoryview, data: Any, starts: Any, lengths: Any, typ: pa.DataType) -> pa.Array:
+    """Values ``mv[start:start+length]`` as a ``typ`` (binary) array. Built as a binary_view
+    array over the mapped segment (16-byte views made with numpy, no per-value Python work),
+    then cast to ``typ`` in C++, which copies the values into one contiguous buffer."""
     n = len(starts)
-    if present is not None:
-        lengths = np.where(present, lengths, 0)
     base = int(starts.min()) if n else 0
     end = int((starts + lengths).max()) if n else 0
     views = np.zeros((n, 16), np.uint8)
@@ -130,29 +113,63 @@ def _column(
     long_ = lengths > 12
     words[long_, 2] = 0  # buffer index
     words[long_, 3] = (starts - base)[long_]  # offset in the buffer
-    validity = None
-    nulls = 0
-    if present is not None and not present.all():
-        validity = pa.array(present, pa.bool_()).buffers()[1]
-        nulls = int(n - present.sum())
     array = pa.Array.from_buffers(
-        pa.binary_view(),
-        n,
-        [validity, pa.py_buffer(views), pa.py_buffer(mv[base:end])],
-        null_count=nulls,
+        pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(mv[base:end])]
     )
     return array.cast(typ)
+
+
+def _payloads(mv: memoryview, data: Any, starts: Any, lengths: Any, stride: int | None) -> pa.Array:
+    """The payload column. When every frame of the batch has one size and one label run, the
+    payloads lie at a fixed stride in the file: one strided copy makes the values buffer."""
+    n = len(starts)
+    if stride is not None and n:
+        size = int(lengths[0])
+        first = int(starts[0])
+        rows = np.lib.stride_tricks.as_strided(
+            data[first:], shape=(n, size), strides=(stride, 1), writeable=False
+        )
+        values = np.ascontiguousarray(rows).reshape(-1)
+        offsets = (
+            np.arange(0, (n + 1) * size, size, dtype=np.int32)
+            if size
+            else np.zeros(n + 1, np.int32)
+        )
+        return pa.Array.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+        )
+    return _views(mv, data, starts, lengths, pa.binary())
+
+
+def _labels(values: list[str | None], counts: Any) -> pa.Array:
+    """A tag or node column from the label runs' values and their row counts in the batch:
+    one dictionary index per row (numpy), decoded to a string array in C++."""
+    n = int(counts.sum())
+    if len(values) == 1:
+        return pa.repeat(pa.scalar(values[0], pa.string()), n)
+    distinct = list(dict.fromkeys(v for v in values if v is not None))
+    if not distinct:
+        return pa.nulls(n, pa.string())
+    code = {v: k for k, v in enumerate(distinct)}
+    per_run = np.array([-1 if v is None else code[v] for v in values], np.int32)
+    codes = np.repeat(per_run, counts)
+    indices = pa.array(codes, pa.int32(), mask=codes < 0)
+    labels = pa.DictionaryArray.from_arrays(indices, pa.array(distinct, pa.string()))
+    return labels.dictionary_decode()
 
 
 def read_chunk(
     topic: str, chunk: Any, i0: int, i1: int, batch_records: int, tombstone_rows: bool
 ) -> Iterator[pa.RecordBatch]:
-    """Slots ``i0..i1`` (all live) of a SegChunk as ``log_schema`` batches, every frame
-    checked as ``segment.read_record`` checks it (SEG-2, SEG-3)."""
+    """Slots ``i0..i1`` (all live) of a SegChunk as ``log_schema`` batches, every record
+    verified on this read as SEG-12 says (``SegChunk.verify_slots``: by block or by frame)."""
+    chunk.verify_slots(i0, i1)
     mv = chunk.data
     data = np.frombuffer(mv, np.uint8)
-    all_offs = np.frombuffer(chunk.index.offsets, np.uint32)
-    all_lens = np.frombuffer(chunk.index.lengths, np.uint32)
+    index = chunk.index
+    all_offs = np.frombuffer(index.offsets, np.uint32)
+    all_lens = np.frombuffer(index.lengths, np.uint32)
+    all_tss = np.frombuffer(index.tss, np.uint64)
     schema = log_schema(tombstone_rows)
     i = i0
     while i <= i1:
@@ -163,7 +180,8 @@ def read_chunk(
             j = i + int(over[0]) - 1
             lens = lens[: j - i + 1]
         offs = all_offs[i : j + 1].astype(np.int64)
-        yield _batch(topic, chunk, mv, data, offs, lens, chunk.first_seq + i, schema)
+        tss = all_tss[i : j + 1].astype(np.int64)
+        yield _batch(topic, chunk, mv, data, i, offs, lens, tss, schema)
         i = j + 1
 
 
@@ -172,47 +190,34 @@ def _batch(
     chunk: Any,
     mv: memoryview,
     data: Any,
+    i: int,
     offs: Any,
     lens: Any,
-    first_seq: int,
+    tss: Any,
     schema: pa.Schema,
 ) -> pa.RecordBatch:
+    """Slots ``i .. i + len(offs) - 1`` (verified) as one batch: payload positions from the
+    entries and the runs' label lengths (SEG-12's "by block" reading of a record)."""
     n = len(offs)
-    path = getattr(chunk, "path", "segment")
-    ends = offs + lens
-    if n and (offs.min() < _DATA_HEADER or lens.min() < _OVERHEAD or ends.max() > len(mv)):
-        raise Corrupt(f"{path}: a record's index entry points outside the file (SEG-2)")
-    hdr = np.frombuffer(data[offs[:, None] + np.arange(_HEADER)].tobytes(), _HDR)
-    frame_len = hdr["frame_len"].astype(np.int64)
-    nl, tl, dl = (hdr[k].astype(np.int64) for k in ("nl", "tl", "dl"))
-    bad = (frame_len + 4 != lens) | (_OVERHEAD - 4 + nl + tl + dl != frame_len)
-    seqs = np.arange(first_seq, first_seq + n, dtype=np.int64)
-    bad |= hdr["seq"].astype(np.int64) != seqs
-    if bad.any():
-        k = int(np.nonzero(bad)[0][0])
-        raise Corrupt(f"{path}: segment record at offset {int(offs[k])}: bad header (SEG-2/3)")
-    stored = np.frombuffer(data[(ends - 8)[:, None] + np.arange(8)].tobytes(), "<u8")
-    h = xxhash.xxh3_64_intdigest
-    digests = np.array(
-        [h(mv[a:b]) for a, b in zip((offs + 4).tolist(), (ends - 8).tolist())], np.uint64
-    )
-    if (digests != stored).any():
-        k = int(np.nonzero(digests != stored)[0][0])
-        raise Corrupt(f"{path}: segment record at offset {int(offs[k])}: XXH3-64 mismatch (SEG-2)")
-    flags = hdr["flags"]
-    body = offs + _HEADER
-    try:
-        node = _column(mv, data, body, nl, (flags & _HAS_NODE) != 0, pa.string())
-        tag = _column(mv, data, body + nl, tl, (flags & _HAS_TAG) != 0, pa.string())
-    except pa.ArrowInvalid as exc:
-        raise Corrupt(f"{path}: a tag or node is not UTF-8 ({exc}) (SEG-2)") from None
+    runs = chunk.runs
+    r0 = runs.run_of(i)
+    r1 = runs.run_of(i + n - 1)
+    starts = [i, *runs.firsts[r0 + 1 : r1 + 1], i + n]
+    counts = np.diff(np.array(starts, np.int64))
+    label = np.repeat(np.array(runs.nls[r0 : r1 + 1], np.int64) + runs.tls[r0 : r1 + 1], counts)
+    body = offs + _HEADER + label
+    size = lens - _OVERHEAD - label
+    regular = r0 == r1 and n > 0 and bool((lens == lens[0]).all())
+    if regular and n > 1:
+        regular = bool((np.diff(offs) == lens[0]).all())  # back to back at one stride
+    first_seq = chunk.first_seq + i
     columns = [
         pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.array(seqs),
-        pa.array(hdr["ts"].astype(np.int64) * 1000, schema.field("ts").type),
-        tag,
-        node,
-        _column(mv, data, body + nl + tl, dl, None, pa.binary()),
+        pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
+        pa.array(tss * 1000, schema.field("ts").type),
+        _labels(runs.tags[r0 : r1 + 1], counts),
+        _labels(runs.nodes[r0 : r1 + 1], counts),
+        _payloads(mv, data, body, size, int(lens[0]) if regular else None),
     ]
     if len(schema) == 7:
         columns.append(pa.nulls(n, pa.int64()))

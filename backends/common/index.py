@@ -14,6 +14,7 @@ engine tells the other parts.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator, Sequence
 from fnmatch import fnmatchcase
@@ -81,7 +82,10 @@ class TopicLog:
         self.tss: list[int] = []
         self.tags: list[str | None] = []
         self.nodes: list[str | None] = []
-        self.tag_seqs: dict[str, list[int]] = {}  # tag -> ascending seqs (may hold dead ones)
+        # tag -> its seqs as ascending, disjoint inclusive ranges, flat: lo0, hi0, lo1, hi1, ...
+        # (may cover dead seqs); a run of equally tagged appends is one range, so neither
+        # appending nor rebuilding the index at open costs anything per record
+        self.tag_ranges: dict[str, array[int]] = {}
         self.tag_keys: list[str] = []  # sorted distinct tags, for glob prefix ranges
         self.examined = 0  # slots/tag entries examined by deletes (DEL-5 instrumentation)
 
@@ -192,10 +196,9 @@ class TopicLog:
         self.count += n
         self.nbytes += sum(map(len, payloads)) if nbytes is None else nbytes
         self.last_ts = ts
-        seqs = list(range(first, first + n))
         if tag is not None:
-            self.index_tag(tag, seqs)
-        return seqs
+            self.index_tag(tag, first, first + n - 1)
+        return list(range(first, first + n))
 
     def append_one(self, payload: bytes, ts: int) -> int:
         """``append((payload,), None, None, ts)`` without the generality: the lean single
@@ -212,17 +215,25 @@ class TopicLog:
         self.last_ts = ts
         return seq
 
-    def index_tag(self, tag: str, seqs: list[int]) -> None:
-        """Add ascending ``seqs`` (all above any already indexed) to the tag index."""
-        lst = self.tag_seqs.get(tag)
-        if lst is None:
-            self.tag_seqs[tag] = seqs[:]
+    def index_tag(self, tag: str, lo: int, hi: int) -> None:
+        """Add seqs lo..hi (all above any already indexed) to ``tag``'s ranges."""
+        ranges = self.tag_ranges.get(tag)
+        if ranges is None:
+            self.tag_ranges[tag] = array("Q", (lo, hi))
             insort(self.tag_keys, tag)
+            return
+        low = self.chunks[0].first_seq if self.chunks else self.base
+        if ranges[0] < low:  # drop what covers reclaimed slots only
+            keep = 0
+            while keep < len(ranges) and ranges[keep + 1] < low:
+                keep += 2
+            del ranges[:keep]
+            if ranges and ranges[0] < low:
+                ranges[0] = low
+        if ranges and ranges[-1] + 1 == lo:
+            ranges[-1] = hi
         else:
-            low = self.chunks[0].first_seq if self.chunks else self.base
-            if lst and lst[0] < low:  # drop entries for reclaimed slots
-                del lst[: bisect_left(lst, low)]
-            lst.extend(seqs)
+            ranges.extend((lo, hi))
 
     # -- retention planning (RET-1, RET-2, RET-4) ---------------------------------------------
     def eviction_plan(self, n: int, nbytes: int) -> list[int]:
@@ -446,19 +457,21 @@ class TopicLog:
                     keys.append(k)
         targets = []
         for k in keys:
-            lst = self.tag_seqs.get(k)
-            if not lst:
+            ranges = self.tag_ranges.get(k)
+            if ranges is None:
                 continue
-            cut = bisect_left(lst, limit)
-            for q in lst[:cut]:
-                self.examined += 1
-                if self.is_live(q):
-                    targets.append(q)
-            kept = lst[cut:]
-            if kept:
-                self.tag_seqs[k] = kept
-            else:
-                del self.tag_seqs[k]
+            j = 0
+            while j < len(ranges) and ranges[j] < limit:
+                lo, hi = ranges[j], min(ranges[j + 1], limit - 1)
+                self.examined += hi - lo + 1
+                targets += self.live_between(lo, hi)
+                if ranges[j + 1] >= limit:
+                    ranges[j] = limit  # the rest of this range stays indexed
+                    break
+                j += 2
+            del ranges[:j]
+            if not ranges:
+                del self.tag_ranges[k]
                 del self.tag_keys[bisect_left(self.tag_keys, k)]
         targets.sort()
         return targets

@@ -1,17 +1,26 @@
 """A sealed segment as a ``SealedChunk`` of the engine's topic log: mmap'd ``.data`` plus the
-decoded ``.idx`` columns, and an in-memory dead-slot map (``DeadSlots``, shared with the
-``.qseg`` chunks of bundle topics, qchunk.py).
+decoded ``.idx`` columns and label runs, and an in-memory dead-slot map (``DeadSlots``, shared
+with the ``.qseg`` chunks of bundle topics, qchunk.py).
 
-Reads verify each record's checksum (SEG-2): a mismatch in a sealed file is corruption and raises
-``Corrupt`` naming the file and offset; it is never skipped and never returned as data.
+Every read verifies the records it returns, on that read (spec/FORMATS-seg2.md SEG-12): by
+block (one XXH3-64 per ~64 KiB of ``.data``, version-2 index) or by frame (SEG-2), whichever
+costs less. A mismatch in a sealed file is corruption and raises ``Corrupt`` naming the file and
+the frame's offset; a damaged record is never skipped and never returned as data. Tags and nodes
+come from the index's label runs (SEG-11), so neither opening a store nor reading decodes them
+record by record.
 """
 
 from __future__ import annotations
 
+import gc
 import mmap
 import re
 import struct
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from itertools import repeat
+from operator import add, sub
+from typing import Any
 
 import xxhash
 
@@ -20,17 +29,20 @@ from tidelog.fsio import Handle
 from tidelog.records import Item, Record
 
 from .format import segment as segfmt
-from .format.segment import SegmentIndex
+from .format.segment import LabelRuns, SegmentIndex
 
 __all__ = ["DeadSlots", "SegChunk", "labelled"]
 
-_LABELS = struct.Struct("<HH")  # node_len, tag_len inside a record frame
-_LABELS_AT = 4 + 1 + 8 + 8  # after frame_len, flags, seq, ts
 _LABELED = segfmt.HAS_TAG | segfmt.HAS_NODE
 _FRAME = segfmt._RECORD  # frame_len, flags, seq, ts, node_len, tag_len, data_len
 _FIXED = segfmt._LEN_FIXED
 _HEAD = segfmt.RECORD_HEADER_SIZE
 _U64 = struct.Struct("<Q")
+#: SEG-12's choice: checking one frame costs about as much as hashing this many bytes (a
+#: Python-level header decode + checks + XXH3 call, ~0.5 µs, vs XXH3 at tens of GB/s), so a
+#: block is hashed unless the read takes only a few of its records.
+_PER_FRAME_BYTES = 8192
+_tuple_new: Any = tuple.__new__  # Record (a NamedTuple) without its Python-level __new__
 
 
 _NONZERO = re.compile(b"[^\x00]")
@@ -58,6 +70,25 @@ class DeadSlots:
 
     def size(self, i: int) -> int:
         raise NotImplementedError
+
+    def tagged(self) -> Iterator[tuple[int, str]]:
+        """(slot, tag) of every live record that has a tag."""
+        raise NotImplementedError
+
+    def tag_runs(self) -> Iterator[tuple[str, int, int]]:
+        """(tag, lo, hi): the live tagged records as inclusive seq ranges of one tag each, in
+        seq order (recovery's tag index)."""
+        run: list[Any] = []  # [tag, lo, hi]
+        for i, tag in self.tagged():
+            seq = self.first_seq + i
+            if run and (run[0], run[2] + 1) == (tag, seq):
+                run[2] = seq
+                continue
+            if run:
+                yield run[0], run[1], run[2]
+            run = [tag, seq, seq]
+        if run:
+            yield run[0], run[1], run[2]
 
     def is_live(self, i: int) -> bool:
         return not self.dead[i]
@@ -105,50 +136,117 @@ class SegChunk(DeadSlots):
         self.handle = handle
         self.index = index
         self.data = handle.map()
+        mv = self.data
+        # slicing the mmap (or bytes) under a whole-file view yields bytes in one step
+        whole = isinstance(mv.obj, (bytes, mmap.mmap)) and len(mv.obj) == len(mv)
+        self._src: Any = mv.obj if whole else mv
+        self._copy = not whole  # memoryview slices must still become bytes
         self.first_seq = index.first_seq
         self.count = index.count
+        try:
+            self._check_data()
+            self.runs = index.runs if index.runs is not None else self._runs_from_frames()
+        except Corrupt:
+            self.close()
+            raise
         self._init_dead()
-        self.nbytes = (
-            sum(index.lengths)
-            - segfmt.RECORD_OVERHEAD * index.count
-            - sum(self._label_bytes(i) for i in labelled(index))
+        runs = self.runs
+        bounds = [*runs.firsts, self.count]
+        label_bytes = sum(
+            (b - a) * (nl + tl) for a, b, nl, tl in zip(bounds, bounds[1:], runs.nls, runs.tls)
         )
+        self.nbytes = (
+            index.data_size
+            - segfmt.HEADER_SIZE
+            - segfmt.RECORD_OVERHEAD * index.count
+            - label_bytes
+        )
+
+    def _check_data(self) -> None:
+        """SEG-1 and SEG-12 at open: the .data header names this segment, and the file has
+        exactly the size its index describes (SEG-3: frames fill it)."""
+        try:
+            header = segfmt.decode_data_header(self.data)
+        except Corrupt as exc:
+            raise Corrupt(f"{self.path}: {exc.message}") from None
+        if (header.topic_id, header.first_seq) != (self.index.topic_id, self.first_seq):
+            raise Corrupt(
+                f"{self.path}: header says topic {header.topic_id:#x} from seq "
+                f"{header.first_seq}, its .idx says {self.index.topic_id:#x} from "
+                f"{self.first_seq} (SEG-1)"
+            )
+        if len(self.data) != self.index.data_size:
+            raise Corrupt(
+                f"{self.path}: {len(self.data)} bytes, the index describes "
+                f"{self.index.data_size} (SEG-3)"
+            )
+
+    def _runs_from_frames(self) -> LabelRuns:
+        """A version-1 index has no label runs: decode the labelled frames (flags say which)
+        and cut the runs the version-2 writer would have stored."""
+        firsts: list[int] = []
+        tags: list[str | None] = []
+        nodes: list[str | None] = []
+
+        def push(i: int, tag: str | None, node: str | None) -> None:
+            if not firsts or (tags[-1], nodes[-1]) != (tag, node):
+                firsts.append(i)
+                tags.append(tag)
+                nodes.append(node)
+
+        nxt = 0
+        for i in labelled(self.index):
+            if i > nxt:
+                push(nxt, None, None)
+            _, _, tag, node, _ = self._frame(i)
+            push(i, tag, node)
+            nxt = i + 1
+        if nxt < self.count:
+            push(nxt, None, None)
+        return LabelRuns(firsts, tags, nodes)
 
     # -- SealedChunk -------------------------------------------------------------------------
     def ts(self, i: int) -> int:
         return int(self.index.tss[i])
 
     def size(self, i: int) -> int:
-        length = int(self.index.lengths[i]) - segfmt.RECORD_OVERHEAD
-        if self.index.flags[i] & _LABELED:
-            length -= self._label_bytes(i)
-        return length
+        runs = self.runs
+        r = runs.run_of(i)
+        return int(self.index.lengths[i]) - segfmt.RECORD_OVERHEAD - runs.nls[r] - runs.tls[r]
 
     def node(self, i: int) -> str | None:
-        if not self.index.flags[i] & segfmt.HAS_NODE:
-            return None
-        return self.record(i).node
+        return self.runs.nodes[self.runs.run_of(i)]
 
     def tag(self, i: int) -> str | None:
-        if not self.index.flags[i] & segfmt.HAS_TAG:
-            return None
-        return self.record(i).tag
+        return self.runs.tags[self.runs.run_of(i)]
 
-    def tagged(self) -> Iterator[tuple[int, str]]:
-        """(slot, tag) of every live record that has a tag (recovery's tag index)."""
-        for i in labelled(self.index, segfmt.HAS_TAG):
-            if self.is_live(i):
-                tag = self.tag(i)
-                if tag is not None:
-                    yield i, tag
+    def tag_runs(self) -> Iterator[tuple[str, int, int]]:
+        """Straight from the label runs, split around dead slots at C speed: no frame is
+        decoded and nothing is done per record (SEG-11)."""
+        runs, first, dead = self.runs, self.first_seq, self.dead
+        bounds = [*runs.firsts, self.count]
+        for tag, a, b in zip(runs.tags, bounds, bounds[1:], strict=False):
+            if tag is None:
+                continue
+            i = a
+            while i < b:
+                if dead[i]:
+                    i = dead.find(0, i, b)
+                    if i < 0:
+                        break
+                d = dead.find(1, i, b)
+                end = b if d < 0 else d
+                yield tag, first + i, first + end - 1
+                i = end
 
     def files(self) -> list[str]:
         """The files of this segment (deleted together once nothing in it is live)."""
         return [self.path, self.path[: -len(".data")] + ".idx"]
 
-    def record(self, i: int) -> Record:
+    def _frame(self, i: int) -> tuple[int, int, str | None, str | None, memoryview]:
+        """Slot ``i``'s frame decoded and checked by itself (SEG-2, SEG-3)."""
         try:
-            seq, ts, tag, node, payload = segfmt.read_record(
+            return segfmt.read_record(
                 self.data,
                 int(self.index.offsets[i]),
                 int(self.index.lengths[i]),
@@ -156,58 +254,192 @@ class SegChunk(DeadSlots):
             )
         except Corrupt as exc:
             raise Corrupt(f"{self.path}: {exc.message}") from None
+
+    def record(self, i: int) -> Record:
+        """Slot ``i``, checked by frame (SEG-12): the frame itself, and its labels and ts
+        against the index."""
+        seq, ts, tag, node, payload = self._frame(i)
+        r = self.runs.run_of(i)
+        if (tag, node, ts) != (self.runs.tags[r], self.runs.nodes[r], self.index.tss[i]):
+            raise Corrupt(
+                f"{self.path}: segment record at offset {self.index.offsets[i]}: its labels or "
+                "ts differ from its .idx entry and label run (SEG-5, SEG-11)"
+            )
         return Record(seq, ts, tag, node, bytes(payload))
 
+    # -- the sequential read (SEG-12) ---------------------------------------------------------
     def records_into(
         self, items: list[Item], i0: int, i1: int, limit: int, exclude: str | None
     ) -> int | None:
         """Append the live records of slots i0..i1 to ``items`` until it holds ``limit``; None
-        when the range was done, else the last seq examined. The sequential-read path: the
-        checks of ``record`` (SEG-2 lengths and XXH3-64, SEG-3 seq) inline, one loop per chunk;
-        a labelled record, or any record failing a check, goes through ``record`` itself (which
-        raises the precise ``Corrupt``)."""
-        mv, dead, first = self.data, self.dead, self.first_seq
-        # slicing the mmap (or bytes) under a whole-file view yields bytes in one step
-        src = mv.obj if isinstance(mv.obj, (bytes, mmap.mmap)) and len(mv.obj) == len(mv) else mv
-        offs, lens, flags = self.index.offsets, self.index.lengths, self.index.flags
-        unpack, trailer = _FRAME.unpack_from, _U64.unpack_from
-        digest, size, new = xxhash.xxh3_64_intdigest, len(mv), tuple.__new__
-        append, n = items.append, len(items)
-        lowest = segfmt.HEADER_SIZE
-        for i in range(i0, i1 + 1):
-            if n >= limit:
-                return first + i - 1
-            if dead[i]:
-                continue
-            off = offs[i]
-            end = off + lens[i]
-            if flags[i] & _LABELED or exclude is not None or off < lowest or end > size:
-                rec = self.record(i)
-                if exclude is not None and rec.node == exclude:
-                    continue
-            else:
-                frame_len, fl, seq, ts, _, _, dl = unpack(src, off)
-                if (
-                    fl & _LABELED
-                    or frame_len + 4 != end - off
-                    or _FIXED + dl != frame_len
-                    or seq != first + i
-                    or digest(src[off + 4 : end - 8]) != trailer(src, end - 8)[0]
-                ):
-                    rec = self.record(i)  # raises Corrupt (or decodes a labelled record)
-                else:
-                    rec = new(Record, (seq, ts, None, None, bytes(src[off + _HEAD : end - 8])))
-            append(rec)
-            n += 1
-        return None
+        when the range was done, else the last seq examined. The slots to return are found
+        first (live pieces of label runs), verified (by block or by frame), then turned into
+        records piece by piece with C-level maps: no Python bytecode runs per record."""
+        room = limit - len(items)
+        if room <= 0:
+            return self.first_seq + i0 - 1
+        pieces, stopped = self._pieces(i0, i1, room, exclude)
+        if pieces:
+            self._verify(pieces)
+        # Each Record is a GC-tracked tuple subclass (never untracked, unlike plain tuples):
+        # building thousands triggers a collection every 700 and promotes the half-built batch
+        # through the generations, ~40% of the read's time. Pausing the collector while they
+        # are built leaves one collection of the batch afterwards: the same objects, seen once.
+        # (The pause is a few ms; a gc.disable() by another thread inside it would be undone.)
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            for a, b, r in pieces:
+                self._emit(items, a, b, r)
+        finally:
+            if paused:
+                gc.enable()
+        return stopped
 
-    # -- helpers ---------------------------------------------------------------------------
-    def _label_bytes(self, i: int) -> int:
-        off = int(self.index.offsets[i]) + _LABELS_AT
-        if off + 4 > len(self.data):
-            raise Corrupt(f"{self.path}: record {self.first_seq + i} lies outside the file")
-        node_len, tag_len = _LABELS.unpack_from(self.data, off)
-        return int(node_len) + int(tag_len)
+    def verify_slots(self, i0: int, i1: int) -> list[tuple[int, int, int]]:
+        """Verify the live slots i0..i1 as a read returning them does (SEG-12); the pieces
+        ``(first slot, last slot, run)`` they form (for the columnar reader, fastread)."""
+        pieces, _ = self._pieces(i0, i1, i1 - i0 + 1, None)
+        if pieces:
+            self._verify(pieces)
+        return pieces
+
+    def _pieces(
+        self, i0: int, i1: int, room: int, exclude: str | None
+    ) -> tuple[list[tuple[int, int, int]], int | None]:
+        """Live slot ranges ``(a, b, run)`` in i0..i1, each inside one label run, at most
+        ``room`` slots in all, skipping runs whose node is ``exclude``; and where it stopped
+        (the last seq taken if ``room`` ran out before i1, else None)."""
+        runs, dead, count = self.runs, self.dead, self.count
+        firsts, nodes = runs.firsts, runs.nodes
+        out: list[tuple[int, int, int]] = []
+        r = bisect_right(firsts, i0) - 1
+        i = i0
+        while i <= i1:
+            end = min(firsts[r + 1] - 1 if r + 1 < len(firsts) else count - 1, i1)
+            if exclude is None or nodes[r] != exclude:
+                j = i
+                while j <= end:
+                    if dead[j]:
+                        j = dead.find(0, j, end + 1)
+                        if j < 0:
+                            break
+                    d = dead.find(1, j, end + 1)
+                    e = end if d < 0 else d - 1
+                    if e - j + 1 >= room:
+                        e = j + room - 1
+                        out.append((j, e, r))
+                        return out, (None if e >= i1 else self.first_seq + e)
+                    out.append((j, e, r))
+                    room -= e - j + 1
+                    j = e + 1
+            i = end + 1
+            r += 1
+        return out, None
+
+    def _verify(self, pieces: list[tuple[int, int, int]]) -> None:
+        """SEG-12: every slot of ``pieces`` checked on this read, block by block (hash the
+        block, or check its requested frames when that is cheaper or the hash mismatches)."""
+        index = self.index
+        slots = index.block_slots
+        if not slots:  # version 1: frames only
+            self._check_frames(pieces, 0, self.count - 1)
+            return
+        offs, lens, hashes, bstarts = (
+            index.offsets,
+            index.lengths,
+            index.block_hashes,
+            (index.block_offsets),
+        )
+        a0, b1 = pieces[0][0], pieces[-1][1]
+        digest, data = xxhash.xxh3_64_intdigest, self.data
+        k = bisect_right(slots, a0) - 1
+        while k < len(slots) and slots[k] <= b1:
+            nxt, end = index.block_end(k)
+            lo, hi = max(slots[k], a0), min(nxt - 1, b1)
+            start = bstarts[k]
+            wanted = offs[hi] + lens[hi] - offs[lo] + _PER_FRAME_BYTES * (hi - lo + 1)
+            if end - start > wanted or digest(data[start:end]) != hashes[k]:
+                self._check_frames(pieces, lo, hi)
+            k += 1
+
+    def _check_frames(self, pieces: list[tuple[int, int, int]], lo: int, hi: int) -> None:
+        """Check by frame (SEG-2, SEG-3, and against the entry and run: SEG-5, SEG-11) every
+        slot of ``pieces`` within lo..hi; the first bad one raises its precise ``Corrupt``."""
+        index, runs, src = self.index, self.runs, self._src
+        offs, lens, tss = index.offsets, index.lengths, index.tss
+        unpack, trailer, digest = _FRAME.unpack_from, _U64.unpack_from, xxhash.xxh3_64_intdigest
+        size, first, lowest = len(self.data), self.first_seq, segfmt.HEADER_SIZE
+        for a, b, r in pieces:
+            a, b = max(a, lo), min(b, hi)
+            if a > b:
+                continue
+            nl, tl, fl_run, label = runs.nls[r], runs.tls[r], runs.flags[r], runs.labels[r]
+            at = _HEAD + nl + tl
+            for i in range(a, b + 1):
+                off = offs[i]
+                end = off + lens[i]
+                if off >= lowest and end <= size and end - off >= _FIXED + 4:
+                    frame_len, fl, seq, ts, n_l, t_l, dl = unpack(src, off)
+                    if (
+                        frame_len + 4 == end - off
+                        and fl == fl_run
+                        and n_l == nl
+                        and t_l == tl
+                        and _FIXED + nl + tl + dl == frame_len
+                        and seq == first + i
+                        and ts == tss[i]
+                        and digest(src[off + 4 : end - 8]) == trailer(src, end - 8)[0]
+                        and (not label or src[off + _HEAD : off + at] == label)
+                    ):
+                        continue
+                self.record(i)  # raises the precise Corrupt
+                raise Corrupt(
+                    f"{self.path}: segment record at offset {off} differs from its .idx "
+                    "entry (SEG-5)"
+                )
+
+    def _emit(self, items: list[Item], a: int, b: int, r: int) -> None:
+        """Slots a..b (one label run, verified) as records, appended to ``items``."""
+        index, runs = self.index, self.runs
+        skip = _HEAD + runs.nls[r] + runs.tls[r]
+        offs, lens = index.offsets, index.lengths
+        n, size = b - a + 1, lens[a]
+        slices: Iterator[slice]
+        if lens[a : b + 1].count(size) == n and offs[b] - offs[a] == size * (b - a):
+            # frames lie back to back (SEG-3): equal sizes are one stride, and the payload
+            # bounds are two ranges, with no per-record arithmetic
+            start = offs[a]
+            slices = map(
+                slice,
+                range(start + skip, start + size * n, size),
+                range(start + size - 8, start + size * n, size),
+            )
+        else:
+            piece = offs[a : b + 1]
+            ends = map(sub, map(add, piece, lens[a : b + 1]), repeat(8))
+            slices = map(slice, map(add, piece, repeat(skip)), ends)
+        payloads: Iterator[Any] = map(self._src.__getitem__, slices)
+        if self._copy:
+            payloads = map(bytes, payloads)
+        tss: Iterable[int] = index.tss[a : b + 1]
+        if tss.count(tss[0]) == n:  # type: ignore[attr-defined,index]
+            tss = repeat(index.tss[a])  # one batch's records share one ts (and one int)
+        first = self.first_seq
+        items.extend(
+            map(
+                _tuple_new,
+                repeat(Record),
+                zip(
+                    range(first + a, first + b + 1),
+                    tss,
+                    repeat(runs.tags[r]),
+                    repeat(runs.nodes[r]),
+                    payloads,
+                ),
+            )
+        )
 
     def close(self) -> None:
         self.data.release()

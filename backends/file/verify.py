@@ -15,6 +15,7 @@ from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from tidelog.fsio import FS
 
@@ -554,7 +555,10 @@ def _check_segment(ctx: _Ctx, path: str, topic_id: int, first_seq: int) -> int |
         ctx.error(data_path, p.offset, p.rule, p.detail)
     if index is None:
         return first_seq + len(scanned.frames) - 1
-    _compare_index(ctx, idx_path, idx_bytes, index, scanned)
+    if _compare_index(ctx, idx_path, idx_bytes, index, scanned) and scanned.problem is None:
+        # blocks and runs are judged only against a .data and entries that check out: a
+        # damaged frame or entry is reported once, where it is, not again through its block
+        _compare_tables(ctx, idx_path, data, index, scanned)
     return index.last_seq
 
 
@@ -590,8 +594,11 @@ _FIELDS = {"offsets": "offset", "lengths": "length", "tss": "ts", "flags": "flag
 
 def _compare_index(
     ctx: _Ctx, path: str, raw: bytes, index: seg.SegmentIndex, scanned: seg.DataScan
-) -> None:
-    """SEG-5: entry i describes the i-th frame of the .data exactly, and pads are zero."""
+) -> bool:
+    """SEG-5: entry i describes the i-th frame of the .data exactly, and pads are zero; True
+    when nothing was wrong."""
+    found = len(ctx.report.problems)
+    head = seg.HEADER_SIZE if index.version == 1 else seg.IDX_HEADER_SIZE
     frames = scanned.frames
     n = min(index.count, len(frames))
     actual = {
@@ -604,18 +611,48 @@ def _compare_index(
         column = getattr(index, name)[:n]
         if column != actual[name]:  # one C-level comparison; look closer only on a mismatch
             i = next(i for i in range(n) if column[i] != actual[name][i])
-            at = seg.HEADER_SIZE + i * seg.ENTRY_SIZE
+            at = head + i * seg.ENTRY_SIZE
             ctx.error(
                 path,
                 at,
                 "SEG-5",
                 f"entry {i}: {label} {column[i]}, the frame's is {actual[name][i]}",
             )
-    body = raw[seg.HEADER_SIZE : seg.HEADER_SIZE + index.count * seg.ENTRY_SIZE]
+    body = raw[head : head + index.count * seg.ENTRY_SIZE]
     if any(body[17::20]) or any(body[18::20]) or any(body[19::20]):
         ctx.error(path, None, "SEG-5", "non-zero pad bytes in index entries")
     if scanned.problem is None and index.count != len(frames):
         ctx.error(path, 12, "SEG-5", f"count {index.count}, but the .data holds {len(frames)}")
+    return len(ctx.report.problems) == found
+
+
+def _compare_tables(
+    ctx: _Ctx, path: str, data: bytes, index: seg.SegmentIndex, scanned: seg.DataScan
+) -> None:
+    """SEG-13: a version-2 index's data_size, blocks (SEG-10) and label runs (SEG-11) describe
+    the .data exactly. (read_index already checked the tables' own consistency.)"""
+    if index.runs is None:
+        return
+    if len(data) != index.data_size:  # (entries matching the frames: 32 + Σ length holds)
+        ctx.error(path, 32, "SEG-9", f"data_size {index.data_size}, the .data file has "
+                  f"{len(data)} bytes")  # fmt: skip
+    tables = seg.IDX_HEADER_SIZE + index.count * seg.ENTRY_SIZE
+    for k, start in enumerate(index.block_offsets):
+        _, end = index.block_end(k)
+        if seg.block_hash(data, start, end) != index.block_hashes[k]:
+            detail = f"block {k}: XXH3-64 of .data bytes [{start}, {end}) does not match"
+            ctx.error(path, tables + 16 * k + 8, "SEG-10", detail)
+    runs = index.runs
+    bounds = [*runs.firsts, index.count]
+    frames = scanned.frames
+    at = tables + 16 * len(index.block_offsets)
+    for r, (a, b) in enumerate(pairwise(bounds)):
+        want = (runs.tags[r], runs.nodes[r])
+        bad = next((f for f in frames[a:b] if (f.tag, f.node) != want), None)
+        if bad is not None:
+            ctx.error(path, at + 12 * r, "SEG-11",
+                      f"run {r}: tag/node {want}, the record at .data offset {bad.offset} has "
+                      f"{(bad.tag, bad.node)}")  # fmt: skip
 
 
 def _check_progress(ctx: _Ctx, path: str) -> None:

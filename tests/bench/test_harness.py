@@ -48,12 +48,13 @@ def test_bench_command_writes_json_table_and_targets(tmp_path: Path) -> None:
     assert targets["fsync_single"]["value"] > 0 and targets["fsync_single"]["met"] in (True, False)
     assert targets["blockdev_wa"]["met"] is None  # not selected: reported as not measured
     iso = data["isolated"]
-    for kind in ("clean", "crash"):
+    for kind in ("clean", "tagged", "crash"):
         assert iso[kind]["payload_bytes"] >= 300000 and iso[kind]["open_s"]["median"] > 0
     assert iso["rss_file"]["peak_rss_mib"] > 0
     table = (out / "table.md").read_text()
     assert "## records of 100 bytes" in table and "**tl_file_fsync**" in table
     assert "## speed targets" in table and "recovery after SIGKILL" in table
+    assert "every record tagged" in table
     assert table.strip() in result.output
 
 

@@ -311,6 +311,31 @@ def test_SPK_3_columnar_segment_reads_equal_the_public_read(
         writer.close()
 
 
+def test_SPK_3_columnar_reads_of_fixed_size_runs_equal_the_public_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPK-3, SEG-11, SEG-12: runs of equal-size frames (payloads gathered at one stride) and
+    batches that cross label runs, dead slots and size changes read exactly as Topic.read."""
+    from tidelog.adapters.spark import fastread
+
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}?segment_max_records=500") as store:
+        t = store.topic("ev")
+        t.append_many([b"%08d" % i for i in range(300)])  # one run, one size
+        t.append_many([b"%08d" % i for i in range(300)], tag="a", node="n")
+        t.append_many([b"x" * (i % 3) for i in range(100)], tag="a", node="n")  # sizes vary
+        t.append_many([b""] * 50)  # empty payloads at a stride
+        t.delete(tag="a", before_seq=450)  # a dead stretch inside a run
+    for batch in ("7", "128", "65536"):
+        opts = parse_options({"path": str(root), "topic": "ev", "batchRecords": batch})
+        for lo, hi in [(1, 750), (290, 310), (449, 455), (600, 750), (701, 750)]:
+            fast = _tables(opts, lo, hi)
+            with monkeypatch.context() as m:
+                m.setattr(fastread, "available", lambda: False)
+                slow = _tables(opts, lo, hi)
+            assert fast.equals(slow), (batch, lo, hi)
+
+
 def test_SPK_3_columnar_reads_verify_every_frame(tmp_path: Path) -> None:
     """SEG-2 holds on the fast path too: a flipped payload byte is Corrupt, never data."""
     from tidelog.adapters.spark import reading

@@ -810,18 +810,137 @@ GOLDEN_IDX = (
     "000000"  # offset 71, length 38, ts, flags, pad
     "0fcb397dbb6616b8"  # xxh3-64 footer over bytes [0, 72)
 )
+# The same two records' index in version 2 (spec/FORMATS-seg2.md worked example).
+GOLDEN_IDX_V2 = (
+    "54444c5345474931"  # magic "TDLSEGI1"
+    "0200"
+    "3800"
+    "02000000"  # version 2, header_size 56, count 2
+    "0100000000000000"
+    "0100000000000000"  # topic_id 1, first_seq 1
+    "6d00000000000000"  # data_size 109
+    "01000000"
+    "02000000"
+    "02000000"
+    "02000000"  # 1 block, 2 runs, 2 strings, 2 bytes of string text
+    "20000000"
+    "27000000"
+    "e803000000000000"
+    "01"
+    "000000"  # entry 0: offset 32, length 39, ts 1000, HAS_TAG, pad
+    "47000000"
+    "26000000"
+    "e903000000000000"
+    "02"
+    "000000"  # entry 1: offset 71, length 38, ts 1001, HAS_NODE, pad
+    "00000000"
+    "20000000"
+    "7a1dab822cabd69d"  # block 0: first slot 0, offset 32, XXH3-64 of .data [32, 109)
+    "00000000"
+    "00000000"
+    "ffffffff"  # run 0: slot 0.., tag string 0, no node
+    "01000000"
+    "ffffffff"
+    "01000000"  # run 1: slot 1.., no tag, node string 1
+    "01000000"
+    "02000000"  # string ends
+    "746e"  # "t", "n"
+    "cac08ceb8cec5e0d"  # xxh3-64 footer over bytes [0, 146)
+)
 SEG_RECORDS: list[tuple[int, int, str | None, str | None, bytes]] = [
     (1, 1000, "t", None, b"a"),
     (2, 1001, None, "n", b""),
 ]
 
 
+def refooter(idx: bytes) -> bytes:
+    """``idx`` with its footer recomputed (damage that the footer alone would not catch)."""
+    return idx[:-8] + struct.pack("<Q", xxhash.xxh3_64_intdigest(idx[:-8]))
+
+
 def test_segment_golden_bytes() -> None:
-    """SEG-1, SEG-2, SEG-4, SEG-5, SEG-6: the .data/.idx pair of two records, byte for byte."""
+    """SEG-1, SEG-2, SEG-9, SEG-10, SEG-11: the .data/.idx pair of two records, byte for byte;
+    the block and footer checksums are the XXH3-64 of exactly the bytes the rules name."""
     data, idx = seg.build_segment(1, 1, SEG_RECORDS)
     assert data.hex() == GOLDEN_DATA
-    assert idx.hex() == GOLDEN_IDX
-    assert len(idx) == seg.HEADER_SIZE + 2 * seg.ENTRY_SIZE + seg.FOOTER_SIZE
+    assert idx.hex() == GOLDEN_IDX_V2
+    assert len(idx) == seg.IDX_HEADER_SIZE + 2 * seg.ENTRY_SIZE + 16 + 2 * 12 + 2 * 4 + 2 + 8
+    block_at = seg.IDX_HEADER_SIZE + 2 * seg.ENTRY_SIZE
+    assert struct.unpack_from("<IIQ", idx, block_at) == (0, 32, xxhash.xxh3_64_intdigest(data[32:]))
+    assert idx[-8:] == struct.pack("<Q", xxhash.xxh3_64_intdigest(idx[:-8]))
+
+
+def test_version_1_index_still_reads() -> None:
+    """SEG-9: a version-1 .idx (written by an earlier tidelog) decodes: no blocks, no runs."""
+    index = seg.read_index(bytes.fromhex(GOLDEN_IDX), topic_id=1, first_seq=1)
+    v2 = seg.read_index(bytes.fromhex(GOLDEN_IDX_V2), topic_id=1, first_seq=1)
+    assert (index.version, v2.version) == (1, 2)
+    assert index.runs is None and not index.block_slots
+    for name in ("offsets", "lengths", "tss", "flags"):
+        assert getattr(index, name) == getattr(v2, name)
+    assert v2.runs == seg.LabelRuns([0, 1], ["t", None], [None, "n"])
+    assert list(v2.block_slots) == [0] and list(v2.block_offsets) == [32]
+    assert v2.block_end(0) == (2, 109)
+
+
+def test_blocks_are_cut_at_64_kib() -> None:
+    """SEG-10: tidelog ends a block at the first frame boundary 64 KiB past its start; a
+    larger frame is a block of its own; the blocks tile the .data after its header."""
+    payload = b"p" * (30 << 10)
+    records = [(i, 0, None, None, payload) for i in range(1, 8)]
+    records[3] = (4, 0, None, None, b"q" * (100 << 10))
+    data, idx = seg.build_segment(1, 1, records)
+    index = seg.read_index(idx)
+    assert list(index.block_slots) == [0, 3, 4]  # 3 frames reach 64 KiB; the big one alone
+    assert list(index.block_offsets) == [index.offsets[k] for k in index.block_slots]
+    for k in range(len(index.block_slots)):
+        start, (_, end) = index.block_offsets[k], index.block_end(k)
+        assert index.block_hashes[k] == xxhash.xxh3_64_intdigest(data[start:end])
+    assert index.block_end(2) == (7, len(data))
+
+
+def _v2_field(at: int, fmt: str, value: int) -> object:
+    """Damage: overwrite one field of GOLDEN_IDX_V2 and recompute the footer."""
+
+    def damage(b: bytes) -> bytes:
+        raw = bytearray(b)
+        struct.pack_into(fmt, raw, at, value)
+        return refooter(bytes(raw))
+
+    return damage
+
+
+_BLOCKS_AT = 56 + 40
+_RUNS_AT = _BLOCKS_AT + 16
+_ENDS_AT = _RUNS_AT + 24
+
+
+@pytest.mark.parametrize(
+    ("damage", "rule"),
+    [
+        pytest.param(lambda b: b[:-1], "SEG-9", id="truncated"),
+        pytest.param(lambda b: b[:50], "SEG-9", id="short-header"),
+        pytest.param(lambda b: b[:10] + b"\x20\x00" + b[12:], "SEG-4", id="v1-header-size"),
+        pytest.param(lambda b: b[:8] + b"\x03\x00" + b[10:], "SEG-4", id="version-3"),
+        pytest.param(lambda b: flip(b, 100), "SEG-9", id="block-flip"),
+        pytest.param(_v2_field(32, "<Q", 110), "SEG-9", id="data-size"),
+        pytest.param(_v2_field(40, "<I", 0), "SEG-9", id="no-blocks"),
+        pytest.param(_v2_field(_BLOCKS_AT, "<I", 1), "SEG-10", id="block-not-from-0"),
+        pytest.param(_v2_field(_BLOCKS_AT + 4, "<I", 33), "SEG-10", id="block-offset"),
+        pytest.param(_v2_field(_RUNS_AT + 12, "<I", 0), "SEG-11", id="runs-not-ascending"),
+        pytest.param(_v2_field(_RUNS_AT + 4, "<I", 2), "SEG-11", id="string-ref-range"),
+        pytest.param(_v2_field(_RUNS_AT + 4, "<I", 0xFFFFFFFF), "SEG-11", id="flags-vs-run"),
+        pytest.param(_v2_field(_ENDS_AT, "<I", 3), "SEG-11", id="string-ends"),
+        pytest.param(_v2_field(_ENDS_AT + 8, "<B", 0xFF), "SEG-11", id="string-not-utf8"),
+    ],
+)
+def test_read_index_v2_rejects_damage(damage: object, rule: str) -> None:
+    """SEG-9, SEG-10, SEG-11: a version-2 index whose tables break the rules is Corrupt naming
+    the rule, even when its footer was recomputed over the damage."""
+    idx = bytes.fromhex(GOLDEN_IDX_V2)
+    with pytest.raises(Corrupt) as exc:
+        seg.read_index(damage(idx))  # type: ignore[operator]
+    assert corrupt_rule(exc) == rule
 
 
 seg_records = st.lists(st.tuples(st.integers(0, 2**64 - 1), texts, texts, payloads), max_size=20)
@@ -846,7 +965,18 @@ def test_segment_round_trip(
     scanned = seg.scan_data(data)
     assert scanned.problem is None
     assert [r.offset for r in scanned.frames] == list(index.offsets)
+    assert [(r.tag, r.node) for r in scanned.frames] == [(r[2], r[3]) for r in records]
     assert seg.decode_data_header(data) == seg.SegmentHeader(tid, first)
+    # SEG-11: the runs give every record's labels; SEG-10: the blocks tile the frames
+    runs = index.runs
+    assert runs == seg.label_runs([r[2] for r in records], [r[3] for r in records])
+    assert runs is not None
+    for i, (_, _, tag, node, _) in enumerate(records):
+        assert (runs.tags[runs.run_of(i)], runs.nodes[runs.run_of(i)]) == (tag, node)
+    starts = [*index.block_offsets, len(data)]
+    assert starts[0] == (32 if records else len(data))
+    for k, (a, b) in enumerate(pairwise(starts)):
+        assert index.block_hashes[k] == xxhash.xxh3_64_intdigest(data[a:b])
 
 
 def test_segment_builder_requires_consecutive_seqs() -> None:
@@ -1307,6 +1437,7 @@ VALID_FILES = {
     "wal-header": (bytes.fromhex(GOLDEN_WAL_HEADER), wal.decode_header),
     "segment-data": (bytes.fromhex(GOLDEN_DATA), seg.scan_data),
     "segment-idx": (bytes.fromhex(GOLDEN_IDX), seg.read_index),
+    "segment-idx-v2": (bytes.fromhex(GOLDEN_IDX_V2), seg.read_index),
     "progress": (bytes.fromhex(GOLDEN_PROGRESS_GAP), prg.decode_progress),
     "snapshot": (bytes.fromhex(GOLDEN_SNAPSHOT), snap.decode_snapshot),
 }

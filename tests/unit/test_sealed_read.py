@@ -1,16 +1,22 @@
 """The sequential read of sealed segments (SegChunk.records_into, the bulk path behind
-``read()``) returns exactly what the per-record path returns, and still checks every record
-against its checksum (SEG-2) and seq (SEG-3) on every read, raising ``Corrupt``."""
+``read()``) returns exactly what the per-record path returns, and verifies every record it
+returns on every read (spec/FORMATS-seg2.md SEG-12: by block or by frame), raising ``Corrupt``;
+segments sealed with a version-1 index still read; opening rebuilds the tag index from the label
+runs (SEG-11)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 import tidelog
+from tidelog.backends.file.format import segment as seg
+from tidelog.backends.file.verify import verify_store
 from tidelog.errors import Corrupt
+from tidelog.fsio import OsFS
 from tidelog.records import Record
 
 
@@ -62,3 +68,136 @@ def test_SEG_2_a_flipped_payload_byte_in_a_sealed_segment_raises_corrupt(tmp_pat
         assert [r.payload for r in t.read(0, 100)][:3] == [b"plain-0", b"plain-1", b"plain-2"]
         with pytest.raises(Corrupt, match=r"seg-.*\.data.*XXH3"):
             t.read(0, 1000)
+
+
+# --- index version 2: blocks and label runs (spec/FORMATS-seg2.md) ------------------------------
+
+
+def _one_segment_store(root: Path) -> tuple[Path, Path]:
+    """A closed store whose one topic is one sealed segment of plain, tagged, node-labelled
+    and mixed records; its WAL directory is emptied (a clean close leaves nothing to
+    replay), so each open and each verify below reads little more than the segment."""
+    with tidelog.open(f"file://{root}") as store:
+        t = store.topic("t", durability="disk")
+        t.append_many([b"plain-%d" % i for i in range(5)])
+        t.append_many([b"tag-%d" % i for i in range(4)], tag="a", node="n")
+        t.append_records([(b"mix-%d" % i, None if i % 2 else "c", "m") for i in range(4)])
+        t.append(b"")
+    shutil.rmtree(root / "wal")
+    (root / "wal").mkdir()
+    (topic_dir,) = [d for d in (root / "topics").iterdir() if d.is_dir()]
+    (data,) = topic_dir.glob("seg-*.data")
+    return data, data.with_suffix(".idx")
+
+
+def _read_all(root: Path, limit: int) -> list[object]:
+    with tidelog.open(f"file://{root}", readonly=True) as store:
+        t = store.topic("t")
+        got: list[object] = []
+        while items := t.read(got[-1].seq if got else 0, limit):  # type: ignore[attr-defined]
+            got += items
+        return got
+
+
+def test_SEG_12_a_damaged_byte_anywhere_in_a_sealed_segment_is_corrupt(tmp_path: Path) -> None:
+    """SEG-12, SEG-13: flip any byte of a sealed segment's .data or .idx: opening the store
+    or reading raises Corrupt (both a whole-range read, verified by block, and reads of one
+    record at a time, verified by frame), and ``verify`` reports an error on the pair."""
+    root = tmp_path / "s"
+    data, idx = _one_segment_store(root)
+    expected = _read_all(root, 1000)
+    assert len(expected) == 14 and _read_all(root, 1) == expected
+    for path in (data, idx):
+        original = path.read_bytes()
+        for at in range(len(original)):
+            damaged = bytearray(original)
+            damaged[at] ^= 0xFF
+            path.write_bytes(damaged)
+            for limit in (1000, 1):
+                with pytest.raises(Corrupt):
+                    _read_all(root, limit)
+            findings = verify_store(OsFS(), str(root)).problems
+            assert any(
+                p.severity == "error" and p.path in (str(data), str(idx)) for p in findings
+            ), (path.name, at, [str(p) for p in findings])
+        path.write_bytes(original)
+    assert _read_all(root, 1000) == expected
+
+
+def test_SEG_12_a_version_1_segment_still_opens_reads_and_verifies(tmp_path: Path) -> None:
+    """SEG-9, SEG-12: a store sealed with version-1 indexes reads exactly as with version 2
+    (verified by frame: it has no blocks), keeps its tag index, and verifies clean."""
+    root = tmp_path / "s"
+    _fill(root)
+    with tidelog.open(f"file://{root}") as store:
+        expected = store.topic("t").read(0, 10_000)
+    for idx in (root / "topics").glob("*/seg-*.idx"):
+        idx.write_bytes(seg.index_as_version_1(idx.read_bytes()))
+    assert verify_store(OsFS(), str(root)).problems == []
+    with tidelog.open(f"file://{root}") as store:
+        t = store.topic("t")
+        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        assert {c.index.version for c in log.chunks} == {1}
+        for limit in (1, 7, 10_000):
+            got: list[object] = []
+            while items := t.read(got[-1].seq if got else 0, limit):  # type: ignore[attr-defined]
+                got += items
+            assert got == expected
+        assert [r.seq for r in t.read(0, 1000, exclude_node="n2")] == [
+            r.seq
+            for r in expected
+            if r.node != "n2"  # type: ignore[union-attr]
+        ]
+        assert t.delete(tag="b") == 25  # the tag index was rebuilt from the frames
+
+
+def test_SEG_11_opening_rebuilds_the_tag_index_from_label_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SEG-11: with version-2 indexes, opening a store decodes no record frame to rebuild the
+    tag index (it reads the label runs), and the index is right: deletes by tag and glob find
+    exactly the live tagged records, dead slots excluded."""
+    root = tmp_path / "s"
+    _fill(root)
+
+    def no_frame_decoding(*args: object) -> None:
+        raise AssertionError("a frame was decoded while opening the store")
+
+    monkeypatch.setattr(seg, "read_record", no_frame_decoding)
+    store = tidelog.open(f"file://{root}")
+    monkeypatch.undo()
+    with store:
+        t = store.topic("t")
+        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        assert {c.index.version for c in log.chunks} == {2}
+        tagged_b = [r.seq for r in t.read(0, 10_000) if r.tag == "b"]  # type: ignore[union-attr]
+        assert len(tagged_b) == 25
+        assert t.delete(tag_glob="b*") == 25
+        assert t.delete(tag="a") == 0  # deleted before the close: dead, not indexed again
+        assert not [r for r in t.read(0, 10_000) if r.tag is not None]  # type: ignore[union-attr]
+
+
+def test_DEL_5_the_tag_index_holds_ranges_rebuilt_from_runs_at_open(tmp_path: Path) -> None:
+    """DEL-5, SEG-11: the tag index keeps a range per run of equally tagged appends (not a seq
+    per record); a delete below a range's end keeps the rest of it; reopening rebuilds the
+    same ranges from the label runs, leaving out the dead slots."""
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}") as store:
+        t = store.topic("t", durability="disk")
+        t.append_many([b"x"] * 10_000, tag="a")  # seqs 1..10000
+        for i in range(4):  # 10001 b, 10002 a, 10003 b, 10004 a
+            t.append(b"y", tag="ba"[i % 2])
+        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        assert list(log.tag_ranges["a"]) == [1, 10_000, 10_002, 10_002, 10_004, 10_004]
+        assert t.delete(before_seq=5_001, tag="a") == 5_000
+        assert list(log.tag_ranges["a"]) == [5_001, 10_000, 10_002, 10_002, 10_004, 10_004]
+        t.append_many([b"z"] * 3, tag="a")  # 10005..10007 joins the last range
+        assert list(log.tag_ranges["a"])[-2:] == [10_004, 10_007]
+        before = log.examined
+        assert t.delete(before_seq=10_003, tag="b") == 1
+        assert log.examined - before <= 2  # the key and one seq: nothing per untagged record
+    with tidelog.open(f"file://{root}") as store:
+        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        assert list(log.tag_ranges["a"]) == [5_001, 10_000, 10_002, 10_002, 10_004, 10_007]
+        assert list(log.tag_ranges["b"]) == [10_003, 10_003]
+        assert store.topic("t").delete(tag_glob="*") == 5_000 + 1 + 4 + 1

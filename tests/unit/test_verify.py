@@ -193,10 +193,10 @@ def test_flipped_byte_in_sealed_segment_frame(store: Store) -> None:
 
 
 def test_truncated_idx(store: Store) -> None:
-    """SEG-6: a truncated .idx is an error on the .idx."""
+    """SEG-9 (SEG-6 for version 1): a truncated .idx is an error on the .idx."""
     store.idx.write_bytes(store.idx.read_bytes()[:-5])
     problem = only(check(store.root))
-    assert (problem.path, problem.rule, problem.severity) == (str(store.idx), "SEG-6", "error")
+    assert (problem.path, problem.rule, problem.severity) == (str(store.idx), "SEG-9", "error")
 
 
 def test_missing_idx_and_missing_data(store: Store) -> None:
@@ -237,7 +237,7 @@ def test_idx_of_another_segment(store: Store) -> None:
 def test_idx_entry_disagrees_with_data(store: Store) -> None:
     """SEG-5: entry i must describe frame i exactly; the problem points at the entry."""
     raw = bytearray(store.idx.read_bytes())
-    entry = seg.HEADER_SIZE + 1 * seg.ENTRY_SIZE
+    entry = seg.IDX_HEADER_SIZE + 1 * seg.ENTRY_SIZE
     struct.pack_into("<Q", raw, entry + 8, 12345)  # entry 1's ts
     body = bytes(raw[:-8])
     store.idx.write_bytes(body + struct.pack("<Q", xxhash.xxh3_64_intdigest(body)))
@@ -249,7 +249,7 @@ def test_idx_entry_disagrees_with_data(store: Store) -> None:
 def test_idx_count_and_pad_checks(store: Store) -> None:
     """SEG-5: count must equal the frames in .data, pads must be zero."""
     raw = bytearray(store.idx.read_bytes()[:-8])
-    raw[seg.HEADER_SIZE + 18] = 1  # a pad byte of entry 0
+    raw[seg.IDX_HEADER_SIZE + 18] = 1  # a pad byte of entry 0
     store.idx.write_bytes(bytes(raw) + struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(raw))))
     assert "pad" in only(check(store.root)).message
     _, idx = seg.build_segment(TID, 1, [(1, TS, "a", None, b"first")])

@@ -153,7 +153,7 @@ class SuiteMachine(LogMachine):
     ) -> None:
         names = sorted(self.handles)
         synced = [n for n in names if self.handles[n][0].config.durability == "fsync"]
-        if synced and data.draw(st.integers(0, 3)):
+        if synced and data.draw(st.integers(0, 3)) != 0:
             names = synced  # mostly fsync topics: their writes happen inside the op
         name = data.draw(st.sampled_from(names))
         m, s = self.handles[name]

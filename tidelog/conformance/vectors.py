@@ -311,12 +311,20 @@ def _segment_vectors(add: Callable[..., None]) -> None:
         decode={**dec, "records": recs[:2], "problem": {"rule": "SEG-3", "offset": third}})
     add("segment/bad-magic.data", "segment-data", False, "bad magic (SEG-1)",
         body=b"XXXXXXXX" + data[8:], error=_err("corrupt", "SEG-1"))
-    add("segment/bad-footer.idx", "segment-idx", False, "index footer checksum mismatch (SEG-6)",
-        body=_flip(idx, 40), error=_err("corrupt", "SEG-6"))
+    add("segment/valid-v1.idx", "segment-idx", True, "the same index in version 1, as an "
+        "earlier tidelog wrote it (FORMATS.md §4.3; readers read both)",
+        body=seg.index_as_version_1(idx),
+        decode={"topic_id": 7, "first_seq": 5, "entries": entries})
+    add("segment/bad-footer.idx", "segment-idx", False, "index footer checksum mismatch "
+        "(SEG-9: version 2, as SEG-6)", body=_flip(idx, 40), error=_err("corrupt", "SEG-9"))
     add("segment/bad-magic.idx", "segment-idx", False, "bad magic (SEG-4)",
         body=b"XXXXXXXX" + idx[8:], error=_err("corrupt", "SEG-4"))
     add("segment/overflowing-count.idx", "segment-idx", False, "count larger than the file "
-        "(SEG-6)", body=idx[:12] + struct.pack("<I", 1000) + idx[16:],
+        "(SEG-9: version 2, as SEG-6)", body=idx[:12] + struct.pack("<I", 1000) + idx[16:],
+        error=_err("corrupt", "SEG-9"))
+    v1 = seg.index_as_version_1(idx)
+    add("segment/overflowing-count-v1.idx", "segment-idx", False, "version 1: count larger "
+        "than the file (SEG-6)", body=v1[:12] + struct.pack("<I", 1000) + v1[16:],
         error=_err("corrupt", "SEG-6"))
 
 
@@ -606,9 +614,9 @@ def _file_store_vectors(out: str, add_dir: Callable[..., None]) -> None:
             _verify(False, ("SEG-2",)))
     variant("segment-lone-data", "a sealed .data without its .idx (SEG-7)",
             lambda r: os.unlink(first(r, ".idx")), _verify(False, ("SEG-7",)))
-    variant("segment-bad-index", "a sealed segment's .idx with a bad footer (SEG-6)",
+    variant("segment-bad-index", "a sealed segment's .idx with a bad footer (SEG-9)",
             lambda r: rewrite(first(r, ".idx"), lambda d: _flip(d, 36)),
-            _verify(False, ("SEG-6",)))
+            _verify(False, ("SEG-9",)))
     variant("progress-bad-crc", "a subscriber progress file with a bad CRC32C (PRG-1)",
             lambda r: rewrite(first(r, "quiver.sub.reader"), lambda d: _flip(d, 40)),
             _verify(False, ("PRG-1",)))

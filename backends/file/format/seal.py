@@ -1,5 +1,6 @@
 """Sealing: a run of one topic's records, held in memory as columns, encoded as a segment's
-``.data`` and ``.idx`` (SEG-1..SEG-6) with C-level calls only: no Python-level loop per record.
+``.data`` and version-2 ``.idx`` (SEG-1..SEG-5, SEG-9..SEG-11) with C-level calls only: no
+Python-level loop per record (label runs, when records carry labels, take one simple pass).
 
 The bytes are exactly ``segment.SegmentBuilder``'s (the tests compare them). This encoder exists
 because a checkpoint seals every record the WAL took: record by record in Python, sealing cost
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, repeat
 from operator import add
 
 import xxhash
@@ -86,8 +87,6 @@ def build_columns(
     parts[1::3] = map(_U32.pack, map(add, body_lens, repeat(_FRAME_EXTRA - 4)))
     parts[2::3] = bodies
     parts[3::3] = map(_U64.pack, map(xxhash.xxh3_64_intdigest, bodies))
-    idx_head = segfmt._IDX_HEADER.pack(
-        segfmt.IDX_MAGIC, segfmt.VERSION, segfmt.HEADER_SIZE, n, topic_id, first_seq
-    )
-    idx = b"".join(chain((idx_head,), map(segfmt._ENTRY.pack, offsets, sizes, tss, flags)))
-    return b"".join(parts), idx + _U64.pack(xxhash.xxh3_64_intdigest(idx))
+    data = b"".join(parts)
+    entries = b"".join(map(segfmt._ENTRY.pack, offsets, sizes, tss, flags))
+    return data, segfmt.encode_index(topic_id, first_seq, data, entries, offsets, tags, nodes)

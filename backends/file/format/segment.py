@@ -1,19 +1,24 @@
 """Sealed segments: ``seg-<first_seq>.data`` record frames + ``.idx`` fixed-stride index (SEG-1..).
 
 The record frame is seed 000 §3.2's close variant of the WAL frame (no type byte, no topic id:
-a segment holds one topic's appends only). ``read_record`` runs on every read of a sealed
-record and ``read_index`` on recovery over possibly millions of entries, so both avoid
-per-byte Python work: the index columns are pulled out with strided slices, not a loop.
+a segment holds one topic's appends only). ``read_index`` runs on recovery over possibly
+millions of entries, so it avoids per-entry Python work: the index columns are pulled out with
+strided slices, not a loop. Writers write ``.idx`` version 2 (spec/FORMATS-seg2.md SEG-9..13):
+the version-1 entries plus block checksums over the ``.data`` (SEG-10), which let a read verify
+the bytes it returns with one C-speed call per ~64 KiB, and label runs (SEG-11), which give every
+record's tag and node without decoding its frame. Version 1 is still read.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 import struct
 import sys
 from array import array
-from collections.abc import Iterable
-from dataclasses import dataclass
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, repeat
 from typing import NamedTuple
 
 import xxhash
@@ -23,10 +28,17 @@ from tidelog.errors import BadArgument, TooLarge
 from . import FormatCorrupt
 
 __all__ = [
+    "index_as_version_1",
+    "cut_blocks",
+    "encode_index",
     "DATA_MAGIC",
     "IDX_MAGIC",
     "VERSION",
     "HEADER_SIZE",
+    "IDX_VERSION",
+    "IDX_HEADER_SIZE",
+    "BLOCK_BYTES",
+    "NO_STRING",
     "RECORD_HEADER_SIZE",
     "RECORD_OVERHEAD",
     "ENTRY_SIZE",
@@ -36,6 +48,8 @@ __all__ = [
     "MAX_DATA_SIZE",
     "SegmentHeader",
     "SegmentIndex",
+    "LabelRuns",
+    "label_runs",
     "RecordInfo",
     "DataProblem",
     "DataScan",
@@ -45,6 +59,7 @@ __all__ = [
     "decode_data_header",
     "read_index",
     "read_record",
+    "block_hash",
     "scan_data",
     "data_name",
     "idx_name",
@@ -53,13 +68,23 @@ __all__ = [
 
 DATA_MAGIC = b"TDLSEGD1"
 IDX_MAGIC = b"TDLSEGI1"
-VERSION = 1
+VERSION = 1  # .data (and .idx version 1)
 HEADER_SIZE = 32
+IDX_VERSION = 2  # what the writer writes (SEG-9); read_index also reads version 1
+IDX_HEADER_SIZE = 56
+#: SEG-10: tidelog ends a block at the first frame boundary this many bytes after its start.
+BLOCK_BYTES = 64 << 10
+#: SEG-11: a run's tag or node reference meaning "none".
+NO_STRING = 0xFFFFFFFF
 
 # .data: magic | version u16 | header_size u16 | reserved u32 | topic_id | first_seq
 _DATA_HEADER = struct.Struct("<8sHHIQQ")
 # .idx: magic | version u16 | header_size u16 | count u32 | topic_id | first_seq
 _IDX_HEADER = struct.Struct("<8sHHIQQ")
+# .idx v2 adds: data_size u64 | block_count | run_count | string_count | strings_size (u32s)
+_IDX_HEADER2 = struct.Struct("<8sHHIQQQIIII")
+_BLOCK = struct.Struct("<IIQ")  # first_slot | offset | xxh3
+_RUN = struct.Struct("<III")  # first_slot | tag | node
 # frame_len | flags | seq | ts | node_len | tag_len | data_len
 _RECORD = struct.Struct("<IBQQHHI")
 RECORD_HEADER_SIZE = _RECORD.size  # 29
@@ -97,6 +122,8 @@ class RecordInfo(NamedTuple):
     seq: int
     ts: int
     flags: int
+    tag: str | None = None
+    node: str | None = None
 
 
 class DataProblem(NamedTuple):
@@ -113,17 +140,151 @@ class DataScan(NamedTuple):
     problem: DataProblem | None
 
 
-@dataclass(frozen=True)
-class SegmentIndex:
-    """A decoded .idx: entry ``i`` describes seq ``first_seq + i`` (SEG-5)."""
+class LabelRuns:
+    """Maximal runs of consecutive slots with the same (tag, node) (SEG-11): run ``r`` holds
+    slots ``firsts[r] .. firsts[r + 1] - 1`` (the last run ends at the segment's count). Per run
+    also the UTF-8 byte lengths of its labels (``nls``, ``tls``) and the label bytes as a frame
+    holds them (``labels``: node then tag), so a read finds the payload without decoding."""
 
-    topic_id: int
-    first_seq: int
-    count: int
-    offsets: array[int]
-    lengths: array[int]
-    tss: array[int]
-    flags: array[int]
+    __slots__ = ("firsts", "tags", "nodes", "nls", "tls", "labels", "flags")
+
+    def __init__(
+        self, firsts: Sequence[int], tags: Sequence[str | None], nodes: Sequence[str | None]
+    ) -> None:
+        self.firsts = list(firsts)
+        self.tags = list(tags)
+        self.nodes = list(nodes)
+        node_b = [b"" if n is None else n.encode("utf-8") for n in self.nodes]
+        tag_b = [b"" if t is None else t.encode("utf-8") for t in self.tags]
+        self.nls = [len(b) for b in node_b]
+        self.tls = [len(b) for b in tag_b]
+        self.labels = [n + t for n, t in zip(node_b, tag_b)]
+        self.flags = [
+            (t is not None) * HAS_TAG | (n is not None) * HAS_NODE
+            for t, n in zip(self.tags, self.nodes)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.firsts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LabelRuns) and (self.firsts, self.tags, self.nodes) == (
+            other.firsts,
+            other.tags,
+            other.nodes,
+        )
+
+    def __repr__(self) -> str:
+        return f"LabelRuns({self.firsts}, {self.tags}, {self.nodes})"
+
+    def run_of(self, i: int) -> int:
+        """The run holding slot ``i``."""
+        return bisect_right(self.firsts, i) - 1
+
+
+def label_runs(tags: Sequence[str | None], nodes: Sequence[str | None]) -> LabelRuns:
+    """The maximal runs of per-slot labels (SEG-11: what the writer stores)."""
+    n = len(tags)
+    if tags.count(None) == n and nodes.count(None) == n:  # no labels: the common case
+        return LabelRuns([0], [None], [None]) if n else LabelRuns([], [], [])
+    firsts: list[int] = []
+    rt: list[str | None] = []
+    rn: list[str | None] = []
+    prev: tuple[str | None, str | None] | None = None
+    for i, pair in enumerate(zip(tags, nodes)):
+        if pair != prev:
+            firsts.append(i)
+            rt.append(pair[0])
+            rn.append(pair[1])
+            prev = pair
+    return LabelRuns(firsts, rt, rn)
+
+
+class SegmentIndex:
+    """A decoded .idx: entry ``i`` describes seq ``first_seq + i`` (SEG-5). A version-2 index
+    also carries its blocks (SEG-10: first slots, .data offsets, XXH3-64s) and label runs
+    (SEG-11); a version-1 index has no blocks and ``runs`` None.
+
+    The ``offsets``, ``lengths`` and ``tss`` columns are cut out of the (checked, immutable)
+    entry bytes on first use, not when the index is read: opening a store touches only what
+    it needs (flags, data_size, blocks, runs), and a segment nobody reads is never decoded."""
+
+    __slots__ = (
+        "topic_id",
+        "first_seq",
+        "count",
+        "flags",
+        "version",
+        "block_slots",
+        "block_offsets",
+        "block_hashes",
+        "runs",
+        "_entries",
+        "_columns",
+        "_data_size",
+    )
+
+    def __init__(
+        self,
+        topic_id: int,
+        first_seq: int,
+        count: int,
+        entries: bytes,
+        *,
+        version: int = 1,
+        data_size: int | None = None,
+        block_slots: array[int] | None = None,
+        block_offsets: array[int] | None = None,
+        block_hashes: array[int] | None = None,
+        runs: LabelRuns | None = None,
+    ) -> None:
+        self.topic_id = topic_id
+        self.first_seq = first_seq
+        self.count = count
+        self._entries = entries
+        self._columns: tuple[array[int], array[int], array[int]] | None = None
+        self.flags = array("B", entries[16::ENTRY_SIZE])
+        self.version = version
+        self.block_slots = array(_U32_CODE) if block_slots is None else block_slots
+        self.block_offsets = array(_U32_CODE) if block_offsets is None else block_offsets
+        self.block_hashes = array(_U64_CODE) if block_hashes is None else block_hashes
+        self.runs = runs
+        if data_size is None:  # version 1: where the last entry's frame ends
+            data_size = HEADER_SIZE
+            if count:
+                offset, length, *_ = _ENTRY.unpack_from(entries, (count - 1) * ENTRY_SIZE)
+                data_size = offset + length
+        self._data_size = data_size
+
+    def entry_offset(self, i: int) -> int:
+        """Entry ``i``'s offset, without decoding the columns."""
+        if self._columns is not None:
+            return self._columns[0][i]
+        return int(_U32.unpack_from(self._entries, i * ENTRY_SIZE)[0])
+
+    def _decoded(self) -> tuple[array[int], array[int], array[int]]:
+        columns = self._columns
+        if columns is None:
+            region, count = self._entries, self.count
+            columns = self._columns = (
+                _column(region, count, 0, 4, _U32_CODE),
+                _column(region, count, 4, 4, _U32_CODE),
+                _column(region, count, 8, 8, _U64_CODE),
+            )
+            self._entries = b""
+        return columns
+
+    @property
+    def offsets(self) -> array[int]:
+        return self._decoded()[0]
+
+    @property
+    def lengths(self) -> array[int]:
+        return self._decoded()[1]
+
+    @property
+    def tss(self) -> array[int]:
+        return self._decoded()[2]
 
     @property
     def last_seq(self) -> int:
@@ -133,9 +294,13 @@ class SegmentIndex:
     @property
     def data_size(self) -> int:
         """The size the .data file must have."""
-        if not self.count:
-            return HEADER_SIZE
-        return int(self.offsets[-1]) + int(self.lengths[-1])
+        return self._data_size
+
+    def block_end(self, k: int) -> tuple[int, int]:
+        """(first slot after block ``k``, .data offset where it ends) (SEG-10)."""
+        if k + 1 < len(self.block_slots):
+            return int(self.block_slots[k + 1]), int(self.block_offsets[k + 1])
+        return self.count, self.data_size
 
 
 # --- encoding -------------------------------------------------------------------------------------
@@ -168,8 +333,89 @@ def encode_record(
     return b"".join((head, nb, tb, payload, _U64.pack(h.intdigest())))
 
 
+def cut_blocks(offsets: Sequence[int], count: int) -> list[tuple[int, int]]:
+    """SEG-10 as tidelog cuts: (first slot, .data offset) of each block, a block ending at the
+    first frame boundary at least ``BLOCK_BYTES`` after its start. ``offsets[i]`` is frame
+    ``i``'s offset (ascending); one bisect per block, no loop per record."""
+    blocks: list[tuple[int, int]] = []
+    i = 0
+    while i < count:
+        blocks.append((i, offsets[i]))
+        i = bisect_left(offsets, offsets[i] + BLOCK_BYTES, i + 1, count)
+    return blocks
+
+
+def encode_index(
+    topic_id: int,
+    first_seq: int,
+    data: bytes,
+    entries: bytes,
+    offsets: Sequence[int],
+    tags: Sequence[str | None],
+    nodes: Sequence[str | None],
+) -> bytes:
+    """The version-2 ``.idx`` (SEG-9) of ``data``, whose frames ``entries`` (packed SEG-5
+    entries, one per record) describe: header, entries, blocks (SEG-10), label runs, strings
+    (SEG-11) and footer. ``offsets[i]`` is frame ``i``'s offset; ``tags``/``nodes`` its labels."""
+    count = len(entries) // ENTRY_SIZE
+    mv = memoryview(data)
+    cuts = cut_blocks(offsets, count)
+    ends = [off for _, off in cuts[1:]] + [len(data)]
+    blocks = [
+        _BLOCK.pack(slot, off, xxhash.xxh3_64_intdigest(mv[off:end]))
+        for (slot, off), end in zip(cuts, ends)
+    ]
+    runs = label_runs(tags, nodes)
+    strings: dict[str, int] = {}
+    encoded: list[bytes] = []
+
+    def ref(text: str | None) -> int:
+        if text is None:
+            return NO_STRING
+        got = strings.get(text)
+        if got is None:
+            got = strings[text] = len(strings)
+            encoded.append(text.encode("utf-8"))
+        return got
+
+    run_rows = [
+        _RUN.pack(first, ref(tag), ref(node))
+        for first, tag, node in zip(runs.firsts, runs.tags, runs.nodes)
+    ]
+    string_ends = array(_U32_CODE, accumulate(len(e) for e in encoded))
+    if _BIG_ENDIAN:
+        string_ends.byteswap()
+    text = b"".join(encoded)
+    head = _IDX_HEADER2.pack(
+        IDX_MAGIC,
+        IDX_VERSION,
+        IDX_HEADER_SIZE,
+        count,
+        topic_id,
+        first_seq,
+        len(data),
+        len(blocks),
+        len(run_rows),
+        len(encoded),
+        len(text),
+    )
+    idx = b"".join((head, entries, *blocks, *run_rows, string_ends.tobytes(), text))
+    return idx + _U64.pack(xxhash.xxh3_64_intdigest(idx))
+
+
+def index_as_version_1(idx: bytes) -> bytes:
+    """A version-2 ``.idx`` rewritten as version 1, what an earlier tidelog wrote (FORMATS.md
+    §4.3: the 32-byte header, the same entries, the footer): for golden vectors and tests of
+    readers of both versions."""
+    count, topic_id, first_seq = struct.unpack_from("<IQQ", idx, 12)
+    body = _IDX_HEADER.pack(IDX_MAGIC, VERSION, HEADER_SIZE, count, topic_id, first_seq)
+    body += idx[IDX_HEADER_SIZE : IDX_HEADER_SIZE + count * ENTRY_SIZE]
+    return body + _U64.pack(xxhash.xxh3_64_intdigest(body))
+
+
 class SegmentBuilder:
-    """Accumulates a gapless run of one topic's records into (.data, .idx) bytes (SEG-3)."""
+    """Accumulates a gapless run of one topic's records into (.data, .idx) bytes (SEG-3), the
+    index in version 2 (SEG-9): entries, blocks (SEG-10) and label runs (SEG-11)."""
 
     def __init__(self, topic_id: int, first_seq: int) -> None:
         if first_seq < 1:
@@ -182,6 +428,9 @@ class SegmentBuilder:
             _DATA_HEADER.pack(DATA_MAGIC, VERSION, HEADER_SIZE, 0, topic_id, first_seq)
         ]
         self._entries: list[bytes] = []
+        self._offsets: list[int] = []
+        self._tags: list[str | None] = []
+        self._nodes: list[str | None] = []
 
     def add(
         self,
@@ -199,6 +448,9 @@ class SegmentBuilder:
         if self.size + len(frame) > MAX_DATA_SIZE:
             raise TooLarge(f"segment would exceed {MAX_DATA_SIZE} bytes (u32 idx offsets)")
         self._entries.append(_ENTRY.pack(self.size, len(frame), ts, frame[4]))
+        self._offsets.append(self.size)
+        self._tags.append(tag)
+        self._nodes.append(node)
         self._parts.append(frame)
         self.size += len(frame)
         self.next_seq += 1
@@ -209,11 +461,12 @@ class SegmentBuilder:
 
     def finish(self) -> tuple[bytes, bytes]:
         """The .data and .idx file contents."""
-        head = _IDX_HEADER.pack(
-            IDX_MAGIC, VERSION, HEADER_SIZE, self.count, self.topic_id, self.first_seq
+        data = b"".join(self._parts)
+        entries = b"".join(self._entries)
+        idx = encode_index(
+            self.topic_id, self.first_seq, data, entries, self._offsets, self._tags, self._nodes
         )
-        idx = b"".join((head, *self._entries))
-        return b"".join(self._parts), idx + _U64.pack(xxhash.xxh3_64_intdigest(idx))
+        return data, idx
 
 
 def build_segment(
@@ -233,40 +486,61 @@ def build_segment(
 
 
 def _check_header(
-    buf: bytes | bytearray | memoryview, magic: bytes, what: str, rule: str
-) -> tuple[int, int, int]:
-    """(the u32 at offset 12, topic_id, first_seq): .data and .idx headers share a layout."""
+    buf: bytes | bytearray | memoryview,
+    magic: bytes,
+    what: str,
+    rule: str,
+    sizes: dict[int, int] | None = None,
+) -> tuple[int, int, int, int]:
+    """(version, the u32 at offset 12, topic_id, first_seq): .data and .idx headers share their
+    first 32 bytes. ``sizes`` maps each version the reader knows to its header_size."""
+    sizes = sizes or {VERSION: HEADER_SIZE}
     if len(buf) < HEADER_SIZE:
         raise FormatCorrupt(rule, f"{what}: {len(buf)} bytes, shorter than the header")
     got, version, header_size, word, topic_id, first_seq = _DATA_HEADER.unpack_from(buf)
     if got != magic:
         raise FormatCorrupt(rule, f"{what}: bad magic {bytes(got)!r}, expected {magic!r}")
-    if version != VERSION:
-        raise FormatCorrupt(rule, f"{what}: unsupported version {version} (reader knows {VERSION})")
-    if header_size != HEADER_SIZE:
-        raise FormatCorrupt(rule, f"{what}: header_size {header_size}, expected {HEADER_SIZE}")
+    if version not in sizes:
+        known = " or ".join(map(str, sizes))
+        raise FormatCorrupt(rule, f"{what}: unsupported version {version} (reader knows {known})")
+    if header_size != sizes[version]:
+        raise FormatCorrupt(rule, f"{what}: header_size {header_size}, expected {sizes[version]}")
     if first_seq < 1:
         raise FormatCorrupt(rule, f"{what}: first_seq {first_seq} (seqs start at 1)")
-    return word, topic_id, first_seq
+    return version, word, topic_id, first_seq
 
 
 def decode_data_header(buf: bytes | bytearray | memoryview) -> SegmentHeader:
     """The .data header (SEG-1); Corrupt naming the problem."""
-    _, topic_id, first_seq = _check_header(buf, DATA_MAGIC, ".data header", "SEG-1")
+    _, reserved, topic_id, first_seq = _check_header(buf, DATA_MAGIC, ".data header", "SEG-1")
+    if reserved:
+        raise FormatCorrupt("SEG-1", f".data header: reserved field {reserved:#x}, expected 0")
     return SegmentHeader(topic_id, first_seq)
 
 
-def _column(region: bytes, count: int, at: int, size: int, code: str) -> array[int]:
-    """Field bytes ``[at, at+size)`` of every 20-byte entry as an array, by strided slicing:
-    ``size`` C-level copies instead of ``count`` Python iterations."""
+def _column(
+    region: bytes, count: int, at: int, size: int, code: str, stride: int = ENTRY_SIZE
+) -> array[int]:
+    """Field bytes ``[at, at+size)`` of every ``stride``-byte row as an array, by strided
+    slicing: ``size`` C-level copies instead of ``count`` Python iterations."""
     raw = bytearray(size * count)
     for k in range(size):
-        raw[k::size] = region[at + k :: ENTRY_SIZE]
+        raw[k::size] = region[at + k :: stride]
     out = array(code)
     out.frombytes(raw)
     if _BIG_ENDIAN and size > 1:
         out.byteswap()
     return out
+
+
+def _ascending(values: Sequence[int], count: int) -> bool:
+    """SEG-10/SEG-11 tables: starts at slot 0, strictly increasing, below ``count``."""
+    return (
+        bool(values)
+        and values[0] == 0
+        and values[-1] < count
+        and all(map(operator.lt, values, values[1:]))
+    )
 
 
 def read_index(
@@ -275,30 +549,112 @@ def read_index(
     topic_id: int | None = None,
     first_seq: int | None = None,
 ) -> SegmentIndex:
-    """Decode and check an .idx (SEG-4, SEG-6); optionally that it belongs to ``topic_id`` and
-    ``first_seq`` (the .data header or file name). Corrupt naming the problem."""
-    count, tid, fseq = _check_header(buf, IDX_MAGIC, ".idx header", "SEG-4")
-    expected = HEADER_SIZE + count * ENTRY_SIZE + FOOTER_SIZE
-    if len(buf) != expected:
-        raise FormatCorrupt("SEG-6", f".idx: {len(buf)} bytes, count {count} needs {expected}")
+    """Decode and check an .idx of version 1 (SEG-4, SEG-6) or 2 (SEG-9..SEG-11); optionally
+    that it belongs to ``topic_id`` and ``first_seq`` (the .data header or file name). Corrupt
+    naming the problem."""
+    version, count, tid, fseq = _check_header(
+        buf, IDX_MAGIC, ".idx header", "SEG-4", {1: HEADER_SIZE, 2: IDX_HEADER_SIZE}
+    )
     mv = memoryview(buf)
+    size_rule = "SEG-6" if version == 1 else "SEG-9"
+    if version == 1:
+        head, blocks, runs, nstrings, text_size, data_size = HEADER_SIZE, 0, 0, 0, 0, 0
+    elif len(buf) < IDX_HEADER_SIZE:
+        raise FormatCorrupt("SEG-9", f".idx: {len(buf)} bytes, shorter than the header")
+    else:
+        head = IDX_HEADER_SIZE
+        *_, data_size, blocks, runs, nstrings, text_size = _IDX_HEADER2.unpack_from(mv)
+    entries_end = head + count * ENTRY_SIZE
+    tables = blocks * _BLOCK.size + runs * _RUN.size + nstrings * 4 + text_size
+    expected = entries_end + tables + FOOTER_SIZE
+    if len(buf) != expected:
+        raise FormatCorrupt(
+            size_rule, f".idx: {len(buf)} bytes, its header's counts need {expected}"
+        )
     (stored,) = _U64.unpack_from(mv, expected - FOOTER_SIZE)
     if xxhash.xxh3_64_intdigest(mv[: expected - FOOTER_SIZE]) != stored:
-        raise FormatCorrupt("SEG-6", ".idx: XXH3-64 footer mismatch")
+        raise FormatCorrupt(size_rule, ".idx: XXH3-64 footer mismatch")
     if topic_id is not None and tid != topic_id:
         raise FormatCorrupt("SEG-4", f".idx: topic_id {tid:#x}, expected {topic_id:#x}")
     if first_seq is not None and fseq != first_seq:
         raise FormatCorrupt("SEG-4", f".idx: first_seq {fseq}, expected {first_seq}")
-    region = bytes(mv[HEADER_SIZE : expected - FOOTER_SIZE])
-    return SegmentIndex(
-        topic_id=tid,
-        first_seq=fseq,
-        count=count,
-        offsets=_column(region, count, 0, 4, _U32_CODE),
-        lengths=_column(region, count, 4, 4, _U32_CODE),
-        tss=_column(region, count, 8, 8, _U64_CODE),
-        flags=array("B", region[16::ENTRY_SIZE]),
+    region = bytes(mv[head:entries_end])
+    index = SegmentIndex(tid, fseq, count, region)
+    if version == 1:
+        return index
+    return _read_tables(index, bytes(mv[entries_end : expected - FOOTER_SIZE]), data_size, blocks,
+                        runs, nstrings)  # fmt: skip
+
+
+def _read_tables(
+    index: SegmentIndex, tables: bytes, data_size: int, blocks: int, runs: int, nstrings: int
+) -> SegmentIndex:
+    """The version-2 tables after the entries: blocks, runs, strings (SEG-9..SEG-11)."""
+    count = index.count
+    if (blocks == 0 or runs == 0) != (count == 0):
+        raise FormatCorrupt("SEG-9", f".idx: {blocks} blocks and {runs} runs for {count} records")
+    if data_size != index.data_size:  # verify also checks 32 + Σ length against the .data
+        raise FormatCorrupt("SEG-9", f".idx: data_size {data_size}, its last entry ends at "
+                            f"{index.data_size}")  # fmt: skip
+    at = blocks * _BLOCK.size
+    block_region, run_region = tables[:at], tables[at : at + runs * _RUN.size]
+    at += runs * _RUN.size
+    ends = array(_U32_CODE, tables[at : at + nstrings * 4])
+    if _BIG_ENDIAN:
+        ends.byteswap()
+    text = tables[at + nstrings * 4 :]
+    slots = _column(block_region, blocks, 0, 4, _U32_CODE, _BLOCK.size)
+    offsets = _column(block_region, blocks, 4, 4, _U32_CODE, _BLOCK.size)
+    if count and not _ascending(slots, count):
+        raise FormatCorrupt("SEG-10", ".idx: block first slots not ascending from 0")
+    if list(offsets) != list(map(index.entry_offset, slots)):
+        raise FormatCorrupt("SEG-10", ".idx: a block's offset is not its first entry's")
+    firsts = _column(run_region, runs, 0, 4, _U32_CODE, _RUN.size)
+    if count and not _ascending(firsts, count):
+        raise FormatCorrupt("SEG-11", ".idx: run first slots not ascending from 0")
+    if any(map(operator.gt, ends, ends[1:])) or (ends[-1] if nstrings else 0) != len(text):
+        raise FormatCorrupt("SEG-11", ".idx: string ends out of order or past the text")
+    try:
+        strings = list(map(str, map(text.__getitem__, map(slice, [0, *ends], ends)),
+                           repeat("utf-8")))  # fmt: skip
+    except UnicodeDecodeError:
+        raise FormatCorrupt("SEG-11", ".idx: a tag or node string is not UTF-8") from None
+    lookup: dict[int, str | None] = dict(enumerate(strings))
+    lookup[NO_STRING] = None
+
+    def labels(column: array[int]) -> list[str | None]:
+        if not lookup.keys() >= set(column):
+            raise FormatCorrupt("SEG-11", ".idx: a run names a string that does not exist")
+        return list(map(lookup.__getitem__, column))
+
+    label_runs_ = LabelRuns(
+        firsts,
+        labels(_column(run_region, runs, 4, 4, _U32_CODE, _RUN.size)),
+        labels(_column(run_region, runs, 8, 4, _U32_CODE, _RUN.size)),
     )
+    bounds = [*label_runs_.firsts, count]
+    expected_flags = b"".join(
+        bytes((f,)) * (b - a) for f, a, b in zip(label_runs_.flags, bounds, bounds[1:])
+    )
+    if expected_flags != index.flags.tobytes():
+        raise FormatCorrupt("SEG-11", ".idx: entry flags disagree with the label runs")
+    return SegmentIndex(
+        index.topic_id,
+        index.first_seq,
+        count,
+        index._entries,
+        version=2,
+        data_size=data_size,
+        block_slots=slots,
+        block_offsets=offsets,
+        block_hashes=_column(block_region, blocks, 8, 8, _U64_CODE, _BLOCK.size),
+        runs=label_runs_,
+    )
+
+
+def block_hash(data: bytes | bytearray | memoryview, start: int, end: int) -> int:
+    """XXH3-64 of ``.data`` bytes [start, end) (a block, SEG-10)."""
+    return xxhash.xxh3_64_intdigest(memoryview(data)[start:end])
 
 
 def _decode(
@@ -349,12 +705,12 @@ def _next_record(mv: memoryview, pos: int, expected_seq: int) -> RecordInfo | Da
     if frame_len < _LEN_FIXED or frame_len + 4 > left:
         return DataProblem(pos, "SEG-2", f"frame_len {frame_len} does not fit ({left} bytes left)")
     try:
-        seq, ts, flags, *_ = _decode(mv, pos, frame_len + 4)
+        seq, ts, flags, tag, node, _ = _decode(mv, pos, frame_len + 4)
     except FormatCorrupt as exc:
         return DataProblem(pos, exc.rule, exc.detail)
     if seq != expected_seq:
         return DataProblem(pos, "SEG-3", f"record seq {seq}, expected {expected_seq}")
-    return RecordInfo(pos, frame_len + 4, seq, ts, flags)
+    return RecordInfo(pos, frame_len + 4, seq, ts, flags, tag, node)
 
 
 def scan_data(data_buf: bytes | bytearray | memoryview) -> DataScan:
