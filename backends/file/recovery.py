@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import mmap
 import os
+import struct
 from typing import TYPE_CHECKING, Any
 
 from tidelog.config import TopicConfig
@@ -225,20 +227,16 @@ def _scan_file(
     """(end of the last complete op batch, complete batches, torn?) of one WAL file."""
     h = b.fs.open_read(path)
     # The writer's own recovery maps the file (nobody else writes it: we hold the lock), so
-    # only the pages up to the log's end are touched, not the whole preallocated file; a
-    # read-only view copies it, since the writer may be appending meanwhile.
-    data = h.pread(h.size(), 0) if b.readonly else h.map()
+    # only the pages up to the log's end are touched, not the whole preallocated file. A
+    # read-only view must not map it (a writer reopening after a crash may truncate it under
+    # the mapping: SIGBUS), so it reads what it scans (_scan_copied).
+    data = None if b.readonly else h.map()
     try:
-        try:
-            header = walfmt.decode_header(data)
-        except Corrupt as exc:
-            raise _NoHeader(f"{path}: {exc.message}") from None
-        if header.store_id != b.store_id:
-            raise Corrupt(
-                f"{path}: belongs to another store (store_id {header.store_id.hex()}, "
-                f"this store is {b.store_id.hex()}) (WAL)"
-            )
-        result = walfmt.scan(data, offset)  # frames hold copies of their bytes
+        if data is None:
+            result = _scan_copied(h, path, offset, b.store_id)
+        else:
+            _check_header(data, path, b.store_id)
+            result = walfmt.scan(data, offset)  # frames hold copies of their bytes
     finally:
         if isinstance(data, memoryview):
             data.release()
@@ -247,6 +245,66 @@ def _scan_file(
     end = batches[-1][-1].offset + batches[-1][-1].length if batches else offset
     torn = result.status == "torn" or bool(torn_batch)
     return end, batches, torn
+
+
+def _check_header(data: Any, path: str, store_id: bytes) -> None:
+    try:
+        header = walfmt.decode_header(data)
+    except Corrupt as exc:
+        raise _NoHeader(f"{path}: {exc.message}") from None
+    if header.store_id != store_id:
+        raise Corrupt(
+            f"{path}: belongs to another store (store_id {header.store_id.hex()}, "
+            f"this store is {store_id.hex()}) (WAL)"
+        )
+
+
+_COPY_CHUNK = 1 << 20
+_U32 = struct.Struct("<I")
+
+
+def _scan_copied(h: Any, path: str, offset: int, store_id: bytes) -> walfmt.ScanResult:
+    """``walfmt.scan`` of a WAL file from ``offset``, reading only the header and the bytes the
+    scan reaches (in growing chunks), not the whole preallocated file: a read-only view's
+    refresh that finds nothing new costs two small reads instead of a copy of every WAL file.
+    The bytes go to their own offsets in an anonymous zero-filled map, so frame offsets are the
+    file's; pages never written to cost nothing."""
+    size = h.size()
+    buf = mmap.mmap(-1, size) if size else bytearray()
+    mv = memoryview(buf)
+    try:
+        head = h.pread(min(walfmt.HEADER_SIZE, size), 0)
+        mv[: len(head)] = head
+        _check_header(mv[: len(head)], path, store_id)
+        frames: list[walfmt.Frame] = []
+        unknown: list[int] = []
+        pos = filled = max(offset, len(head))
+        chunk = _COPY_CHUNK
+        while True:
+            if filled < size:
+                got = h.pread(min(size, pos + chunk) - filled, filled)
+                mv[filled : filled + len(got)] = got
+                filled += len(got)
+            result = walfmt.scan(mv[:filled], pos)
+            frames += result.frames
+            unknown += result.unknown
+            pos = result.end
+            if filled >= size or not _cut_by_window(mv, pos, filled):
+                return walfmt.ScanResult(frames, pos, result.status, result.detail, unknown)
+            chunk *= 2  # a frame longer than the window: read further
+    finally:
+        mv.release()
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+
+def _cut_by_window(mv: memoryview, pos: int, filled: int) -> bool:
+    """Whether the scan stopped at ``pos`` only because the bytes read so far end there (the
+    frame at ``pos`` reaches past ``filled``), not at the log's end or a damaged frame."""
+    if pos + _U32.size > filled:
+        return True
+    frame_len = _U32.unpack_from(mv, pos)[0]
+    return frame_len != 0 and pos + _U32.size + frame_len > filled
 
 
 class _NoHeader(Corrupt):

@@ -11,6 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tidelog
 from tidelog.backends.file import requests
@@ -162,3 +164,81 @@ def test_XPR_1_view_replays_per_record_labels_of_append_records(tmp_path: Path) 
         (b"b", "x", "y"),
         (b"c", "x", "y"),
     ]
+
+
+# -- a view's WAL reads (XPR-1): only what the scan reaches, with the same result ---------------
+_SID = bytes(range(16))
+
+
+@st.composite
+def _wal_files(draw: st.DrawFn) -> tuple[bytes, list[int]]:
+    """A WAL file: header, frames of mixed sizes (labelled or not), then a tail that is zeros
+    (preallocation), garbage, or a torn frame; and the frame offsets (replay start points)."""
+    from tidelog.backends.file.format import wal as walfmt
+
+    body = walfmt.encode_header(1, 0, 1, 0, _SID)
+    starts = []
+    for seq in range(1, draw(st.integers(0, 6)) + 1):
+        starts.append(len(body))
+        size = draw(st.sampled_from((0, 1, 30, 200, 1000)))
+        tag = draw(st.sampled_from((None, "t")))
+        body += walfmt.encode_append(
+            1, seq, 5, tag, None, bytes([seq]) * size, batch_end=True, durable=True
+        )
+    starts.append(len(body))
+    tail = draw(st.sampled_from(("zeros", "garbage", "torn")))
+    if tail == "garbage":
+        body += draw(st.binary(min_size=1, max_size=40))
+    elif tail == "torn":
+        frame = walfmt.encode_append(9, 99, 5, None, None, b"x" * 300, batch_end=True, durable=True)
+        body += frame[: draw(st.integers(1, len(frame) - 1))]
+    return body + bytes(draw(st.integers(0, 500))), starts
+
+
+@given(wal=_wal_files(), chunk=st.integers(1, 700), data=st.data())
+@settings(max_examples=300, deadline=None)
+def test_XPR_1_a_view_scans_a_wal_file_as_a_whole_file_scan_would(
+    tmp_path_factory: pytest.TempPathFactory,
+    wal: tuple[bytes, list[int]],
+    chunk: int,
+    data: st.DataObject,
+) -> None:
+    """XPR-1: a read-only view reads a WAL file in windows from where it resumes (never the
+    whole preallocated file); whatever the window size, frames, end and status are exactly
+    those of scanning the whole file (frames longer than a window, torn and garbage tails)."""
+    from tidelog.backends.file import recovery
+    from tidelog.backends.file.format import wal as walfmt
+    from tidelog.fsio import OsFS
+
+    body, starts = wal
+    start = data.draw(st.sampled_from(starts))
+    path = tmp_path_factory.mktemp("wal") / "w"
+    path.write_bytes(body)
+    expected = walfmt.scan(body, start)
+    h = OsFS().open_read(str(path))
+    old = recovery._COPY_CHUNK
+    recovery._COPY_CHUNK = chunk
+    try:
+        got = recovery._scan_copied(h, str(path), start, _SID)
+    finally:
+        recovery._COPY_CHUNK = old
+        h.close()
+    assert got == expected
+
+
+def test_XPR_1_view_reads_a_record_longer_than_its_read_window(tmp_path: Path) -> None:
+    """XPR-1: a WAL record of several MiB (longer than the 1 MiB read window) reaches a view
+    byte for byte, and a refresh after it finds the next record."""
+    root = tmp_path / "s"
+    big = os.urandom(3 << 20)
+    with tidelog.open(f"file://{root}?background=false") as writer:
+        t = writer.topic("ev")
+        t.append(b"small")
+        t.append(big)
+        view = tidelog.open(f"file://{root}?readonly=true")
+        vt = view.topic("ev", create=False)
+        assert [r.payload for r in vt.read()] == [b"small", big]  # type: ignore[union-attr]
+        t.append(b"after")
+        view.refresh()
+        assert [r.payload for r in vt.read(after=2)] == [b"after"]  # type: ignore[union-attr]
+        view.close()
