@@ -20,7 +20,7 @@ import tempfile
 import time
 
 import tidelog
-from tidelog.adapters.spark import reading
+from tidelog.adapters.spark import reading, source
 from tidelog.adapters.spark.demo import spark_session
 from tidelog.adapters.spark.options import parse_options
 
@@ -44,11 +44,13 @@ def open_view(root: str) -> float:
     return time.perf_counter() - t0
 
 
-def python_side(root: str, rows: int, partition_records: int) -> float:
-    opts = parse_options({"path": root, "topic": "bench"})
+def python_side(root: str, rows: int, extra: dict[str, str]) -> float:
+    """The tasks the Spark read plans (same ranges), read one after another in this process."""
+    opts = parse_options({"path": root, "topic": "bench", **extra})
     t0 = time.perf_counter()
     n = 0
-    for lo, hi in reading.split(1, rows, partition_records):
+    for part in source._partitions(opts, 1, rows):
+        lo, hi = part.lo, part.hi
         n += sum(b.num_rows for b in reading.read_log(opts, lo, hi))
     assert n == rows, (n, rows)
     return time.perf_counter() - t0
@@ -68,7 +70,12 @@ def main() -> None:
     ap.add_argument("--payload", type=int, default=100)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--partition-records", type=int, default=250_000)
+    ap.add_argument(
+        "--partition-records",
+        type=int,
+        default=None,
+        help="default: the source's default sizing (partitionBytes, 128 MiB of payload per task)",
+    )
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
     args = ap.parse_args()
 
@@ -79,18 +86,20 @@ def main() -> None:
     print(f"building {args.rows:,} records x {args.payload} B in {root} ...", flush=True)
     print(f"  store built in {build_store(root, args.rows, args.payload):.1f} s")
     print(f"  read-only view opened in {open_view(root):.2f} s (once per executor worker)")
-    python_side(root, args.rows, args.partition_records)  # warm-up
-    py = [python_side(root, args.rows, args.partition_records) for _ in range(args.runs)]
+    extra = (
+        {} if args.partition_records is None else {"partitionRecords": str(args.partition_records)}
+    )
+    tasks = len(
+        source._partitions(parse_options({"path": root, "topic": "bench", **extra}), 1, args.rows)
+    )
+    print(f"  {tasks} read tasks ({extra or 'default sizing'})")
+    python_side(root, args.rows, extra)  # warm-up
+    py = [python_side(root, args.rows, extra) for _ in range(args.runs)]
     print(f"  adapter read without Spark (1 core), rows/s: {rates(args.rows, py)}")
 
     spark = spark_session(args.master, app="tidelog-spark-read-bench")
     try:
-        tl = (
-            spark.read.format("tidelog")
-            .option("topic", "bench")
-            .option("partitionRecords", args.partition_records)
-            .load(root)
-        )
+        tl = spark.read.format("tidelog").option("topic", "bench").options(**extra).load(root)
         t0 = time.perf_counter()
         tl.write.parquet(parquet)
         print(f"  Parquet copy written by Spark in {time.perf_counter() - t0:.1f} s")

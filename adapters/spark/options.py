@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from tidelog.errors import BadOption
 from tidelog.names import check_subscriber_name, check_topic_name
-from tidelog.options import parse_choice, parse_int
+from tidelog.options import parse_choice, parse_int, parse_size
 from tidelog.uri import parse_uri
 
 __all__ = ["SourceOptions", "parse_options", "store_root", "KNOWN_OPTIONS"]
@@ -30,6 +30,7 @@ KNOWN_OPTIONS = {
     "slot",
     "tombstones",
     "partitionrecords",
+    "partitionbytes",
     "batchrecords",
     "maxrecordspertrigger",
     "startingoffsets",
@@ -54,7 +55,8 @@ class SourceOptions:
     to_ts: int | None = None
     slot: int | None = None
     tombstones: str = "fail"  # "fail" | "rows"
-    partition_records: int = 100_000
+    partition_records: int | None = None  # None: from partition_bytes (SPK-3)
+    partition_bytes: int = 128 << 20  # Spark's spark.sql.files.maxPartitionBytes default
     batch_records: int = 65_536
     max_records_per_trigger: int | None = None
     starting_offsets: str = "resume"  # "resume" | "earliest" | "latest" | a seq (as text)
@@ -138,6 +140,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     for key, (name, minimum) in ints.items():
         if key in opts:
             out[name] = parse_int(key, opts[key], minimum=minimum)
+    if "partitionbytes" in opts:
+        out["partition_bytes"] = parse_size("partitionBytes", opts["partitionbytes"])
     if "slot" in out and int(out["slot"]) >= 64:  # type: ignore[call-overload]
         raise BadOption(f"option slot={opts['slot']!r}: a bundle has slots 0..63")
     for key, name in (("fromts", "from_ts"), ("tots", "to_ts")):

@@ -95,10 +95,38 @@ def test_SPK_options_are_checked_before_any_task_runs(tmp_path: Path) -> None:
         ({"path": "/x", "topic": "ev", "tombstones": "skip"}, BadOption, "fail, rows"),
         ({"path": "/x", "topic": "ev", "startingOffsets": "soon"}, BadOption, "latest"),
         ({"path": "/x", "topic": "../ev"}, BadName, "topic"),
+        ({"path": "/x", "topic": "ev", "partitionBytes": "0"}, BadOption, "partitionBytes"),
+        ({"path": "/x", "topic": "ev", "partitionBytes": "lots"}, BadOption, "partitionBytes"),
     ]
     for options, error, match in cases:
         with pytest.raises(error, match=match):
             parse_options(options)
+
+
+def test_SPK_3_tasks_are_sized_by_payload_bytes_unless_partition_records_is_given(
+    tmp_path: Path,
+) -> None:
+    """SPK-3: without partitionRecords a task covers max(1, partitionBytes // mean payload size)
+    seqs (default 128 MiB); partitionRecords overrides it; the ranges tile the read exactly."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.types import StructType
+
+    from tidelog.adapters.spark.source import TidelogReader
+
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}") as store:
+        store.topic("ev").append_many([b"x" * 100] * 9 + [b"y" * 200])  # mean 110 bytes
+
+    def ranges(**extra: str) -> list[tuple[int, int]]:
+        opts = parse_options({"path": str(root), "topic": "ev", **extra})
+        reader = TidelogReader(opts, StructType.fromJson(_log_struct()))
+        return [(p.lo, p.hi) for p in reader.partitions()]  # type: ignore[attr-defined]
+
+    assert parse_options({"path": "/x", "topic": "ev"}).partition_bytes == 128 << 20
+    assert ranges() == [(1, 10)]
+    assert ranges(partitionBytes="330") == [(1, 3), (4, 6), (7, 9), (10, 10)]
+    assert ranges(partitionBytes="50") == [(q, q) for q in range(1, 11)]  # at least one seq
+    assert ranges(partitionBytes="330", partitionRecords="4") == [(1, 4), (5, 8), (9, 10)]
 
 
 def test_SPK_6_staged_rows(tmp_path: Path) -> None:
