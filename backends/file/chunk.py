@@ -161,8 +161,7 @@ class SegChunk(DeadSlots):
         else:
             bounds = [*runs.firsts, self.count]
             label_bytes = sum(
-                (b - a) * (nl + tl)
-                for a, b, nl, tl in zip(bounds, bounds[1:], runs.nls, runs.tls)
+                (b - a) * (nl + tl) for a, b, nl, tl in zip(bounds, bounds[1:], runs.nls, runs.tls)
             )
             overhead = segfmt.RECORD_OVERHEAD * index.count
         self.nbytes = index.data_size - segfmt.HEADER_SIZE - overhead - label_bytes

@@ -7,7 +7,6 @@ runs (SEG-11)."""
 from __future__ import annotations
 
 import bisect
-
 import os
 import shutil
 from pathlib import Path

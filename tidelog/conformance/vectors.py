@@ -648,7 +648,8 @@ def _file_store_vectors(out: str, add_dir: Callable[..., None]) -> None:
             _verify(False, ("SEG-15",)))
     variant("segment-lone-data", "a sealed .data without its .idx (SEG-7)",
             lambda r: os.unlink(first(r, ".idx")), _verify(False, ("SEG-7",)))
-    variant("segment-bad-index", "a sealed segment's .idx with a bad footer (SEG-17: version 3, as SEG-9)",
+    variant("segment-bad-index", "a sealed segment's .idx with a bad footer "
+            "(SEG-17: version 3, as SEG-9)",
             lambda r: rewrite(first(r, ".idx"), lambda d: _flip(d, 36)),
             _verify(False, ("SEG-17",)))
     variant("progress-bad-crc", "a subscriber progress file with a bad CRC32C (PRG-1)",

@@ -74,10 +74,10 @@ def build_columns(
         return pcum[e] + _PER_RECORD * e
 
     little_ts, little_lens = _little(ts_col), _little(lens)
-    parts: list[bytes] = [
-        segfmt._DATA_HEADER.pack(segfmt.DATA_MAGIC, segfmt.DATA_VERSION_RUNS, segfmt.HEADER_SIZE,
-                                 0, topic_id, first_seq)  # fmt: skip
-    ]
+    head = segfmt._DATA_HEADER.pack(
+        segfmt.DATA_MAGIC, segfmt.DATA_VERSION_RUNS, segfmt.HEADER_SIZE, 0, topic_id, first_seq
+    )
+    parts: list[bytes] = [head]
     frames: list[tuple[int, int]] = []  # (first slot, .data offset) of each run frame
     steps = list(lens)  # payload i's offset = payload i-1's + its length (+ a frame boundary)
     pos = segfmt.HEADER_SIZE

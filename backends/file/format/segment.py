@@ -596,10 +596,8 @@ def read_index(
     """Decode and check an .idx of version 1 (SEG-4, SEG-6) or 2 (SEG-9..SEG-11); optionally
     that it belongs to ``topic_id`` and ``first_seq`` (the .data header or file name). Corrupt
     naming the problem."""
-    version, count, tid, fseq = _check_header(
-        buf, IDX_MAGIC, ".idx header", "SEG-4", {1: HEADER_SIZE, 2: IDX_HEADER_SIZE,
-                                                 3: IDX_HEADER_SIZE}  # fmt: skip
-    )
+    sizes = {1: HEADER_SIZE, 2: IDX_HEADER_SIZE, IDX_VERSION_RUNS: IDX_HEADER_SIZE}
+    version, count, tid, fseq = _check_header(buf, IDX_MAGIC, ".idx header", "SEG-4", sizes)
     mv = memoryview(buf)
     size_rule = {1: "SEG-6", 2: "SEG-9", 3: "SEG-17"}[version]
     if version == 1:
@@ -665,10 +663,14 @@ def _read_tables(
                             ".idx: block first slots not ascending from 0")  # fmt: skip
     if version == 2 and list(offsets) != list(map(index.entry_offset, slots)):
         raise FormatCorrupt("SEG-10", ".idx: a block's offset is not its first entry's")
-    if version == IDX_VERSION_RUNS and count and not (
-        offsets[0] == HEADER_SIZE
-        and offsets[-1] < data_size
-        and all(map(operator.lt, offsets, offsets[1:]))
+    if (
+        version == IDX_VERSION_RUNS
+        and count
+        and not (
+            offsets[0] == HEADER_SIZE
+            and offsets[-1] < data_size
+            and all(map(operator.lt, offsets, offsets[1:]))
+        )
     ):
         raise FormatCorrupt("SEG-17", ".idx: run frame offsets not ascending from 32")
     firsts = _column(run_region, runs, 0, 4, _U32_CODE, _RUN.size)
