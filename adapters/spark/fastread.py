@@ -204,9 +204,13 @@ def _batch(
     r1 = runs.run_of(i + n - 1)
     starts = [i, *runs.firsts[r0 + 1 : r1 + 1], i + n]
     counts = np.diff(np.array(starts, np.int64))
-    label = np.repeat(np.array(runs.nls[r0 : r1 + 1], np.int64) + runs.tls[r0 : r1 + 1], counts)
-    body = offs + _HEADER + label
-    size = lens - _OVERHEAD - label
+    if chunk.by_run:  # .data version 2: entries point at the payloads (FORMATS-seg3.md SEG-17)
+        body, size = offs, lens
+    else:
+        label = np.repeat(np.array(runs.nls[r0 : r1 + 1], np.int64) + runs.tls[r0 : r1 + 1],
+                          counts)  # fmt: skip
+        body = offs + _HEADER + label
+        size = lens - _OVERHEAD - label
     regular = r0 == r1 and n > 0 and bool((lens == lens[0]).all())
     if regular and n > 1:
         regular = bool((np.diff(offs) == lens[0]).all())  # back to back at one stride

@@ -53,6 +53,7 @@ class _Tail:
     bundles: bool = False  # payload="bundles": sealed as .qseg (spec/BUNDLES.md QSEG)
     dead: bool = True  # may payloads hold None (dead slots)? False: skip every dead-slot scan
     chunks: list[SegChunk | QsegChunk] = field(default_factory=list)
+    splits: list[tuple[int, int]] = field(default_factory=list)  # (first seq, count): _split
 
 
 @dataclass
@@ -112,7 +113,8 @@ def _capture(b: FileBackend) -> _Capture:
                     t.tid, first + k, payloads[k:], tss[k:], tags[k:], nodes[k:], bundles, any_dead
                 )
                 tails.append(tail)
-                firsts += [lo for lo, _ in _split(b, tail)]
+                tail.splits = _split(b, tail)
+                firsts += [lo for lo, _ in tail.splits]
                 if any_dead:
                     dead += ranges(
                         [tail.first + i for i, p in enumerate(tail.payloads) if p is None]
@@ -196,7 +198,7 @@ def _split(b: FileBackend, tail: _Tail) -> list[tuple[int, int]]:
 def _write_segments(b: FileBackend, tail: _Tail) -> None:
     directory = topic_dir(b.root, tail.tid)
     make_dirs(b.fs, directory)
-    for first, count in _split(b, tail):
+    for first, count in tail.splits:
         lo = first - tail.first
         chunk: SegChunk | QsegChunk | None = None
         if tail.bundles:

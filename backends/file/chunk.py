@@ -143,6 +143,9 @@ class SegChunk(DeadSlots):
         self._copy = not whole  # memoryview slices must still become bytes
         self.first_seq = index.first_seq
         self.count = index.count
+        # .idx version 3 describes a .data of run frames (FORMATS-seg3.md): entries point at
+        # payloads, blocks are the frames, and a read verifies by run (SEG-19)
+        self.by_run = index.version == segfmt.IDX_VERSION_RUNS
         try:
             self._check_data()
             self.runs = index.runs if index.runs is not None else self._runs_from_frames()
@@ -151,16 +154,17 @@ class SegChunk(DeadSlots):
             raise
         self._init_dead()
         runs = self.runs
-        bounds = [*runs.firsts, self.count]
-        label_bytes = sum(
-            (b - a) * (nl + tl) for a, b, nl, tl in zip(bounds, bounds[1:], runs.nls, runs.tls)
-        )
-        self.nbytes = (
-            index.data_size
-            - segfmt.HEADER_SIZE
-            - segfmt.RECORD_OVERHEAD * index.count
-            - label_bytes
-        )
+        if self.by_run:  # per frame: header, labels, checksum; per record: ts and length
+            frame_runs = map(runs.run_of, index.block_slots)
+            label_bytes = sum(runs.nls[r] + runs.tls[r] for r in frame_runs)
+            overhead = (segfmt.RUN_HEADER_SIZE + 8) * len(index.block_slots) + 12 * self.count
+        else:
+            bounds = [*runs.firsts, self.count]
+            label_bytes = sum(
+                (b - a) * (nl + tl) for a, b, nl, tl in zip(bounds, bounds[1:], runs.nls, runs.tls)
+            )
+            overhead = segfmt.RECORD_OVERHEAD * index.count
+        self.nbytes = index.data_size - segfmt.HEADER_SIZE - overhead - label_bytes
 
     def _check_data(self) -> None:
         """SEG-1 and SEG-12 at open: the .data header names this segment, and the file has
@@ -174,6 +178,11 @@ class SegChunk(DeadSlots):
                 f"{self.path}: header says topic {header.topic_id:#x} from seq "
                 f"{header.first_seq}, its .idx says {self.index.topic_id:#x} from "
                 f"{self.first_seq} (SEG-1)"
+            )
+        if (header.version == segfmt.DATA_VERSION_RUNS) != self.by_run:
+            raise Corrupt(
+                f"{self.path}: .data version {header.version} with .idx version "
+                f"{self.index.version} (SEG-17: .data 2 pairs with .idx 3 only)"
             )
         if len(self.data) != self.index.data_size:
             raise Corrupt(
@@ -210,6 +219,8 @@ class SegChunk(DeadSlots):
         return int(self.index.tss[i])
 
     def size(self, i: int) -> int:
+        if self.by_run:
+            return int(self.index.lengths[i])
         runs = self.runs
         r = runs.run_of(i)
         return int(self.index.lengths[i]) - segfmt.RECORD_OVERHEAD - runs.nls[r] - runs.tls[r]
@@ -258,8 +269,13 @@ class SegChunk(DeadSlots):
     def record(self, i: int) -> Record:
         """Slot ``i``, checked by frame (SEG-12): the frame itself, and its labels and ts
         against the index."""
-        seq, ts, tag, node, payload = self._frame(i)
         r = self.runs.run_of(i)
+        if self.by_run:  # SEG-19: its whole run frame, then the record through its entry
+            self._verify([(i, i, r)])
+            items: list[Item] = []
+            self._emit(items, i, i, r)
+            return items[0]  # type: ignore[return-value]
+        seq, ts, tag, node, payload = self._frame(i)
         if (tag, node, ts) != (self.runs.tags[r], self.runs.nodes[r], self.index.tss[i]):
             raise Corrupt(
                 f"{self.path}: segment record at offset {self.index.offsets[i]}: its labels or "
@@ -359,10 +375,29 @@ class SegChunk(DeadSlots):
             nxt, end = index.block_end(k)
             lo, hi = max(slots[k], a0), min(nxt - 1, b1)
             start = bstarts[k]
+            if self.by_run:  # a run frame has no smaller unit to check (SEG-19)
+                if digest(data[start:end]) != hashes[k]:
+                    self._bad_run(k)
+                k += 1
+                continue
             wanted = offs[hi] + lens[hi] - offs[lo] + _PER_FRAME_BYTES * (hi - lo + 1)
             if end - start > wanted or digest(data[start:end]) != hashes[k]:
                 self._check_frames(pieces, lo, hi)
             k += 1
+
+    def _bad_run(self, k: int) -> None:
+        """Block ``k`` (run frame ``k``) failed its check: raise ``Corrupt`` naming the file, the
+        frame's offset and what is wrong (SEG-15/16 from the frame itself, else SEG-17)."""
+        index = self.index
+        start = int(index.block_offsets[k])
+        try:
+            segfmt.read_run(self.data, start, self.first_seq + int(index.block_slots[k]))
+        except Corrupt as exc:
+            raise Corrupt(f"{self.path}: {exc.message}") from None
+        raise Corrupt(
+            f"{self.path}: run frame at offset {start}: its bytes differ from block {k} of the "
+            ".idx (SEG-17)"
+        )
 
     def _check_frames(self, pieces: list[tuple[int, int, int]], lo: int, hi: int) -> None:
         """Check by frame (SEG-2, SEG-3, and against the entry and run: SEG-5, SEG-11) every
@@ -403,19 +438,24 @@ class SegChunk(DeadSlots):
     def _emit(self, items: list[Item], a: int, b: int, r: int) -> None:
         """Slots a..b (one label run, verified) as records, appended to ``items``."""
         index, runs = self.index, self.runs
-        skip = _HEAD + runs.nls[r] + runs.tls[r]
+        # entry -> payload: version 1 frames hold a header and labels before it and the
+        # checksum after it; version 2 entries point at the payload itself (SEG-17)
+        skip, trail = (0, 0) if self.by_run else (_HEAD + runs.nls[r] + runs.tls[r], 8)
         offs, lens = index.offsets, index.lengths
         n, size = b - a + 1, lens[a]
         slices: Iterator[slice]
-        if lens[a : b + 1].count(size) == n and offs[b] - offs[a] == size * (b - a):
-            # frames lie back to back (SEG-3): equal sizes are one stride, and the payload
-            # bounds are two ranges, with no per-record arithmetic
+        if size and lens[a : b + 1].count(size) == n and offs[b] - offs[a] == size * (b - a):
+            # frames (payloads of a run frame) lie back to back (SEG-3, SEG-15): equal sizes
+            # are one stride, and the payload bounds two ranges, with no per-record arithmetic
             start = offs[a]
             slices = map(
                 slice,
                 range(start + skip, start + size * n, size),
-                range(start + size - 8, start + size * n, size),
+                range(start + size - trail, start + size * n + 1 - trail, size),
             )
+        elif self.by_run:
+            piece = offs[a : b + 1]
+            slices = map(slice, piece, map(add, piece, lens[a : b + 1]))
         else:
             piece = offs[a : b + 1]
             ends = map(sub, map(add, piece, lens[a : b + 1]), repeat(8))

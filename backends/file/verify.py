@@ -549,6 +549,12 @@ def _check_segment(ctx: _Ctx, path: str, topic_id: int, first_seq: int) -> int |
     index = _read_index(ctx, idx_path, idx_bytes, topic_id, first_seq)
     if header is None:
         return index.last_seq if index else None
+    if index is not None and (header.version == seg.DATA_VERSION_RUNS) != (
+        index.version == seg.IDX_VERSION_RUNS
+    ):
+        ctx.error(idx_path, 8, "SEG-17", f".idx version {index.version} with .data version "
+                  f"{header.version} (.data 2 pairs with .idx 3 only)")  # fmt: skip
+        index = None
     scanned = seg.scan_data(data)
     if scanned.problem is not None:
         p = scanned.problem
@@ -637,11 +643,23 @@ def _compare_tables(
         ctx.error(path, 32, "SEG-9", f"data_size {index.data_size}, the .data file has "
                   f"{len(data)} bytes")  # fmt: skip
     tables = seg.IDX_HEADER_SIZE + index.count * seg.ENTRY_SIZE
+    if scanned.runs is not None:  # SEG-17: block k is exactly run frame k
+        blocks = list(zip(index.block_slots, index.block_offsets))
+        for k, (got, frame) in enumerate(zip(blocks, scanned.runs)):
+            if got != frame:
+                ctx.error(path, tables + 16 * k, "SEG-17", f"block {k}: slot {got[0]} at "
+                          f"{got[1]}, run frame {k} is slot {frame[0]} at {frame[1]}")  # fmt: skip
+                return
+        if len(blocks) != len(scanned.runs):
+            ctx.error(path, 40, "SEG-17", f"{len(blocks)} blocks for {len(scanned.runs)} run "
+                      "frames")  # fmt: skip
+            return
     for k, start in enumerate(index.block_offsets):
         _, end = index.block_end(k)
         if seg.block_hash(data, start, end) != index.block_hashes[k]:
             detail = f"block {k}: XXH3-64 of .data bytes [{start}, {end}) does not match"
-            ctx.error(path, tables + 16 * k + 8, "SEG-10", detail)
+            rule = "SEG-10" if scanned.runs is None else "SEG-17"
+            ctx.error(path, tables + 16 * k + 8, rule, detail)
     runs = index.runs
     bounds = [*runs.firsts, index.count]
     frames = scanned.frames

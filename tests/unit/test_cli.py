@@ -362,8 +362,9 @@ def test_inspect_and_tail_a_file_store(tmp_path: Path) -> None:
 
 
 def test_verify_reports_corruption_with_file_offset_and_rule(tmp_path: Path) -> None:
-    """SEG-2: a flipped byte in a sealed segment is reported (file, offset, rule) and verify
-    exits 1; reading the record raises Corrupt and never returns the damaged bytes."""
+    """SEG-15, SEG-19: a flipped byte in a sealed segment (a run frame of .data version 2) is
+    reported (file, the frame's offset, rule) and verify exits 1; reading the record raises
+    Corrupt and never returns the damaged bytes."""
     root = tmp_path / "store"
     with tidelog.open(f"file://{root}") as store:
         store.topic("t").append_many([b"p" * 100] * 5)
@@ -376,7 +377,7 @@ def test_verify_reports_corruption_with_file_offset_and_rule(tmp_path: Path) -> 
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     (problem,) = report["problems"]
-    assert problem["rule"] == "SEG-2" and problem["path"] == str(seg)
+    assert problem["rule"] == "SEG-15" and problem["path"] == str(seg)
     assert problem["offset"] == 32
     with tidelog.open(f"file://{root}") as store, pytest.raises(tidelog.Corrupt, match="seg-"):
         store.topic("t").read()

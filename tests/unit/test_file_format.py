@@ -921,7 +921,7 @@ _ENDS_AT = _RUNS_AT + 24
         pytest.param(lambda b: b[:-1], "SEG-9", id="truncated"),
         pytest.param(lambda b: b[:50], "SEG-9", id="short-header"),
         pytest.param(lambda b: b[:10] + b"\x20\x00" + b[12:], "SEG-4", id="v1-header-size"),
-        pytest.param(lambda b: b[:8] + b"\x03\x00" + b[10:], "SEG-4", id="version-3"),
+        pytest.param(lambda b: b[:8] + b"\x04\x00" + b[10:], "SEG-4", id="version-4"),
         pytest.param(lambda b: flip(b, 100), "SEG-9", id="block-flip"),
         pytest.param(_v2_field(32, "<Q", 110), "SEG-9", id="data-size"),
         pytest.param(_v2_field(40, "<I", 0), "SEG-9", id="no-blocks"),
@@ -1507,3 +1507,94 @@ def test_golden_examples_in_formats_md_match() -> None:
     flat = {"".join(b.split()) for b in blocks}
     assert {GOLDEN_WAL_HEADER, GOLDEN_APPEND, GOLDEN_APPEND_BATCH, GOLDEN_SNAPSHOT} <= flat
     assert json.loads(bytes.fromhex(GOLDEN_SNAPSHOT)[32:-8]) == {"version": 1}
+
+
+# --- .data version 2 (run frames) and .idx version 3: spec/FORMATS-seg3.md ----------------------
+
+GOLDEN_RUN_DATA = (
+    "54444c5345474431020020000000000001000000000000000100000000000000"  # header, version 2
+    "27000000010100000000000000010000000000010074"  # frame 0: len 39, HAS_TAG, seq 1, 1, "t"
+    "e803000000000000"
+    "01000000"
+    "61"
+    "f67b583aaa6e11dc"  # ts 1000, length 1, "a", XXH3-64
+    "2600000002020000000000000001000000010000006e"  # frame 1: len 38, HAS_NODE, seq 2, 1, "n"
+    "e903000000000000"
+    "00000000"
+    "fe4508ae37d904c1"  # ts 1001, length 0, XXH3-64
+)
+GOLDEN_RUN_IDX = (
+    "54444c53454749310300380002000000"  # magic, version 3, header_size 56, count 2
+    "0100000000000000"
+    "0100000000000000"
+    "7500000000000000"  # topic 1, first_seq 1, size 117
+    "02000000"
+    "02000000"
+    "02000000"
+    "02000000"  # 2 blocks, 2 runs, 2 strings, 2 text bytes
+    "42000000"
+    "01000000"
+    "e803000000000000"
+    "01000000"  # entry 0: payload at 66, 1 byte
+    "6d000000"
+    "00000000"
+    "e903000000000000"
+    "02000000"  # entry 1: payload at 109, 0 bytes
+    "00000000"
+    "20000000"
+    "3eb4ecb66c065491"  # block 0 = frame 0 at 32
+    "01000000"
+    "4b000000"
+    "a240120f3091c04c"  # block 1 = frame 1 at 75
+    "00000000"
+    "00000000"
+    "ffffffff"
+    "01000000"
+    "ffffffff"
+    "01000000"  # runs
+    "01000000"
+    "02000000"
+    "746e"  # string ends, "t" "n"
+    "c792b0d775dacb6e"  # XXH3-64 footer
+)
+
+
+def test_SEG_14_SEG_17_golden_run_segment() -> None:
+    """SEG-14..SEG-17: FORMATS-seg3.md's worked example, byte for byte (the column encoder's
+    output), and it decodes back to the two records."""
+    from tidelog.backends.file.format.seal import build_columns
+
+    data, idx = build_columns(1, 1, [b"a", b""], [1000, 1001], ["t", None], [None, "n"])
+    assert data.hex() == GOLDEN_RUN_DATA and idx.hex() == GOLDEN_RUN_IDX
+    scan = seg.scan_data(data)
+    assert scan.problem is None and scan.runs == [(0, 32), (1, 75)]
+    assert [(f.seq, f.ts, f.tag, f.node, data[f.offset : f.offset + f.length]) for f in
+            scan.frames] == [(1, 1000, "t", None, b"a"), (2, 1001, None, "n", b"")]  # fmt: skip
+    run = seg.read_run(data, 32, 1)
+    assert (len(run.tss), run.seq, run.tag, run.payload_at, run.length) == (1, 1, "t", 66, 43)
+    index = seg.read_index(idx, topic_id=1, first_seq=1)
+    assert (index.version, list(index.offsets), list(index.lengths)) == (3, [66, 109], [1, 0])
+
+
+@pytest.mark.parametrize(
+    ("at", "rule"),
+    [(66, "SEG-15"), (36, "SEG-15"), (45, "SEG-15"), (5, "SEG-16"), (80, "SEG-15")],
+    ids=["payload-byte", "flags", "count", "seq", "second-frame"],
+)
+def test_SEG_15_SEG_16_damaged_run_frames_are_reported_with_their_offset(
+    at: int, rule: str
+) -> None:
+    """SEG-15, SEG-16: a damaged run frame stops the scan at the frame's offset with its rule;
+    with the checksum recomputed over a wrong seq, SEG-16 names the gap."""
+    data = bytearray.fromhex(GOLDEN_RUN_DATA)
+    frame = 32 if at < 75 else 75
+    if rule == "SEG-16":  # a valid frame with the wrong first seq
+        data[frame + at] ^= 0x01
+        body = bytes(data[frame + 4 : frame + 43 - 8])
+        data[frame + 43 - 8 : frame + 43] = xxhash.xxh3_64_intdigest(body).to_bytes(8, "little")
+    else:
+        data[at] ^= 0x01
+    scan = seg.scan_data(bytes(data))
+    assert scan.problem is not None and (scan.problem.offset, scan.problem.rule) == (frame, rule)
+    assert len(scan.frames) == (0 if frame == 32 else 1)
+    assert seg.scan_data(bytes.fromhex(GOLDEN_RUN_DATA) + b"\x00").problem.rule == "SEG-16"  # type: ignore[union-attr]

@@ -1,6 +1,7 @@
 """Sealing without per-record Python work (format/seal.py, checkpoint.py): the column encoder
-writes exactly the bytes of the record-by-record SegmentBuilder (SEG-1..SEG-6), dead slots
-included, and checkpoints cut tails into segments within both limits."""
+writes run frames (spec/FORMATS-seg3.md) holding exactly the records the record-by-record
+SegmentBuilder frames one by one, dead slots included, and checkpoints cut tails into segments
+within both limits."""
 
 from __future__ import annotations
 
@@ -44,14 +45,16 @@ def reference(
     rows=st.lists(slots, max_size=30),
     unlabelled=st.booleans(),
 )
-def test_SEG_5_columns_encode_exactly_like_the_builder(
+def test_SEG_17_columns_encode_the_records_the_builder_would(
     tid: int,
     first: int,
     rows: list[tuple[bytes | None, int, str | None, str | None]],
     unlabelled: bool,
 ) -> None:
-    """SEG-1..SEG-6: .data and .idx from columns equal SegmentBuilder's bytes, for labelled
-    and unlabelled runs, dead placeholders and empty runs; the index decodes back."""
+    """SEG-14..SEG-17: the run frames from columns (.data version 2, .idx version 3) hold
+    exactly the records of the record-by-record SegmentBuilder's version-1 segment, for
+    labelled and unlabelled runs, dead placeholders and empty runs; every entry points at its
+    payload, the blocks are exactly the run frames, the label runs and strings are the same."""
     if unlabelled:
         rows = [(p, ts, None, None) for p, ts, _, _ in rows]
     data, idx = build_columns(
@@ -63,9 +66,22 @@ def test_SEG_5_columns_encode_exactly_like_the_builder(
         [r[3] for r in rows],
         dead=any(r[0] is None for r in rows),
     )
-    assert (data, idx) == reference(tid, first, rows)
+    v1_data, v2_idx = reference(tid, first, rows)
     index = seg.read_index(idx, topic_id=tid, first_seq=first)
+    assert index.version == seg.IDX_VERSION_RUNS
     assert index.count == len(rows) and index.data_size == len(data)
+    scan, v1 = seg.scan_data(data), seg.scan_data(v1_data)
+    assert scan.problem is None and scan.header.version == seg.DATA_VERSION_RUNS
+    assert [(f.seq, f.ts, f.flags, f.tag, f.node) for f in scan.frames] == [
+        (f.seq, f.ts, f.flags, f.tag, f.node) for f in v1.frames
+    ]
+    payloads = [data[f.offset : f.offset + f.length] for f in scan.frames]
+    assert payloads == [b"" if r[0] is None else r[0] for r in rows]
+    assert list(index.offsets) == [f.offset for f in scan.frames]
+    assert list(index.lengths) == [f.length for f in scan.frames]
+    assert list(zip(index.block_slots, index.block_offsets)) == scan.runs
+    assert index.runs == seg.read_index(v2_idx).runs
+    assert index.flags == seg.read_index(v2_idx).flags and index.tss == seg.read_index(v2_idx).tss
 
 
 def test_SEG_8_column_encoder_refuses_what_the_format_cannot_hold() -> None:

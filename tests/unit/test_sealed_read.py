@@ -6,6 +6,7 @@ runs (SEG-11)."""
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 from pathlib import Path
@@ -52,7 +53,9 @@ def test_SEG_2_bulk_sealed_read_matches_per_record_reads(tmp_path: Path) -> None
         ]
 
 
-def test_SEG_2_a_flipped_payload_byte_in_a_sealed_segment_raises_corrupt(tmp_path: Path) -> None:
+def test_SEG_19_a_flipped_payload_byte_in_a_sealed_segment_raises_corrupt(tmp_path: Path) -> None:
+    """SEG-15, SEG-19: a damaged payload byte makes its whole run frame unreadable (Corrupt
+    naming the file and the frame's offset); records of other frames still read."""
     root = tmp_path / "s"
     _fill(root)
     (topic_dir,) = [d for d in (root / "topics").iterdir() if d.is_dir()]
@@ -63,11 +66,19 @@ def test_SEG_2_a_flipped_payload_byte_in_a_sealed_segment_raises_corrupt(tmp_pat
     raw[at] ^= 0xFF
     data.write_bytes(bytes(raw))
     os.sync()
+    index = seg.read_index(data.with_suffix(".idx").read_bytes())
+    k = bisect.bisect_right(index.block_offsets, at) - 1  # the run frame holding the byte
+    frame_at, (frame_end_slot, _) = index.block_offsets[k], index.block_end(k)
     with tidelog.open(f"file://{root}") as store:
         t = store.topic("t")
-        assert [r.payload for r in t.read(0, 100)][:3] == [b"plain-0", b"plain-1", b"plain-2"]
-        with pytest.raises(Corrupt, match=r"seg-.*\.data.*XXH3"):
+        first = store._backend.topics["t"].log.chunks[0].first_seq  # type: ignore[attr-defined]
+        damaged = rf"seg-.*\.data: run frame at offset {frame_at}: XXH3-64 mismatch \(SEG-15\)"
+        with pytest.raises(Corrupt, match=damaged):
             t.read(0, 1000)
+        with pytest.raises(Corrupt, match=damaged):
+            t.read(first + index.block_slots[k] - 1, 1)  # a point read of the frame's first
+        after = t.read(first + frame_end_slot - 1, 3)  # the next frames read
+        assert [r.payload for r in after] == [b"mixed-0", b"mixed-1", b"mixed-2"]
 
 
 # --- index version 2: blocks and label runs (spec/FORMATS-seg2.md) ------------------------------
@@ -124,6 +135,16 @@ def test_SEG_12_a_damaged_byte_anywhere_in_a_sealed_segment_is_corrupt(tmp_path:
     assert _read_all(root, 1000) == expected
 
 
+def _as_record_frames(data: bytes) -> tuple[bytes, bytes]:
+    """A .data version 2 (run frames) rewritten as version 1 (one frame per record), what an
+    earlier tidelog wrote, with its version-2 index."""
+    scan = seg.scan_data(data)
+    assert scan.problem is None
+    return seg.build_segment(scan.header.topic_id, scan.header.first_seq, [
+        (f.seq, f.ts, f.tag, f.node, data[f.offset : f.offset + f.length]) for f in scan.frames
+    ])  # fmt: skip
+
+
 def test_SEG_12_a_version_1_segment_still_opens_reads_and_verifies(tmp_path: Path) -> None:
     """SEG-9, SEG-12: a store sealed with version-1 indexes reads exactly as with version 2
     (verified by frame: it has no blocks), keeps its tag index, and verifies clean."""
@@ -132,7 +153,10 @@ def test_SEG_12_a_version_1_segment_still_opens_reads_and_verifies(tmp_path: Pat
     with tidelog.open(f"file://{root}") as store:
         expected = store.topic("t").read(0, 10_000)
     for idx in (root / "topics").glob("*/seg-*.idx"):
-        idx.write_bytes(seg.index_as_version_1(idx.read_bytes()))
+        data = idx.with_suffix(".data")
+        v1_data, v2_idx = _as_record_frames(data.read_bytes())
+        data.write_bytes(v1_data)
+        idx.write_bytes(seg.index_as_version_1(v2_idx))
     assert verify_store(OsFS(), str(root)).problems == []
     with tidelog.open(f"file://{root}") as store:
         t = store.topic("t")
@@ -169,7 +193,7 @@ def test_SEG_11_opening_rebuilds_the_tag_index_from_label_runs(
     with store:
         t = store.topic("t")
         log = store._backend.topics["t"].log  # type: ignore[attr-defined]
-        assert {c.index.version for c in log.chunks} == {2}
+        assert {c.index.version for c in log.chunks} == {seg.IDX_VERSION_RUNS}
         tagged_b = [r.seq for r in t.read(0, 10_000) if r.tag == "b"]  # type: ignore[union-attr]
         assert len(tagged_b) == 25
         assert t.delete(tag_glob="b*") == 25

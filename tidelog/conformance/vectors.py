@@ -106,7 +106,11 @@ def decode_file(fmt: str, data: bytes, params: dict[str, Any] | None = None) -> 
         scan = seg.scan_data(data)
         records = []
         for f in scan.frames:
-            q, ts, tag, node, payload = seg.read_record(data, f.offset, f.length, f.seq)
+            if scan.runs is None:  # version 1: one frame per record, offset of its frame
+                q, ts, tag, node, payload = seg.read_record(data, f.offset, f.length, f.seq)
+            else:  # version 2 (FORMATS-seg3.md): checked by run, offset of the payload
+                q, ts, tag, node = f.seq, f.ts, f.tag, f.node
+                payload = memoryview(data)[f.offset : f.offset + f.length]
             records.append({"seq": q, "ts": ts, "tag": tag, "node": node,
                             "payload": _text(payload), "offset": f.offset})
         problem = None if scan.problem is None else {"rule": scan.problem.rule,
@@ -272,6 +276,35 @@ def _wal_vectors(add: Callable[..., None]) -> None:
                 "frames": [*frames_json(2), {**frames_json(3)[3], "seq": 9}]})
 
 
+def _run_segment_vectors(add: Callable[..., None], rows: list[Any]) -> None:
+    """The same four records as .data version 2 (run frames) + .idx version 3, what the
+    checkpoint writes (spec/FORMATS-seg3.md SEG-14..17), valid and damaged."""
+    from tidelog.backends.file.format import segment as seg
+    from tidelog.backends.file.format.seal import build_columns
+
+    data, idx = build_columns(7, 5, [r[4] for r in rows], [r[1] for r in rows],
+                              [r[2] for r in rows], [r[3] for r in rows])  # fmt: skip
+    scan = seg.scan_data(data)
+    recs = [{"seq": f.seq, "ts": f.ts, "tag": f.tag, "node": f.node,
+             "payload": rows[i][4].hex(), "offset": f.offset}
+            for i, f in enumerate(scan.frames)]  # fmt: skip
+    dec = {"topic_id": 7, "first_seq": 5, "records": recs, "problem": None}
+    add("segment/valid-runs.data", "segment-data", True, "the four records as run frames "
+        "(.data version 2, SEG-14..16); offsets are the payloads'", body=data, decode=dec)
+    add("segment/valid-runs.idx", "segment-idx", True, "its index (.idx version 3, SEG-17): "
+        "entries point at payloads", body=idx,
+        decode={"topic_id": 7, "first_seq": 5, "entries": [
+            [f.offset, f.length, f.ts, f.flags] for f in scan.frames]})  # fmt: skip
+    assert scan.runs is not None and len(scan.runs) >= 3
+    slot, frame = scan.runs[2]
+    add("segment/bad-checksum-runs.data", "segment-data", False, "a flipped byte in the third "
+        "run frame: the whole frame is damaged (SEG-15)", body=_flip(data, frame + 6),
+        decode={**dec, "records": recs[:slot], "problem": {"rule": "SEG-15", "offset": frame}})
+    add("segment/trailing-runs.data", "segment-data", False, "a byte after the last run frame "
+        "(SEG-16)", body=data + b"\x00",
+        decode={**dec, "problem": {"rule": "SEG-16", "offset": len(data)}})
+
+
 def _segment_vectors(add: Callable[..., None]) -> None:
     from tidelog.backends.file.format import segment as seg
 
@@ -322,6 +355,7 @@ def _segment_vectors(add: Callable[..., None]) -> None:
     add("segment/overflowing-count.idx", "segment-idx", False, "count larger than the file "
         "(SEG-9: version 2, as SEG-6)", body=idx[:12] + struct.pack("<I", 1000) + idx[16:],
         error=_err("corrupt", "SEG-9"))
+    _run_segment_vectors(add, rows)
     v1 = seg.index_as_version_1(idx)
     add("segment/overflowing-count-v1.idx", "segment-idx", False, "version 1: count larger "
         "than the file (SEG-6)", body=v1[:12] + struct.pack("<I", 1000) + v1[16:],
@@ -608,15 +642,16 @@ def _file_store_vectors(out: str, add_dir: Callable[..., None]) -> None:
     variant("wal-bad-magic", "bad magic in the newest WAL file's header (WAL-1)",
             lambda r: rewrite(newest_wal(r), lambda d: b"XXXXXXXX" + d[8:]),
             _verify(False, ("WAL-1",)))
-    variant("segment-bad-checksum", "bad checksum inside a sealed segment's first record "
-            "(SEG-2: corruption of acknowledged records)",
+    variant("segment-bad-checksum", "bad checksum inside a sealed segment's first run frame "
+            "(SEG-15: corruption of acknowledged records)",
             lambda r: rewrite(first(r, ".data"), lambda d: _flip(d, 32 + 30)),
-            _verify(False, ("SEG-2",)))
+            _verify(False, ("SEG-15",)))
     variant("segment-lone-data", "a sealed .data without its .idx (SEG-7)",
             lambda r: os.unlink(first(r, ".idx")), _verify(False, ("SEG-7",)))
-    variant("segment-bad-index", "a sealed segment's .idx with a bad footer (SEG-9)",
+    variant("segment-bad-index", "a sealed segment's .idx with a bad footer "
+            "(SEG-17: version 3, as SEG-9)",
             lambda r: rewrite(first(r, ".idx"), lambda d: _flip(d, 36)),
-            _verify(False, ("SEG-9",)))
+            _verify(False, ("SEG-17",)))
     variant("progress-bad-crc", "a subscriber progress file with a bad CRC32C (PRG-1)",
             lambda r: rewrite(first(r, "quiver.sub.reader"), lambda d: _flip(d, 40)),
             _verify(False, ("PRG-1",)))

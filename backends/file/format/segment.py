@@ -40,6 +40,12 @@ __all__ = [
     "BLOCK_BYTES",
     "NO_STRING",
     "RECORD_HEADER_SIZE",
+    "DATA_VERSION_RUNS",
+    "IDX_VERSION_RUNS",
+    "RUN_HEADER_SIZE",
+    "RUN_FRAME_BYTES",
+    "RunFrame",
+    "read_run",
     "RECORD_OVERHEAD",
     "ENTRY_SIZE",
     "FOOTER_SIZE",
@@ -70,7 +76,13 @@ DATA_MAGIC = b"TDLSEGD1"
 IDX_MAGIC = b"TDLSEGI1"
 VERSION = 1  # .data (and .idx version 1)
 HEADER_SIZE = 32
-IDX_VERSION = 2  # what the writer writes (SEG-9); read_index also reads version 1
+IDX_VERSION = 2  # the index of a version-1 .data (SEG-9); read_index also reads version 1
+#: spec/FORMATS-seg3.md: .data version 2 holds run frames (SEG-14..16), described by an .idx
+#: version 3 (SEG-17). What the checkpoint writes (format/seal.py).
+DATA_VERSION_RUNS = 2
+IDX_VERSION_RUNS = 3
+#: SEG-18: tidelog ends a run frame once its ts + lengths + payloads reach this many bytes.
+RUN_FRAME_BYTES = 64 << 10
 IDX_HEADER_SIZE = 56
 #: SEG-10: tidelog ends a block at the first frame boundary this many bytes after its start.
 BLOCK_BYTES = 64 << 10
@@ -88,6 +100,10 @@ _RUN = struct.Struct("<III")  # first_slot | tag | node
 # frame_len | flags | seq | ts | node_len | tag_len | data_len
 _RECORD = struct.Struct("<IBQQHHI")
 RECORD_HEADER_SIZE = _RECORD.size  # 29
+# run frame (SEG-15): frame_len | flags | seq | count | node_len | tag_len
+_RUN_HEAD = struct.Struct("<IBQIHH")
+RUN_HEADER_SIZE = _RUN_HEAD.size  # 21
+_RUN_FIXED = RUN_HEADER_SIZE + 8 - 4  # 25: the fixed part of a run frame's frame_len
 RECORD_OVERHEAD = RECORD_HEADER_SIZE + 8  # 37: header + XXH3-64 trailer
 _LEN_FIXED = RECORD_OVERHEAD - 4  # 33: the fixed part of frame_len
 # offset u32 | length u32 | ts u64 | flags u8 | 3 zero pad bytes
@@ -114,6 +130,7 @@ _BIG_ENDIAN = sys.byteorder == "big"
 class SegmentHeader(NamedTuple):
     topic_id: int
     first_seq: int
+    version: int = VERSION  # 1: record frames (SEG-2); 2: run frames (SEG-15)
 
 
 class RecordInfo(NamedTuple):
@@ -133,11 +150,29 @@ class DataProblem(NamedTuple):
 
 
 class DataScan(NamedTuple):
-    """The frames of a .data file up to the first problem (None when the whole file is valid)."""
+    """The records of a .data file up to the first problem (None when the whole file is
+    valid). Version 1: one ``RecordInfo`` per frame (offset and length of the frame). Version 2:
+    one per record, offset and length of its payload (what its .idx v3 entry holds), and
+    ``runs`` the (first slot, offset) of every run frame (what the .idx blocks must be)."""
 
     header: SegmentHeader
     frames: list[RecordInfo]
     problem: DataProblem | None
+    runs: list[tuple[int, int]] | None = None
+
+
+class RunFrame(NamedTuple):
+    """A decoded, checked run frame (SEG-15): records ``seq .. seq + count - 1``."""
+
+    offset: int
+    length: int  # the whole frame, frame_len field included
+    flags: int
+    seq: int
+    tag: str | None
+    node: str | None
+    tss: array[int]
+    lengths: array[int]
+    payload_at: int  # .data offset of the first payload
 
 
 class LabelRuns:
@@ -353,19 +388,25 @@ def encode_index(
     offsets: Sequence[int],
     tags: Sequence[str | None],
     nodes: Sequence[str | None],
+    *,
+    runs: LabelRuns | None = None,
+    frames: Sequence[tuple[int, int]] | None = None,
 ) -> bytes:
     """The version-2 ``.idx`` (SEG-9) of ``data``, whose frames ``entries`` (packed SEG-5
     entries, one per record) describe: header, entries, blocks (SEG-10), label runs, strings
-    (SEG-11) and footer. ``offsets[i]`` is frame ``i``'s offset; ``tags``/``nodes`` its labels."""
+    (SEG-11) and footer. ``offsets[i]`` is frame ``i``'s offset; ``tags``/``nodes`` its labels
+    (or ``runs``, already cut). With ``frames`` (the (first slot, offset) of every run frame of
+    a version-2 .data), the version-3 ``.idx`` (SEG-17), whose blocks are those frames."""
     count = len(entries) // ENTRY_SIZE
     mv = memoryview(data)
-    cuts = cut_blocks(offsets, count)
+    cuts = cut_blocks(offsets, count) if frames is None else frames
     ends = [off for _, off in cuts[1:]] + [len(data)]
     blocks = [
         _BLOCK.pack(slot, off, xxhash.xxh3_64_intdigest(mv[off:end]))
         for (slot, off), end in zip(cuts, ends)
     ]
-    runs = label_runs(tags, nodes)
+    if runs is None:
+        runs = label_runs(tags, nodes)
     strings: dict[str, int] = {}
     encoded: list[bytes] = []
 
@@ -388,7 +429,7 @@ def encode_index(
     text = b"".join(encoded)
     head = _IDX_HEADER2.pack(
         IDX_MAGIC,
-        IDX_VERSION,
+        IDX_VERSION if frames is None else IDX_VERSION_RUNS,
         IDX_HEADER_SIZE,
         count,
         topic_id,
@@ -511,11 +552,14 @@ def _check_header(
 
 
 def decode_data_header(buf: bytes | bytearray | memoryview) -> SegmentHeader:
-    """The .data header (SEG-1); Corrupt naming the problem."""
-    _, reserved, topic_id, first_seq = _check_header(buf, DATA_MAGIC, ".data header", "SEG-1")
+    """The .data header (SEG-1, SEG-14: version 1 or 2); Corrupt naming the problem."""
+    sizes = {VERSION: HEADER_SIZE, DATA_VERSION_RUNS: HEADER_SIZE}
+    version, reserved, topic_id, first_seq = _check_header(
+        buf, DATA_MAGIC, ".data header", "SEG-1", sizes
+    )
     if reserved:
         raise FormatCorrupt("SEG-1", f".data header: reserved field {reserved:#x}, expected 0")
-    return SegmentHeader(topic_id, first_seq)
+    return SegmentHeader(topic_id, first_seq, version)
 
 
 def _column(
@@ -552,15 +596,14 @@ def read_index(
     """Decode and check an .idx of version 1 (SEG-4, SEG-6) or 2 (SEG-9..SEG-11); optionally
     that it belongs to ``topic_id`` and ``first_seq`` (the .data header or file name). Corrupt
     naming the problem."""
-    version, count, tid, fseq = _check_header(
-        buf, IDX_MAGIC, ".idx header", "SEG-4", {1: HEADER_SIZE, 2: IDX_HEADER_SIZE}
-    )
+    sizes = {1: HEADER_SIZE, 2: IDX_HEADER_SIZE, IDX_VERSION_RUNS: IDX_HEADER_SIZE}
+    version, count, tid, fseq = _check_header(buf, IDX_MAGIC, ".idx header", "SEG-4", sizes)
     mv = memoryview(buf)
-    size_rule = "SEG-6" if version == 1 else "SEG-9"
+    size_rule = {1: "SEG-6", 2: "SEG-9", 3: "SEG-17"}[version]
     if version == 1:
         head, blocks, runs, nstrings, text_size, data_size = HEADER_SIZE, 0, 0, 0, 0, 0
     elif len(buf) < IDX_HEADER_SIZE:
-        raise FormatCorrupt("SEG-9", f".idx: {len(buf)} bytes, shorter than the header")
+        raise FormatCorrupt(size_rule, f".idx: {len(buf)} bytes, shorter than the header")
     else:
         head = IDX_HEADER_SIZE
         *_, data_size, blocks, runs, nstrings, text_size = _IDX_HEADER2.unpack_from(mv)
@@ -583,18 +626,28 @@ def read_index(
     if version == 1:
         return index
     return _read_tables(index, bytes(mv[entries_end : expected - FOOTER_SIZE]), data_size, blocks,
-                        runs, nstrings)  # fmt: skip
+                        runs, nstrings, version)  # fmt: skip
 
 
 def _read_tables(
-    index: SegmentIndex, tables: bytes, data_size: int, blocks: int, runs: int, nstrings: int
+    index: SegmentIndex,
+    tables: bytes,
+    data_size: int,
+    blocks: int,
+    runs: int,
+    nstrings: int,
+    version: int,
 ) -> SegmentIndex:
-    """The version-2 tables after the entries: blocks, runs, strings (SEG-9..SEG-11)."""
+    """The version-2/3 tables after the entries: blocks, runs, strings (SEG-9..SEG-11, SEG-17)."""
     count = index.count
+    rule = "SEG-9" if version == 2 else "SEG-17"
     if (blocks == 0 or runs == 0) != (count == 0):
-        raise FormatCorrupt("SEG-9", f".idx: {blocks} blocks and {runs} runs for {count} records")
-    if data_size != index.data_size:  # verify also checks 32 + Σ length against the .data
-        raise FormatCorrupt("SEG-9", f".idx: data_size {data_size}, its last entry ends at "
+        raise FormatCorrupt(rule, f".idx: {blocks} blocks and {runs} runs for {count} records")
+    # version 2: the last entry is the last frame; version 3: its payload, then the checksum
+    # (verify also checks every entry against the .data)
+    ends_at = index.data_size + (8 if version == IDX_VERSION_RUNS and count else 0)
+    if data_size != ends_at:
+        raise FormatCorrupt(rule, f".idx: data_size {data_size}, its last entry ends at "
                             f"{index.data_size}")  # fmt: skip
     at = blocks * _BLOCK.size
     block_region, run_region = tables[:at], tables[at : at + runs * _RUN.size]
@@ -606,9 +659,20 @@ def _read_tables(
     slots = _column(block_region, blocks, 0, 4, _U32_CODE, _BLOCK.size)
     offsets = _column(block_region, blocks, 4, 4, _U32_CODE, _BLOCK.size)
     if count and not _ascending(slots, count):
-        raise FormatCorrupt("SEG-10", ".idx: block first slots not ascending from 0")
-    if list(offsets) != list(map(index.entry_offset, slots)):
+        raise FormatCorrupt("SEG-10" if version == 2 else "SEG-17",
+                            ".idx: block first slots not ascending from 0")  # fmt: skip
+    if version == 2 and list(offsets) != list(map(index.entry_offset, slots)):
         raise FormatCorrupt("SEG-10", ".idx: a block's offset is not its first entry's")
+    if (
+        version == IDX_VERSION_RUNS
+        and count
+        and not (
+            offsets[0] == HEADER_SIZE
+            and offsets[-1] < data_size
+            and all(map(operator.lt, offsets, offsets[1:]))
+        )
+    ):
+        raise FormatCorrupt("SEG-17", ".idx: run frame offsets not ascending from 32")
     firsts = _column(run_region, runs, 0, 4, _U32_CODE, _RUN.size)
     if count and not _ascending(firsts, count):
         raise FormatCorrupt("SEG-11", ".idx: run first slots not ascending from 0")
@@ -643,7 +707,7 @@ def _read_tables(
         index.first_seq,
         count,
         index._entries,
-        version=2,
+        version=version,
         data_size=data_size,
         block_slots=slots,
         block_offsets=offsets,
@@ -713,11 +777,76 @@ def _next_record(mv: memoryview, pos: int, expected_seq: int) -> RecordInfo | Da
     return RecordInfo(pos, frame_len + 4, seq, ts, flags, tag, node)
 
 
+def _u_array(raw: bytes | memoryview, code: str) -> array[int]:
+    out = array(code)
+    out.frombytes(raw)
+    if _BIG_ENDIAN:
+        out.byteswap()
+    return out
+
+
+def read_run(data_buf: bytes | bytearray | memoryview, offset: int, expected_seq: int) -> RunFrame:
+    """The run frame at ``offset`` of a version-2 .data, checked (SEG-15, SEG-16: its seq is
+    ``expected_seq``). Corrupt naming the frame's offset on any mismatch."""
+    mv = memoryview(data_buf)
+    left = len(mv) - offset
+    if offset < HEADER_SIZE or left < _RUN_HEAD.size + 8:
+        raise FormatCorrupt("SEG-16", f"run frame at offset {offset}: {left} bytes left, "
+                            "too few for a frame")  # fmt: skip
+    frame_len, flags, seq, count, nl, tl = _RUN_HEAD.unpack_from(mv, offset)
+    where = f"run frame at offset {offset}"
+    if frame_len + 4 > left or count < 1 or frame_len < _RUN_FIXED + nl + tl + 12 * count:
+        raise FormatCorrupt("SEG-15", f"{where}: frame_len {frame_len} / count {count} do not "
+                            f"fit ({left} bytes left)")  # fmt: skip
+    end = offset + 4 + frame_len
+    (stored,) = _U64.unpack_from(mv, end - 8)
+    if xxhash.xxh3_64_intdigest(mv[offset + 4 : end - 8]) != stored:
+        raise FormatCorrupt("SEG-15", f"{where}: XXH3-64 mismatch")
+    at = offset + RUN_HEADER_SIZE
+    ts_at = at + nl + tl
+    len_at = ts_at + 8 * count
+    tss = _u_array(mv[ts_at:len_at], _U64_CODE)
+    lengths = _u_array(mv[len_at : len_at + 4 * count], _U32_CODE)
+    payload_at = len_at + 4 * count
+    if payload_at + sum(lengths) != end - 8 or flags & ~(HAS_TAG | HAS_NODE):
+        raise FormatCorrupt("SEG-15", f"{where}: lengths or flags disagree with frame_len")
+    if (not flags & HAS_NODE and nl) or (not flags & HAS_TAG and tl):
+        raise FormatCorrupt("SEG-15", f"{where}: a label without its flag")
+    try:
+        node = str(mv[at : at + nl], "utf-8") if flags & HAS_NODE else None
+        tag = str(mv[at + nl : ts_at], "utf-8") if flags & HAS_TAG else None
+    except UnicodeDecodeError:
+        raise FormatCorrupt("SEG-15", f"{where}: tag/node not UTF-8") from None
+    if seq != expected_seq:
+        raise FormatCorrupt("SEG-16", f"{where}: seq {seq}, expected {expected_seq}")
+    return RunFrame(offset, end - offset, flags, seq, tag, node, tss, lengths, payload_at)
+
+
+def _scan_runs(mv: memoryview, header: SegmentHeader) -> DataScan:
+    records: list[RecordInfo] = []
+    runs: list[tuple[int, int]] = []
+    pos = HEADER_SIZE
+    while pos < len(mv):
+        try:
+            run = read_run(mv, pos, header.first_seq + len(records))
+        except FormatCorrupt as exc:
+            return DataScan(header, records, DataProblem(pos, exc.rule, exc.detail), runs)
+        runs.append((len(records), pos))
+        offsets = accumulate(run.lengths, initial=run.payload_at)
+        records += map(RecordInfo, offsets, run.lengths, range(run.seq, run.seq + len(run.tss)),
+                       run.tss, repeat(run.flags), repeat(run.tag), repeat(run.node))  # fmt: skip
+        pos += run.length
+    return DataScan(header, records, None, runs)
+
+
 def scan_data(data_buf: bytes | bytearray | memoryview) -> DataScan:
-    """Walk every frame of a .data file (for ``verify``): checksums (SEG-2), consecutive seqs
-    filling the file exactly (SEG-3). Raises Corrupt only for a bad header (SEG-1)."""
+    """Walk every frame of a .data file (for ``verify``): checksums (SEG-2, SEG-15), consecutive
+    seqs filling the file exactly (SEG-3, SEG-16). Raises Corrupt only for a bad header (SEG-1,
+    SEG-14)."""
     header = decode_data_header(data_buf)
     mv = memoryview(data_buf)
+    if header.version == DATA_VERSION_RUNS:
+        return _scan_runs(mv, header)
     frames: list[RecordInfo] = []
     pos = HEADER_SIZE
     while pos < len(mv):
