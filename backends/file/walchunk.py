@@ -134,18 +134,21 @@ class WalChunk(DeadSlots):
             lens.byteswap()
         return lens
 
-    def _run_ends(self, r: int) -> array[int]:
+    def _run_ends(self, r: int, cache: bool = True) -> array[int]:
         """Offsets where each payload of run ``r`` ends, with the run's first payload start in
-        front (``ends[k]:ends[k+1]`` is record k); a few recently used runs are cached."""
+        front (``ends[k]:ends[k+1]`` is record k). Reads (under the engine lock) keep a few
+        recently used runs cached; the checkpoint, which reads without that lock, does not
+        touch the cache (``cache=False``)."""
         ends = self._ends.get(r)
         if ends is None:
             ends = array("q", accumulate(self._lens(r), initial=self.data_at[r]))
-            if len(self._ends) >= _ENDS_CACHED:
-                del self._ends[next(iter(self._ends))]
-            self._ends[r] = ends
+            if cache:
+                if len(self._ends) >= _ENDS_CACHED:
+                    del self._ends[next(iter(self._ends))]
+                self._ends[r] = ends
         return ends
 
-    def _slices(self, r: int, a: int, b: int) -> Iterator[slice]:
+    def _slices(self, r: int, a: int, b: int, cache: bool = True) -> Iterator[slice]:
         """Slices of the file holding the payloads of run ``r``'s records ``a..b`` (indexes
         within the run)."""
         if self.lens_at[r] < 0:
@@ -160,11 +163,11 @@ class WalChunk(DeadSlots):
                 return repeat(slice(start, start), n)
             stop = start + size * n
             return map(slice, range(start, stop, size), range(start + size, stop + 1, size))
-        ends = self._run_ends(r)
+        ends = self._run_ends(r, cache)
         return map(slice, ends[a : b + 1], ends[a + 1 : b + 2])
 
-    def _payloads(self, r: int, a: int, b: int) -> Iterator[Any]:
-        got: Iterator[Any] = map(self.wal.src.__getitem__, self._slices(r, a, b))
+    def _payloads(self, r: int, a: int, b: int, cache: bool = True) -> Iterator[Any]:
+        got: Iterator[Any] = map(self.wal.src.__getitem__, self._slices(r, a, b, cache))
         return map(bytes, got) if self.wal.copy else got
 
     # -- SealedChunk -------------------------------------------------------------------------
@@ -179,7 +182,11 @@ class WalChunk(DeadSlots):
 
     def size(self, i: int) -> int:
         r = self._run_of(i)
-        return int(self._lens(r)[i - self.starts[r]])
+        k = i - self.starts[r]
+        if self.lens_at[r] < 0:
+            return self.run_bytes[r]
+        ends = self._run_ends(r)  # cached: eviction and removal ask record after record
+        return ends[k + 1] - ends[k]
 
     def record(self, i: int) -> Record:
         r = self._run_of(i)
@@ -245,7 +252,7 @@ class WalChunk(DeadSlots):
             start = self.starts[r]
             a, b = max(lo, start), min(hi, start + self.ns[r]) - 1
             self._verify(r)
-            payloads += self._payloads(r, a - start, b - start)
+            payloads += self._payloads(r, a - start, b - start, cache=False)
             n = b - a + 1
             tss += [self.tss[r]] * n
             tags += [self.tags[r]] * n

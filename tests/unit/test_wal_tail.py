@@ -14,6 +14,7 @@ import pytest
 import tidelog
 from tidelog.backends.file import FileBackend
 from tidelog.backends.file import checkpoint as ckpt
+from tidelog.backends.file.format import snapshot as snapfmt
 from tidelog.backends.file.walchunk import WalChunk
 
 OPTS = "background=false&prealloc=none"
@@ -133,7 +134,7 @@ def test_WTAIL_3_a_wal_frame_changed_after_replay_fails_the_seal(tmp_path: Path)
     """WTAIL-3: sealing re-checks every frame it reads from the map, so bytes that changed
     after replay never get a segment checksum of their own: the checkpoint fails with Corrupt
     and the old snapshot (with its WAL) stays the store's state."""
-    uri, want_a, _ = _crashed_store(tmp_path / "s")
+    uri, _, _ = _crashed_store(tmp_path / "s")
     store = tidelog.open(uri)
     b = _backend(store)
     snapshot = b.snapshot_n
@@ -160,3 +161,55 @@ def test_WTAIL_2_read_only_view_never_maps_the_wal(tmp_path: Path) -> None:
         assert _all(view.topic("a")) == want_a and _all(view.topic("b")) == want_b
     with tidelog.open(uri) as store:
         assert _all(store.topic("a")) == want_a
+
+
+def test_WTAIL_1_a_run_partly_in_the_snapshot_is_located_from_the_right_record(
+    tmp_path: Path,
+) -> None:
+    """WTAIL-1: records a snapshot already holds are skipped inside a run: the located part
+    starts at the right payload (the same records a read-only view's copying replay gives)."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?{OPTS}"
+    store = tidelog.open(uri)
+    t = store.topic("t", durability="fsync")
+    t.append(b"sealed")
+    _backend(store).checkpoint()
+    t.append_many([b"r%d-" % i + b"x" * (i % 5) for i in range(100)])  # one frame, seqs 2..101
+    want = _all(t)
+    _backend(store).abandon()
+    meta = root / "meta"
+    path = max(meta.glob("snapshot-*.bin"))
+    n, body = snapfmt.decode_snapshot(path.read_bytes())
+    (topic,) = body["topics"]
+    topic["head"] = 41  # as if seqs 2..41 were sealed: they are not (read as gone), 42.. replay
+    path.write_bytes(snapfmt.encode_snapshot(n, body))
+    with tidelog.open(f"file://{root}?readonly=true") as view:
+        copied = _all(view.topic("t"))
+    store = tidelog.open(uri)
+    try:
+        got = _all(store.topic("t"))
+        assert got == copied == [want[0]] + [r for r in want if r[0] >= 42]
+        assert isinstance(_backend(store).topics["t"].log.chunks[-1], WalChunk)
+    finally:
+        _backend(store).abandon()
+
+
+def test_WTAIL_1_caps_evict_located_records(tmp_path: Path) -> None:
+    """WTAIL-1, RET-1: a capped topic evicts its oldest located records like any others
+    (sizes and deaths per record come from the run's length table)."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?{OPTS}"
+    store = tidelog.open(uri)
+    t = store.topic("t", durability="fsync", cap_records=500, cap_bytes=4000)
+    t.append_many([b"%03d" % i for i in range(400)])
+    _backend(store).abandon()
+    with tidelog.open(uri) as store:
+        t = store.topic("t")
+        t.append_many([b"new-%d" % i for i in range(300)])
+        state = t.state()
+        assert state.count <= 500 and state.bytes <= 4000
+        items = t.read(0, limit=10**6)
+        assert not hasattr(items[0], "payload")  # the evicted prefix reads as a tombstone
+        records = [r for r in items if hasattr(r, "payload")]
+        assert len(records) == state.count and records[-1].payload == b"new-299"
+        assert sum(len(r.payload) for r in records) == state.bytes
