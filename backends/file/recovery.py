@@ -202,8 +202,11 @@ def replay_wal(
             try:
                 b.replayed_batches += apply_batches(b, frames, wal)
             finally:
-                if wal is not None and wal.refs == 0:
-                    wal.release()  # no record of it is served from the map
+                if wal is not None:
+                    if wal.refs == 0:
+                        wal.release()  # no record of it is served from the map
+                    else:
+                        wal.drop_resident()  # WTAIL-5
             b.positions[key] = [gen, end]
             if readonly:
                 if torn:
@@ -255,11 +258,6 @@ def _scan_file(
             h.close()
             raise
         wal = WalFile(path, h, data)
-        if isinstance(wal.src, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
-            # the scan touched (and verified) every page up to the log's end; the pages stay in
-            # the page cache, but this process's resident set need not hold them all at once:
-            # a read faults back in the few it returns
-            wal.src.madvise(mmap.MADV_DONTNEED, 0, len(wal.src))
     batches, torn_batch = walfmt.split_batches(result.frames)
     end = batches[-1][-1].offset + batches[-1][-1].length if batches else offset
     torn = result.status == "torn" or bool(torn_batch)

@@ -57,6 +57,13 @@ class WalFile:
         self.copy = not whole
         self.refs = 0
 
+    def drop_resident(self) -> None:
+        """WTAIL-5: replay touched (and verified) every page up to the log's end; they stay in
+        the page cache, but this process's resident set need not hold them: a read faults
+        back in the few it returns."""
+        if isinstance(self.src, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            self.src.madvise(mmap.MADV_DONTNEED, 0, len(self.src))
+
     def release(self) -> None:
         """One chunk fewer uses the map (``refs == 0`` already: none ever did)."""
         self.refs -= 1
