@@ -21,14 +21,20 @@ __all__ = ["run_child", "build_store", "open_store", "append_rss"]
 def _maxrss_bytes() -> int:
     """Peak RSS of this process image: VmHWM (ru_maxrss survives exec on Linux, so a child
     would report its parent's peak)."""
+    kib = _status_kib("VmHWM")
+    return kib * 1024 if kib else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _status_kib(field: str) -> int:
+    """A ``kB`` line of /proc/self/status (0 where there is none)."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return 0
 
 
 def _rss_bytes() -> int:
@@ -91,6 +97,8 @@ def open_store(root: str) -> dict[str, Any]:
         "clean": bool(getattr(b, "clean_open", False)),
         "head_seq": store.topic("bench").state().head_seq,
         "peak_rss_bytes": _maxrss_bytes(),
+        "rss_anon_bytes": _status_kib("RssAnon") * 1024,  # after the open: process-private
+        "rss_file_bytes": _status_kib("RssFile") * 1024,  # mapped files (page cache, shared)
         "rss_before_open_bytes": base,
     }
     print(json.dumps(out), flush=True)

@@ -36,7 +36,7 @@ from tidelog.errors import (
 )
 from tidelog.records import Item, Lease, Tombstone, TopicState
 
-from .index import TopicLog
+from .index import SealedChunk, TopicLog
 from .jobs import JobQueue
 from .journal import FALLBACK, Journal
 from .progress import Progress, SubState
@@ -236,6 +236,17 @@ class Engine(Backend):
             self.journal.appended(t, seqs[0], ts, tag, node, payloads)
         self._bump(t)
         return seqs
+
+    def apply_located(
+        self, t: EngineTopic, chunk: SealedChunk, n: int, nbytes: int, tag: str | None, ts: int
+    ) -> None:
+        """Replay only (no journal): records ``head + 1 ..`` that ``chunk`` already serves
+        (the file backend's recovered WAL tail, FORMATS-wal-tail.md WTAIL-1)."""
+        assert self.journal is None, "located records come from replay only"
+        t.log.append_located(chunk, n, nbytes, tag, ts)
+        if t.log.gate_visibility:
+            self._unpublished.append((t, t.log.head))
+        self._bump(t)
 
     def apply_produced(self, t: EngineTopic, pid: str, seq: int) -> None:
         """TOP-11: remember a producer's sequence, in the same op as its records."""

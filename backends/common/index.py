@@ -215,6 +215,33 @@ class TopicLog:
         self.last_ts = ts
         return seq
 
+    def append_located(
+        self, chunk: SealedChunk, n: int, nbytes: int, tag: str | None, ts: int
+    ) -> None:
+        """Records ``head + 1 .. head + n`` with one ts and tag, already the last ``n`` slots of
+        ``chunk``: a chunk above every other one that is still growing (the file backend's
+        recovered WAL tail, served from the WAL files). The tail must be empty."""
+        assert not self.payloads and chunk.first_seq + chunk.count == self.head + n + 1
+        first = self.head + 1
+        if not self.chunks or self.chunks[-1] is not chunk:
+            self.add_chunk(chunk)
+        self.base = first + n
+        self.head += n
+        if not self.gate_visibility:
+            self.visible = self.head
+        self.count += n
+        self.nbytes += nbytes
+        self.last_ts = ts
+        if tag is not None:
+            self.index_tag(tag, first, first + n - 1)
+
+    def replace_chunk(self, old: SealedChunk, new: Sequence[SealedChunk]) -> None:
+        """Swap ``old`` for ``new``, chunks holding exactly its slots in the same state (the
+        file backend seals a recovered WAL tail this way): totals do not change."""
+        j = self.chunks.index(old)
+        self.chunks[j : j + 1] = new
+        self._chunk_firsts[j : j + 1] = [c.first_seq for c in new]
+
     def index_tag(self, tag: str, lo: int, hi: int) -> None:
         """Add seqs lo..hi (all above any already indexed) to ``tag``'s ranges."""
         ranges = self.tag_ranges.get(tag)

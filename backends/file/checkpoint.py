@@ -34,12 +34,16 @@ from .format import wal as walfmt
 from .format.seal import build_columns
 from .journal import ranges
 from .progressfiles import topic_dir
+from .walchunk import WalChunk
 
 if TYPE_CHECKING:
     from .qchunk import QsegChunk
     from .store import FileBackend
 
 __all__ = ["checkpoint"]
+
+
+_Columns = tuple[list[bytes | None], list[int], list[str | None], list[str | None]]
 
 
 @dataclass
@@ -54,6 +58,24 @@ class _Tail:
     dead: bool = True  # may payloads hold None (dead slots)? False: skip every dead-slot scan
     chunks: list[SegChunk | QsegChunk] = field(default_factory=list)
     splits: list[tuple[int, int]] = field(default_factory=list)  # (first seq, count): _split
+    # a recovered WAL tail (WTAIL-4): records read from the map per segment, not held here;
+    # ``dead_map`` is its dead slots at capture time
+    source: WalChunk | None = None
+    dead_map: bytes = b""
+
+    def sizes(self) -> list[int]:
+        """Payload size of every slot (0 for a dead one)."""
+        if self.source is not None:
+            return self.source.sizes()  # dead slots keep their size: cuts stay conservative
+        if self.dead:
+            return [0 if p is None else len(p) for p in self.payloads]
+        return list(map(len, self.payloads))  # type: ignore[arg-type]  # no None: dead is False
+
+    def columns(self, lo: int, hi: int) -> _Columns:
+        """(payloads, tss, tags, nodes) of slots lo..hi-1, None payloads for dead slots."""
+        if self.source is not None:
+            return self.source.columns(lo, hi, self.dead_map)
+        return self.payloads[lo:hi], self.tss[lo:hi], self.tags[lo:hi], self.nodes[lo:hi]
 
 
 @dataclass
@@ -77,6 +99,9 @@ def checkpoint(b: FileBackend) -> int:
         with b.lock:
             for tail in cap.tails:
                 t = b.by_id.get(tail.tid)
+                if tail.source is not None:
+                    _reseal(t, tail)
+                    continue
                 for chunk in tail.chunks:
                     if t is not None:
                         t.log.seal(chunk)
@@ -85,6 +110,27 @@ def checkpoint(b: FileBackend) -> int:
             b.snapshot_n = n
         _retire(b, n, cap)
         return n
+
+
+def _reseal(t: EngineTopic | None, tail: _Tail) -> None:
+    """Swap a recovered WAL tail's chunk for the segments just written from it (WTAIL-4).
+    Slots that died since the capture are killed in them, so they hold its current state."""
+    old = tail.source
+    assert old is not None
+    if t is None or old.closed:  # dropped meanwhile: its directory goes at the next checkpoint
+        for chunk in tail.chunks:
+            chunk.close()
+        return
+    if old.dead != tail.dead_map:
+        for chunk in tail.chunks:
+            lo = chunk.first_seq - old.first_seq
+            i = old.dead.find(1, lo, lo + chunk.count)
+            while i >= 0:
+                if chunk.is_live(i - lo):
+                    chunk.kill(i - lo)
+                i = old.dead.find(1, i + 1, lo + chunk.count)
+    t.log.replace_chunk(old, tail.chunks)
+    old.close()
 
 
 def _capture(b: FileBackend) -> _Capture:
@@ -97,7 +143,15 @@ def _capture(b: FileBackend) -> _Capture:
         dead: list[list[int]] = []
         for c in log.chunks:
             dead += c.dead_ranges()  # type: ignore[attr-defined]
-        firsts = [c.first_seq for c in log.chunks]
+        firsts = [c.first_seq for c in log.chunks if not isinstance(c, WalChunk)]
+        if t.config.durability != "ephemeral":
+            for c in log.chunks:
+                if isinstance(c, WalChunk):  # recovered WAL tail: sealed like the tail (WTAIL-4)
+                    tail = _Tail(t.tid, c.first_seq, [], [], [], [], dead=c.live < c.count,
+                                 source=c, dead_map=bytes(c.dead))  # fmt: skip
+                    tails.append(tail)
+                    tail.splits = _split(b, tail)
+                    firsts += [lo for lo, _ in tail.splits]
         if t.config.durability != "ephemeral" and log.payloads and log.head >= log.base:
             any_dead = log.tail_dead() > 0
             first, payloads, tss, tags, nodes = log.tail_slice(log.head)
@@ -169,12 +223,9 @@ def _split(b: FileBackend, tail: _Tail) -> list[tuple[int, int]]:
     larger than that gets a segment of its own). Work per segment, not per record: the cuts
     are binary searches over the running total of record sizes."""
     max_records, max_bytes = b.fopts.segment_max_records, b.fopts.segment_max_bytes
-    n = len(tail.payloads)
-    if tail.dead:
-        payloads: list[bytes] = [b"" if p is None else p for p in tail.payloads]
-    else:
-        payloads = tail.payloads  # type: ignore[assignment]  # no None: tail.dead is False
-    total = list(accumulate(map(len, payloads), initial=0))  # total[i]: payload bytes before i
+    sizes = tail.sizes()
+    n = len(sizes)
+    total = list(accumulate(sizes, initial=0))  # total[i]: payload bytes before i
     overhead = segfmt.RECORD_OVERHEAD
     out: list[tuple[int, int]] = []
     start = 0
@@ -200,27 +251,26 @@ def _write_segments(b: FileBackend, tail: _Tail) -> None:
     make_dirs(b.fs, directory)
     for first, count in tail.splits:
         lo = first - tail.first
+        cols = tail.columns(lo, lo + count)
         chunk: SegChunk | QsegChunk | None = None
         if tail.bundles:
-            chunk = _write_qseg(b, directory, tail, first, count)
+            chunk = _write_qseg(b, directory, tail.tid, cols, first)
         if chunk is None:
-            chunk = _write_plain(b, directory, tail, first, count)
+            chunk = _write_plain(b, directory, tail, cols, first)
         if tail.dead:
-            for i, p in enumerate(tail.payloads[lo : lo + count]):
+            for i, p in enumerate(cols[0]):
                 if p is None:
                     chunk.kill(i)
         tail.chunks.append(chunk)
     b.fs.fsync_dir(directory)
 
 
-def _write_plain(b: FileBackend, directory: str, tail: _Tail, first: int, count: int) -> SegChunk:
+def _write_plain(
+    b: FileBackend, directory: str, tail: _Tail, cols: _Columns, first: int
+) -> SegChunk:
     """A ``.data`` + ``.idx`` pair (SEG-1..SEG-7), encoded column-wise (format/seal.py). A slot
     removed before sealing is an empty placeholder, dead in the snapshot."""
-    lo, hi = first - tail.first, first - tail.first + count
-    data, idx = build_columns(
-        tail.tid, first, tail.payloads[lo:hi], tail.tss[lo:hi], tail.tags[lo:hi],
-        tail.nodes[lo:hi], dead=tail.dead,
-    )  # fmt: skip
+    data, idx = build_columns(tail.tid, first, *cols, dead=tail.dead)
     _remove_stale(b, os.path.join(directory, qseg_name(first)))
     data_path = os.path.join(directory, segfmt.data_name(first))
     for path, content in (
@@ -239,7 +289,7 @@ def _write_plain(b: FileBackend, directory: str, tail: _Tail, first: int, count:
 
 
 def _write_qseg(
-    b: FileBackend, directory: str, tail: _Tail, first: int, count: int
+    b: FileBackend, directory: str, tid: int, cols: _Columns, first: int
 ) -> QsegChunk | None:
     """A Quiver segment (QSEG-1..QSEG-11): written to ``.tmp``, made read-only (0440, seed 002
     "Read-Only Enforcement"), fsynced, renamed into place (the directory is fsynced by the
@@ -248,17 +298,11 @@ def _write_qseg(
     from .format import qseg as qsegfmt  # pyarrow: only bundle topics need it
     from .qchunk import QsegChunk
 
-    lo = first - tail.first
+    payloads, tss, tags, nodes = cols
     try:
-        content = qsegfmt.build_qseg(
-            tail.payloads[lo : lo + count],
-            first,
-            tss=tail.tss[lo : lo + count],
-            tags=tail.tags[lo : lo + count],
-            nodes=tail.nodes[lo : lo + count],
-        )
+        content = qsegfmt.build_qseg(payloads, first, tss=tss, tags=tags, nodes=nodes)
     except (BadArgument, Corrupt) as exc:
-        b.warnings.append(f"topic {tail.tid:016x} seqs from {first}: sealed plain ({exc})")
+        b.warnings.append(f"topic {tid:016x} seqs from {first}: sealed plain ({exc})")
         return None
     path = os.path.join(directory, qseg_name(first))
     tmp = path + ".tmp"

@@ -17,7 +17,7 @@ import mmap
 import re
 import struct
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from operator import add, sub
 from typing import Any
@@ -31,7 +31,7 @@ from tidelog.records import Item, Record
 from .format import segment as segfmt
 from .format.segment import LabelRuns, SegmentIndex
 
-__all__ = ["DeadSlots", "SegChunk", "labelled"]
+__all__ = ["DeadSlots", "SegChunk", "extend_records", "labelled", "live_pieces"]
 
 _LABELED = segfmt.HAS_TAG | segfmt.HAS_NODE
 _FRAME = segfmt._RECORD  # frame_len, flags, seq, ts, node_len, tag_len, data_len
@@ -53,6 +53,62 @@ def labelled(index: SegmentIndex, mask: int = _LABELED) -> list[int]:
     no labelled record at all, and opening a store must not loop over every record)."""
     flags = index.flags.tobytes()
     return [m.start() for m in _NONZERO.finditer(flags) if flags[m.start()] & mask]
+
+
+def live_pieces(
+    dead: bytearray,
+    firsts: Sequence[int],
+    nodes: Sequence[str | None],
+    count: int,
+    first_seq: int,
+    i0: int,
+    i1: int,
+    room: int,
+    exclude: str | None,
+) -> tuple[list[tuple[int, int, int]], int | None]:
+    """Live slot ranges ``(a, b, run)`` in i0..i1 of a chunk whose runs start at slots
+    ``firsts``, each inside one run, at most ``room`` slots in all, skipping runs whose node is
+    ``exclude``; and where it stopped (the last seq taken if ``room`` ran out before i1, else
+    None). Dead slots are skipped with ``bytearray.find`` (C speed)."""
+    out: list[tuple[int, int, int]] = []
+    r = bisect_right(firsts, i0) - 1
+    i = i0
+    while i <= i1:
+        end = min(firsts[r + 1] - 1 if r + 1 < len(firsts) else count - 1, i1)
+        if exclude is None or nodes[r] != exclude:
+            j = i
+            while j <= end:
+                if dead[j]:
+                    j = dead.find(0, j, end + 1)
+                    if j < 0:
+                        break
+                d = dead.find(1, j, end + 1)
+                e = end if d < 0 else d - 1
+                if e - j + 1 >= room:
+                    e = j + room - 1
+                    out.append((j, e, r))
+                    return out, (None if e >= i1 else first_seq + e)
+                out.append((j, e, r))
+                room -= e - j + 1
+                j = e + 1
+        i = end + 1
+        r += 1
+    return out, None
+
+
+def extend_records(
+    items: list[Item],
+    seqs: range,
+    tss: Iterable[int],
+    tag: str | None,
+    node: str | None,
+    payloads: Iterable[Any],
+) -> None:
+    """Records of one label run appended to ``items`` with C-level maps (no bytecode runs per
+    record)."""
+    items.extend(
+        map(_tuple_new, repeat(Record), zip(seqs, tss, repeat(tag), repeat(node), payloads))
+    )
 
 
 class DeadSlots:
@@ -327,32 +383,10 @@ class SegChunk(DeadSlots):
         """Live slot ranges ``(a, b, run)`` in i0..i1, each inside one label run, at most
         ``room`` slots in all, skipping runs whose node is ``exclude``; and where it stopped
         (the last seq taken if ``room`` ran out before i1, else None)."""
-        runs, dead, count = self.runs, self.dead, self.count
-        firsts, nodes = runs.firsts, runs.nodes
-        out: list[tuple[int, int, int]] = []
-        r = bisect_right(firsts, i0) - 1
-        i = i0
-        while i <= i1:
-            end = min(firsts[r + 1] - 1 if r + 1 < len(firsts) else count - 1, i1)
-            if exclude is None or nodes[r] != exclude:
-                j = i
-                while j <= end:
-                    if dead[j]:
-                        j = dead.find(0, j, end + 1)
-                        if j < 0:
-                            break
-                    d = dead.find(1, j, end + 1)
-                    e = end if d < 0 else d - 1
-                    if e - j + 1 >= room:
-                        e = j + room - 1
-                        out.append((j, e, r))
-                        return out, (None if e >= i1 else self.first_seq + e)
-                    out.append((j, e, r))
-                    room -= e - j + 1
-                    j = e + 1
-            i = end + 1
-            r += 1
-        return out, None
+        runs = self.runs
+        return live_pieces(
+            self.dead, runs.firsts, runs.nodes, self.count, self.first_seq, i0, i1, room, exclude
+        )
 
     def _verify(self, pieces: list[tuple[int, int, int]]) -> None:
         """SEG-12: every slot of ``pieces`` checked on this read, block by block (hash the
@@ -467,19 +501,8 @@ class SegChunk(DeadSlots):
         if tss.count(tss[0]) == n:  # type: ignore[attr-defined,index]
             tss = repeat(index.tss[a])  # one batch's records share one ts (and one int)
         first = self.first_seq
-        items.extend(
-            map(
-                _tuple_new,
-                repeat(Record),
-                zip(
-                    range(first + a, first + b + 1),
-                    tss,
-                    repeat(runs.tags[r]),
-                    repeat(runs.nodes[r]),
-                    payloads,
-                ),
-            )
-        )
+        seqs = range(first + a, first + b + 1)
+        extend_records(items, seqs, tss, runs.tags[r], runs.nodes[r], payloads)
 
     def close(self) -> None:
         self.data.release()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from array import array
 from typing import TYPE_CHECKING, Any
 
 from tidelog.config import TopicConfig
@@ -29,6 +30,7 @@ from .format import snapshot as snapfmt
 from .format import wal as walfmt
 from .format.wal import FrameType
 from .progressfiles import read_progress, topic_dir
+from .walchunk import WalChunk, WalFile
 
 if TYPE_CHECKING:
     from .qchunk import QsegChunk
@@ -179,7 +181,7 @@ def replay_wal(
             path = os.path.join(directory, walfmt.file_name(gen))
             offset = start_off if gen == start_gen else walfmt.HEADER_SIZE
             try:
-                end, frames, torn = _scan_file(b, path, offset)
+                end, frames, torn, wal = _scan_file(b, path, offset)
             except _NoHeader as exc:
                 if gen != gens[-1]:
                     raise Corrupt(f"{exc.message}, and newer WAL files follow it (WAL)") from None
@@ -188,6 +190,8 @@ def replay_wal(
                     b.warnings.append(f"{path}: never completed (no valid header): removed")
                 continue
             if torn_at is not None:
+                if wal is not None:
+                    wal.release()
                 if frames:
                     raise Corrupt(
                         f"{path}: valid frames after the torn tail at {torn_at}: the "
@@ -195,7 +199,14 @@ def replay_wal(
                     )
                 continue
             # a batch of only CHECKPOINT marks carries no effect: the store is still "clean"
-            b.replayed_batches += apply_batches(b, frames)
+            try:
+                b.replayed_batches += apply_batches(b, frames, wal)
+            finally:
+                if wal is not None:
+                    if wal.refs == 0:
+                        wal.release()  # no record of it is served from the map
+                    else:
+                        wal.drop_resident()  # WTAIL-5
             b.positions[key] = [gen, end]
             if readonly:
                 if torn:
@@ -223,28 +234,34 @@ def list_streams(b: FileBackend) -> list[tuple[str, str]]:
 
 def _scan_file(
     b: FileBackend, path: str, offset: int
-) -> tuple[int, list[list[walfmt.Frame]], bool]:
-    """(end of the last complete op batch, complete batches, torn?) of one WAL file."""
+) -> tuple[int, list[list[walfmt.Frame]], bool, WalFile | None]:
+    """(end of the last complete op batch, complete batches, torn?, the mapped file) of one
+    WAL file. The writer's own recovery maps the file (nobody else writes it: we hold the
+    lock), so only the pages up to the log's end are touched, not the whole preallocated file,
+    and records stay where they are: their frames' data are views into the map (WTAIL-1). A
+    read-only view must not map it (a writer reopening after a crash may truncate it under the
+    mapping: SIGBUS), so it reads what it scans (_scan_copied), into frames of its own."""
     h = b.fs.open_read(path)
-    # The writer's own recovery maps the file (nobody else writes it: we hold the lock), so
-    # only the pages up to the log's end are touched, not the whole preallocated file. A
-    # read-only view must not map it (a writer reopening after a crash may truncate it under
-    # the mapping: SIGBUS), so it reads what it scans (_scan_copied).
-    data = None if b.readonly else h.map()
-    try:
-        if data is None:
+    wal = None
+    if b.readonly:
+        try:
             result = _scan_copied(h, path, offset, b.store_id)
-        else:
+        finally:
+            h.close()
+    else:
+        data = h.map()
+        try:
             _check_header(data, path, b.store_id)
-            result = walfmt.scan(data, offset)  # frames hold copies of their bytes
-    finally:
-        if isinstance(data, memoryview):
+            result = walfmt.scan(data, offset, copy=False)
+        except BaseException:
             data.release()
-        h.close()
+            h.close()
+            raise
+        wal = WalFile(path, h, data)
     batches, torn_batch = walfmt.split_batches(result.frames)
     end = batches[-1][-1].offset + batches[-1][-1].length if batches else offset
     torn = result.status == "torn" or bool(torn_batch)
-    return end, batches, torn
+    return end, batches, torn, wal
 
 
 def _check_header(data: Any, path: str, store_id: bytes) -> None:
@@ -313,7 +330,9 @@ class _NoHeader(Corrupt):
     it was being created), corruption anywhere else."""
 
 
-def apply_batches(b: FileBackend, batches: list[list[walfmt.Frame]]) -> int:
+def apply_batches(
+    b: FileBackend, batches: list[list[walfmt.Frame]], wal: WalFile | None = None
+) -> int:
     """Apply complete op batches in order (journal off: replay does not log again).
 
     Records go to the engine run by run, not frame by frame: consecutive records of one topic
@@ -321,7 +340,11 @@ def apply_batches(b: FileBackend, batches: list[list[walfmt.Frame]]) -> int:
     or single APPEND frames in a row, even from different ops -- become one ``apply_append``.
     That is the state applying them op by op gives (an append only appends; each keeps its own
     labels, TOP-6), for a fraction of the per-record Python work. Returns how many batches
-    carried an effect (a batch of CHECKPOINT marks only does not)."""
+    carried an effect (a batch of CHECKPOINT marks only does not).
+
+    With ``wal`` (the writer's recovery, frames scanned with ``copy=False``), records are not
+    copied at all: each record frame becomes a run of a ``WalChunk`` served from the map
+    (WTAIL-1), a few list entries per frame."""
     payloads: list[bytes] = []
     tid = first = nxt = ts = -1
     tag = node = None
@@ -333,6 +356,9 @@ def apply_batches(b: FileBackend, batches: list[list[walfmt.Frame]]) -> int:
         for f in batch:
             ftype, _, f_tid, seq, f_ts, f_node, f_tag, data, offset, _ = f
             if ftype in _RECORDS:
+                if wal is not None:
+                    _locate(b, wal, f)
+                    continue
                 if ftype == _APPEND:
                     records = None
                 else:
@@ -384,6 +410,45 @@ def _apply_run(
     if first != head + 1:
         raise Corrupt(f"WAL: topic {t.name!r} jumps from seq {head} to {first}")
     b.apply_append(t, payloads, tag, node, ts)
+
+
+def _locate(b: FileBackend, wal: WalFile, f: walfmt.Frame) -> None:
+    """A record frame of the writer's replay as the next run of its topic's last ``WalChunk``
+    (or a new one): located, not copied (WTAIL-1). Records the snapshot already holds are
+    skipped, as ``_apply_run`` does."""
+    t = b.by_id.get(f.topic_id)
+    if t is None:
+        return  # the topic was dropped before the snapshot that absorbed this op
+    data: Any = f.data  # a view into the map (scan with copy=False)
+    data_at = f.offset + f.length - 8 - len(data)
+    if f.type == _APPEND:
+        n, lens_at, nbytes = 1, -1, len(data)
+        lens = array("I", (nbytes,))
+    else:
+        n, lens = walfmt.append_batch_lengths(data, f"{wal.path}: WAL frame at offset {f.offset}")
+        lens_at, data_at, nbytes = data_at + 4, data_at + 4 + 4 * n, len(data) - 4 - 4 * n
+    log = t.log
+    head, first = log.head, f.seq
+    if first + n - 1 <= head:
+        return
+    if first <= head:  # the snapshot holds the run's first k records
+        k = head + 1 - first
+        skipped = sum(lens[:k])
+        data_at, lens_at, nbytes = data_at + skipped, lens_at + 4 * k, nbytes - skipped
+        n, first = n - k, head + 1
+    if first != head + 1:
+        raise Corrupt(f"WAL: topic {t.name!r} jumps from seq {head} to {first}")
+    if log.payloads:  # records in memory above the chunks (not after a snapshot): copy
+        payloads = walfmt.split_append_batch(bytes(data), "WAL") if lens_at >= 0 else [bytes(data)]
+        b.apply_append(t, payloads[len(payloads) - n :], f.tag, f.node, f.ts)
+        return
+    chunk = log.chunks[-1] if log.chunks else None
+    if isinstance(chunk, WalChunk) and chunk.wal is wal and chunk.first_seq + chunk.count == first:
+        grow = chunk
+    else:
+        grow = WalChunk(wal, first)
+    grow.add_run(f, data_at, lens_at, n, nbytes)
+    b.apply_located(t, grow, n, nbytes, f.tag, f.ts)
 
 
 def _apply_control(b: FileBackend, f: walfmt.Frame) -> None:

@@ -148,3 +148,38 @@ def test_checkpoint_seals_labelled_dead_and_plain_records(tmp_path: Path) -> Non
     with tidelog.open(uri) as store:
         got = [(r.seq, r.tag, r.node, r.payload) for r in store.topic("t").read()]  # type: ignore[union-attr]
         assert got == want
+
+
+def _seg18_cuts(sizes: list[int], labels: list[str | None]) -> list[int]:
+    """SEG-18 written out plainly: the first slot of every run frame."""
+    firsts: list[int] = []
+    room = 0
+    for i, (size, label) in enumerate(zip(sizes, labels, strict=True)):
+        if not firsts or label != labels[i - 1] or room >= 65536:
+            firsts.append(i)
+            room = 0
+        room += 12 + size  # a record's ts (8), length (4) and payload in the frame
+    return firsts
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from((0, 10, 1000, 30_000, 70_000)), st.sampled_from((None, "a", "b"))),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_SEG_18_run_frames_end_at_label_runs_or_past_64_kib(
+    rows: list[tuple[int, str | None]],
+) -> None:
+    """SEG-18: the writer ends a run frame at the end of a label run (SEG-11) or at the first
+    record boundary where its ts, lengths and payloads reach 65536 bytes; a record of 64 KiB or
+    more ends its frame. The index's blocks are exactly the frames (SEG-17)."""
+    sizes = [s for s, _ in rows]
+    tags = [t for _, t in rows]
+    data, idx = build_columns(
+        9, 1, [bytes(s) for s in sizes], [5] * len(rows), tags, [None] * len(rows), dead=False
+    )
+    index = seg.read_index(idx, topic_id=9, first_seq=1)
+    assert list(index.block_slots) == _seg18_cuts(sizes, tags)
+    assert seg.scan_data(data).problem is None

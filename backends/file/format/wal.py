@@ -49,6 +49,7 @@ __all__ = [
     "encode_append",
     "encode_append_batch",
     "split_append_batch",
+    "append_batch_lengths",
     "split_runs",
     "encode_control",
     "scan",
@@ -364,6 +365,18 @@ def split_append_batch(data: bytes, where: str) -> list[bytes]:
     """The payloads of an APPEND_BATCH frame's ``data`` (WAL-14), with C-level calls only. The
     frame passed its checksum, so lengths that disagree with ``data_len`` are a writer bug, not
     a torn write: Corrupt naming ``where``."""
+    n, lens = append_batch_lengths(data, where)
+    start = 4 + 4 * n
+    if n == 1:
+        return [data[start:]]
+    ends = list(accumulate(lens, initial=start))
+    return list(map(data.__getitem__, map(slice, ends, ends[1:])))
+
+
+def append_batch_lengths(data: bytes | memoryview, where: str) -> tuple[int, array[int]]:
+    """(count, payload lengths) of an APPEND_BATCH frame's ``data`` (WAL-14), checked: the
+    lengths must add up to what ``data_len`` leaves after the table (else Corrupt naming
+    ``where``: a writer bug, since the frame passed its checksum)."""
     size = len(data)
     if size < 8:
         raise FormatCorrupt("WAL-14", f"{where}: APPEND_BATCH data of {size} bytes")
@@ -375,16 +388,14 @@ def split_append_batch(data: bytes, where: str) -> list[bytes]:
     lens.frombytes(data[4:start])
     if _BIG_ENDIAN:
         lens.byteswap()
-    ends = list(accumulate(lens, initial=start))
-    if ends[-1] != size:
+    total = sum(lens)
+    if start + total != size:
         raise FormatCorrupt(
             "WAL-14",
-            f"{where}: APPEND_BATCH lengths add up to {ends[-1] - start} bytes, data_len leaves "
+            f"{where}: APPEND_BATCH lengths add up to {total} bytes, data_len leaves "
             f"{size - start}",
         )
-    if n == 1:
-        return [data[start:]]
-    return list(map(data.__getitem__, map(slice, ends, ends[1:])))
+    return n, lens
 
 
 def encode_control(
@@ -425,7 +436,7 @@ class _Stop(NamedTuple):
     detail: str
 
 
-def _decode_at(mv: memoryview, pos: int) -> Frame | _Stop:
+def _decode_at(mv: memoryview, pos: int, copy: bool = True) -> Frame | _Stop:
     """The frame at ``pos``, or why the log ends there (WAL-4, WAL-5)."""
     left = len(mv) - pos
     if left == 0:
@@ -459,7 +470,9 @@ def _decode_at(mv: memoryview, pos: int) -> Frame | _Stop:
         return _Stop("torn", "tag or node is not valid UTF-8")
     if (node is None and nl) or (tag is None and tl):
         return _Stop("torn", "tag or node bytes present but HAS_TAG/HAS_NODE unset")
-    data = bytes(mv[at + nl + tl : cs_at])
+    data: Any = mv[at + nl + tl : cs_at]
+    if copy or (ftype != _APPEND and ftype != _APPEND_BATCH):
+        data = bytes(data)
     # tuple.__new__: a NamedTuple without its Python-level __new__ (replay decodes every frame)
     return _new(Frame, (ftype, flags, topic_id, seq, ts, node, tag, data, pos, frame_len + 4))
 
@@ -496,11 +509,15 @@ class WalScanner:
             yield got
 
 
-def scan(buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE) -> ScanResult:
+def scan(
+    buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE, *, copy: bool = True
+) -> ScanResult:
     """Every valid frame from ``start`` up to the first zero frame_len, end of buffer, or frame
     that cannot be trusted (WAL-4, WAL-5). Never raises on garbage. Runs of frames without
     tag or node (the common case) are decoded by an inlined loop (recovery replays every
-    frame); anything else, including where the log ends, goes through ``_decode_at``."""
+    frame); anything else, including where the log ends, goes through ``_decode_at``.
+    ``copy=False``: the ``data`` of APPEND and APPEND_BATCH frames is a memoryview into
+    ``buf`` instead of a copy (the writer's recovery serves them from the map, WTAIL-1)."""
     mv = memoryview(buf)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
@@ -510,8 +527,8 @@ def scan(buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE) -> ScanR
     unknown: list[int] = []
     pos = start
     while True:
-        pos = _plain_run(mv, pos, frames, unknown)
-        got = _decode_at(mv, pos)
+        pos = _plain_run(mv, pos, frames, unknown, copy)
+        got = _decode_at(mv, pos, copy)
         if isinstance(got, _Stop):
             return ScanResult(frames, pos, got.status, got.detail, unknown)
         if got.type not in _KNOWN_TYPES:
@@ -520,7 +537,9 @@ def scan(buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE) -> ScanR
         pos += got.length
 
 
-def _plain_run(mv: memoryview, pos: int, frames: list[Frame], unknown: list[int]) -> int:
+def _plain_run(
+    mv: memoryview, pos: int, frames: list[Frame], unknown: list[int], copy: bool = True
+) -> int:
     """Decode consecutive valid frames without tag or node from ``pos`` into ``frames``; return
     the offset of the first one it does not take (labelled, damaged, or the log's end), for
     ``_decode_at`` to judge. The checks are exactly ``_decode_at``'s for such frames."""
@@ -536,7 +555,9 @@ def _plain_run(mv: memoryview, pos: int, frames: list[Frame], unknown: list[int]
             return pos
         if ftype not in known:
             unknown.append(pos)
-        data = bytes(mv[pos + FRAME_HEADER_SIZE : cs_at])
+        data: Any = mv[pos + FRAME_HEADER_SIZE : cs_at]
+        if copy or (ftype != _APPEND and ftype != _APPEND_BATCH):
+            data = bytes(data)
         append(_new(Frame, (ftype, flags, topic_id, seq, ts, None, None, data, pos, frame_len + 4)))
         pos = cs_at + 8
     return pos
