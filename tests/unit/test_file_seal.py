@@ -164,7 +164,9 @@ def _seg18_cuts(sizes: list[int], labels: list[str | None]) -> list[int]:
 
 @given(
     st.lists(
-        st.tuples(st.sampled_from((0, 10, 1000, 30_000, 70_000)), st.sampled_from((None, "a", "b"))),
+        st.tuples(
+            st.sampled_from((0, 10, 1000, 30_000, 70_000)), st.sampled_from((None, "a", "b"))
+        ),
         min_size=1,
         max_size=40,
     )
