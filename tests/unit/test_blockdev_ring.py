@@ -492,8 +492,8 @@ def test_BDEV_17_progress_past_the_recovered_head_is_rewritten(tmp_path: Path) -
     """BDEV-17, SUB-7, DUR-9 (seed 4032979157): a subscriber registered at head 3 of a memory
     topic (the slot says hwm 3); a crash loses seq 3, recovery clamps the hwm to 2 and writes
     the slot at once (one slot write at open, nothing else), so the new record that gets seq 3
-    is delivered after a second crash, never skipped. An open with nothing to clamp writes
-    nothing."""
+    is delivered after a second crash, never skipped. A torn rewrite leaves the older slot, and
+    the next open clamps and writes again; an open with nothing to clamp writes nothing."""
     from tidelog.backends.blockdev import open_store
 
     fs, path, clock = _SeamFS(), str(tmp_path / "r.img"), FakeClock(1000)
@@ -507,6 +507,15 @@ def test_BDEV_17_progress_past_the_recovered_head_is_rewritten(tmp_path: Path) -
     mark = len(fs.log)
     store = open_store(fs, path, clock)
     assert _writes(fs, mark) == ["meta"]  # progress past head 1 rewritten before any op
+    gen = store.describe()["meta_generation"]
+    assert isinstance(gen, int)
+    store._backend.abandon()  # type: ignore[attr-defined]
+    with open(path, "r+b") as f:  # that slot write torn: the slot before it is kept
+        f.seek((gen - 1) % 2 * SLOT_BYTES + 100)
+        f.write(bytes(SLOT_BYTES - 100))
+    mark = len(fs.log)
+    store = open_store(fs, path, clock)
+    assert _writes(fs, mark) == ["meta"]  # clamped and written again
     t = store.topic("t")
     assert t.state().head_seq == 1 and t.subscriber("s1").hwm == 1
     t.append_many([b"b" * 400, b"c" * 400])  # seqs 2 and 3 again; seq 2's page is written
