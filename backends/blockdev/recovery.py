@@ -15,6 +15,10 @@ that gives subscribers a gap for anything they may have missed (SUB-7):
    whose trim was not yet on the device; the cap then evicts the oldest, visibly.
 
 After a clean close the slot holds the exact state, so all of this reproduces it (DUR-1).
+After a crash the slot (or the head page's ``min_hwm``) may record progress past the recovered
+head: ``recover`` then returns True and the store writes the slot with the recovered state before
+serving any op, since the lost seqs are assigned again to new records that progress must not
+cover (BDEV-17, SUB-7).
 """
 
 from __future__ import annotations
@@ -47,7 +51,9 @@ def read_pages(b: BlockdevBackend) -> Callable[[int], bytes]:
     return page_reader(pread, b.ring.geometry)
 
 
-def recover(b: BlockdevBackend, slot: Slot) -> None:
+def recover(b: BlockdevBackend, slot: Slot) -> bool:
+    """Rebuild the engine from the device; True when the slot's progress went past the
+    recovered head and must be rewritten before new seqs are assigned (BDEV-17)."""
     scan = scan_ring(read_pages(b), b.ring.geometry, slot.ring_id)
     asm = assemble(scan)
     b.warnings += asm.notes
@@ -75,12 +81,12 @@ def recover(b: BlockdevBackend, slot: Slot) -> None:
     if config is None:
         if asm.records or asm.marks:
             raise Corrupt(f"{b.path}: ring pages hold records but no topic exists (BDEV-4)")
-        return
+        return False
     t = b.apply_create(b.bound, TopicConfig(**config), int(body["tid"]))
     _replay(b, t, asm)
     for pid, (n, _) in sorted(asm.marks.items()):
         b.apply_produced(t, pid, n)
-    _apply_facts(b, t, slot, asm)
+    return _apply_facts(b, t, slot, asm)
 
 
 def _replay(b: BlockdevBackend, t: Any, asm: Assembled) -> None:
@@ -109,7 +115,7 @@ def _clip(lo: int, hi: int, head: int) -> tuple[int, int] | None:
     return (lo, hi) if lo <= hi else None
 
 
-def _apply_facts(b: BlockdevBackend, t: Any, slot: Slot, asm: Assembled) -> None:
+def _apply_facts(b: BlockdevBackend, t: Any, slot: Slot, asm: Assembled) -> bool:
     log = t.log
     head = log.head
     facts = slot.body.get("state") or {}
@@ -121,18 +127,21 @@ def _apply_facts(b: BlockdevBackend, t: Any, slot: Slot, asm: Assembled) -> None
     log.last_ts = log.last_ts if log.last_ts is not None else facts.get("last_ts")
     newest = asm.newest
     same_gen = newest is not None and newest.meta_gen == slot.generation
+    past = int(facts.get("floor", 1)) > head + 1  # progress past the head (BDEV-17)
     # 1. subscribers
     for name, sub in sorted((slot.body.get("subs") or {}).items()):
         base = min(int(sub["base"]), head)
         hwm = int(sub["hwm"])
         if same_gen and newest is not None:
             hwm = max(hwm, newest.min_hwm)
+        gap = sub.get("gap")
+        outcomes = [*sub.get("acked", []), *sub.get("rejected", [])]
+        past = past or max(int(sub["base"]), hwm, int(gap[1]) if gap else 0, *outcomes) > head
         hwm = max(base, min(hwm, head))
         s = t.progress.add(name, base)
         s.hwm = hwm
         s.outcomes = {q: "acked" for q in sub.get("acked", []) if hwm < q <= head}
         s.outcomes.update({q: "rejected" for q in sub.get("rejected", []) if hwm < q <= head})
-        gap = sub.get("gap")
         s.gap = _clip(int(gap[0]), int(gap[1]), head) if gap else None
     # 2. trimmed ranges (voluntary, silent)
     trimmed = [r for lo, hi in facts.get("trimmed", []) if (r := _clip(int(lo), int(hi), head))]
@@ -160,6 +169,7 @@ def _apply_facts(b: BlockdevBackend, t: Any, slot: Slot, asm: Assembled) -> None
     for s in t.progress.subs.values():
         s.cursor = s.flushed_hwm = s.hwm
     log.visible = log.head
+    return past
 
 
 def _covered(lo: int, hi: int, ranges: list[tuple[int, int]]) -> bool:

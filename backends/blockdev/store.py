@@ -120,12 +120,17 @@ class BlockdevBackend(Engine):
         except OSError as exc:
             raise storage_error(exc, f"reading {self.path}") from None
         slot = None if self.bopts.format or self.dev.created else self._load_slot(block)
+        past = False
         if slot is None:
             self._format(device_bytes, _stored_page_size(block))
         else:
             self._adopt(slot, device_bytes)
-            recover(self, slot)  # journal off: replay writes nothing
+            past = recover(self, slot)  # journal off: replay writes nothing
         self.journal = RingJournal(self)
+        if past:
+            # the crash lost records the slot's progress covers; their seqs will be assigned
+            # again, so the recovered progress reaches the device first (BDEV-17, SUB-7)
+            self.enqueue_meta(write_now=True)
 
     def _load_slot(self, block: bytes) -> Slot | None:
         """The newest valid slot (BDEV-4), ``None`` for an empty image that may be formatted, or
@@ -276,8 +281,9 @@ class BlockdevBackend(Engine):
         self.ring.reset(new_ring_id())
         self.facts_reset()
 
-    def enqueue_meta(self) -> None:
-        """Queue a metadata slot write if anything it records changed (under the engine lock)."""
+    def enqueue_meta(self, *, write_now: bool = False) -> None:
+        """Queue (or, at open, write) a metadata slot write if anything it records changed
+        (under the engine lock)."""
         j: RingJournal = self.journal  # type: ignore[assignment]
         j.meta_dirty = False
         j.pages_since_meta = 0
@@ -292,7 +298,7 @@ class BlockdevBackend(Engine):
             # clamps it to the head it finds (BDEV-14, BDEV-17).
             self.facts = {**self.facts, "floor": t.log.evict_floor}
         body = metamod.build_body(self.bound, self.incarnations, t, self.facts, self.ring.lap)
-        self._put_slot(body, write_now=False)
+        self._put_slot(body, write_now=write_now)
 
     def _put_slot(self, body: dict[str, Any], *, write_now: bool) -> None:
         """Queue (or write) the slot unless nothing it records changed. It also carries the

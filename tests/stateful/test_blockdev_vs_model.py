@@ -18,8 +18,9 @@ records share a page depends on record sizes and commit timing. The backend repo
 overwrite that evicted live records (BDEV-16: ``ring_evictions``) and this machine applies it to
 the model as the involuntary eviction the spec says it is (TMB-1, SUB-7), after checking that it
 was legitimate: the ring really was full, i.e. ``page_count`` newer pages, each holding at least
-one newer record, existed (``head - through >= page_count``). Everything else is compared exactly,
-with no special case.
+one newer record, existed (``head - through >= page_count``, plus the records above ``through``
+that this machine's own power-loss steps saw discarded: their pages stay in the ring until it
+comes round, BDEV-16, BDEV-17). Everything else is compared exactly, with no special case.
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import functools
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
@@ -114,6 +118,7 @@ class BlockdevMachine(LogMachine):
             cand, how = allowed_as(name, view, [model], self.clock)
             check_progress(name, view, model, None, "power loss")
             event(f"power loss: recovered {how}")
+            self.lost_power(name, model.topics[name].head, view.head)
             model.adopt(name, self._recovered(model, name, cand, view))
         self.handles = {
             n: (self.model.topic(n, create=False), self.sut.topic(n, create=False))
@@ -203,5 +208,113 @@ def test_CAP_2_the_machine_reads_the_ring_capabilities(data: st.DataObject) -> N
         assert not (m.caps.deletes or m.caps.queue or m.caps.multi_topic)
         cfg = data.draw(topic_configs(m.caps, "t0"))
         assert cfg["durability"] in ("memory", "fsync") and "max_deliveries" not in cfg
+    finally:
+        m.teardown()
+
+
+# -- examples this machine found (seed 4032979157), kept as explicit regression tests -----------
+def _in_hypothesis(steps: Callable[[], None]) -> Callable[[], None]:
+    """A test running fixed machine steps once inside a Hypothesis test (rules record events)."""
+
+    @functools.wraps(steps)
+    def test() -> None:
+        @settings(max_examples=1, deadline=None, database=None)
+        @given(st.just(None))
+        def run(_: None) -> None:
+            steps()
+
+        run()
+
+    return test
+
+
+def _machine_with_t0(**cfg: Any) -> BlockdevMachine:
+    m = BlockdevMachine()
+    m.both(lambda s: s.topic("t0", **cfg).name)
+    m.handles["t0"] = (m.model.topic("t0"), m.sut.topic("t0"))
+    m.states_agree()
+    return m
+
+
+def _fill(m: BlockdevMachine, n: int, size: int) -> None:
+    """The ``fill_pages`` rule's op."""
+    payloads = [bytes([i + 1]) * size for i in range(n)]
+    m.on_topic("t0", lambda t: t.append_many(payloads))
+    m.states_agree()
+
+
+@_in_hypothesis
+def test_BDEV_16_BDEV_17_eviction_after_a_power_loss_inside_an_op() -> None:
+    """BDEV-16, BDEV-17, TOP-6: a power loss inside a multi-page op discards its written pages
+    (no BATCH_END reached the device) but writing resumes after them, so seq 1 is overwritten
+    when only 3 pages hold records the topic still counts; the machine's bound counts the
+    records its power loss discarded and accepts this visible eviction."""
+    m = _machine_with_t0(durability="memory", discard="old", retention="backpressure")
+    try:
+        m.power_loss()
+        m.states_agree()
+        _fill(m, 1, 60)  # seq 1, page 0
+        _fill(m, 4, 400)  # seqs 2-5: pages 1-3 written, seq 5's page still open
+        m.power_loss()  # the op never completed: head back to 1, writing resumes at page 4
+        m.states_agree()
+        assert m.discarded == {"t0": [(2, 5)]}
+        _fill(m, 2, 400)
+        _fill(m, 2, 400)  # seals page 5, then page 0: seq 1 goes (head 5)
+        backend: Any = m.sut._backend
+        assert [(e.through, e.head, e.page) for e in backend.ring_evictions] == [(1, 5, 0)]
+        assert m.sut.topic("t0").read(0, 1)[0] == m.model.topic("t0").read(0, 1)[0]
+        assert type(m.sut.topic("t0").read(0, 1)[0]).__name__ == "Tombstone"  # not silent
+    finally:
+        m.teardown()
+
+
+@_in_hypothesis
+def test_BDEV_16_the_bound_refuses_an_early_eviction_without_a_power_loss() -> None:
+    """BDEV-16: without a power loss the bound stays head - through >= pages: the check can
+    fail (an eviction the backend reports too early is caught)."""
+    from tidelog.conformance.sut import RingEvent
+
+    m = _machine_with_t0(durability="memory")
+    try:
+        _fill(m, 4, 400)
+        with pytest.raises(AssertionError, match="BDEV-16"):
+            m.learn_ring([RingEvent("t0", 1, 4)])
+        m.lost_power("t0", 4, 2)  # a power loss discarding seqs 3-4 allows two more pages
+        with pytest.raises(AssertionError, match="BDEV-16"):
+            m.learn_ring([RingEvent("t0", 1, 4)])  # 3 + 2 < 6
+        m.learn_ring([RingEvent("t0", 1, 5)])  # 4 + 2 >= 6
+    finally:
+        m.teardown()
+
+
+@_in_hypothesis
+def test_BDEV_17_SUB_7_progress_of_lost_records_does_not_cover_their_new_seqs() -> None:
+    """BDEV-17, SUB-7, DUR-9: s1 registers at the head (3) of a memory topic and the slot records
+    hwm 3; a power loss loses seq 3 and recovery clamps s1 to 2. Seq 3 is then assigned again to
+    a new record; a second power loss must not hand s1 the slot's old hwm 3 (it would skip the
+    new, unresolved seq 3 silently): recovery rewrote the slot when it clamped."""
+    m = _machine_with_t0(
+        durability="memory", discard="old", retention="backpressure", trim="acked", lease_ms=5
+    )
+    try:
+        _fill(m, 2, 400)
+        _fill(m, 2, 400)
+        for _ in range(4):
+            m.power_loss()
+            m.states_agree()
+        m.on_topic("t0", lambda t: t.append(b""))
+        m.on_topic("t0", lambda t: t.subscribe("s1", start="resume").hwm)
+        m.states_agree()
+        m.power_loss()
+        m.states_agree()
+        _fill(m, 2, 60)
+        m.on_topic("t0", lambda t: t.append_many([b"^\x05\x95\xa3\xb7"]))
+        m.states_agree()
+        _fill(m, 2, 150)
+        m.on_topic("t0", lambda t: t.append(b"\x00\x00"))
+        m.states_agree()
+        m.power_loss()  # failed with "t0/s1: hwm 3 passed unresolved live records above 2"
+        m.states_agree()
+        assert m.sut.topic("t0").subscriber("s1").hwm == 2
     finally:
         m.teardown()

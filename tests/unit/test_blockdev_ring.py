@@ -459,6 +459,81 @@ def test_BDEV_14_BDEV_17_consumer_tail_after_a_crash(tmp_path: Path) -> None:
     assert often == (10, 10, 12)  # meta_every=2: a slot with the 11th page, when fast had 10
 
 
+def test_BDEV_17_BDEV_16_writing_resumes_after_the_last_page_written(tmp_path: Path) -> None:
+    """BDEV-17, BDEV-16, BDEV-10 (d), TOP-6 (seed 4032979157): a power loss inside a multi-page
+    op discards its written pages (its BATCH_END never reached the device), yet the ring resumes
+    after the last page written, never over those pages: the older record goes early, visibly
+    (tombstone, subscriber gap), when only 3 pages hold records the topic counts."""
+    from tidelog.backends.blockdev import open_store
+
+    fs, path, clock = _SeamFS(), str(tmp_path / "r.img"), FakeClock(1000)
+    store = open_store(fs, path, clock, size=4096 + 6 * PAGE, page_size=PAGE, topic="t")
+    t = store.topic("t", durability="memory")
+    t.subscribe("s", start="earliest")
+    t.append_many([b"a" * 60])  # seq 1, page 0
+    t.append_many([b"b" * 400] * 4)  # seqs 2-5: pages 0-3 written, seq 5 still in memory
+    store._backend.abandon()  # type: ignore[attr-defined]
+    store = open_store(fs, path, clock)
+    t = store.topic("t")
+    assert t.state().head_seq == 1 and store.describe()["next_page"] == 4
+    assert any("never written: dropped" in w for w in store.describe()["warnings"])  # type: ignore[union-attr]
+    mark = len(fs.log)
+    t.append_many([b"c" * 400] * 2)
+    t.append_many([b"d" * 400] * 2)  # seqs 2-5 again; sealing seq 4's page reuses page 0
+    assert _writes(fs, mark) == ["page 4", "page 5", "meta", "page 0"]  # meta: the first wrap
+    b: Any = store._backend
+    assert [(e.through, e.head, e.page) for e in b.ring_evictions] == [(1, 5, 0)]
+    assert t.read(0, 1) == [Tombstone(1, 1)]
+    assert store.topic("t").subscriber("s").poll(1) == [Tombstone(1, 1)]
+    store.close()
+
+
+def test_BDEV_17_progress_past_the_recovered_head_is_rewritten(tmp_path: Path) -> None:
+    """BDEV-17, SUB-7, DUR-9 (seed 4032979157): a subscriber registered at head 3 of a memory
+    topic (the slot says hwm 3); a crash loses seq 3, recovery clamps the hwm to 2 and writes
+    the slot at once (one slot write at open, nothing else), so the new record that gets seq 3
+    is delivered after a second crash, never skipped. A torn rewrite leaves the older slot, and
+    the next open clamps and writes again; an open with nothing to clamp writes nothing."""
+    from tidelog.backends.blockdev import open_store
+
+    fs, path, clock = _SeamFS(), str(tmp_path / "r.img"), FakeClock(1000)
+    store = open_store(fs, path, clock, size=4096 + 6 * PAGE, page_size=PAGE, topic="t")
+    t = store.topic("t", durability="memory")
+    t.append(b"a" * 400)
+    t.append(b"a" * 400)  # page 0 (seq 1) written; seq 2 in memory
+    t.append(b"x")  # seq 3, in the open page
+    assert t.subscribe("s1", start="resume").hwm == 3  # registration: slot with hwm 3
+    store._backend.abandon()  # type: ignore[attr-defined]
+    mark = len(fs.log)
+    store = open_store(fs, path, clock)
+    assert _writes(fs, mark) == ["meta"]  # progress past head 1 rewritten before any op
+    gen = store.describe()["meta_generation"]
+    assert isinstance(gen, int)
+    store._backend.abandon()  # type: ignore[attr-defined]
+    with open(path, "r+b") as f:  # that slot write torn: the slot before it is kept
+        f.seek((gen - 1) % 2 * SLOT_BYTES + 100)
+        f.write(bytes(SLOT_BYTES - 100))
+    mark = len(fs.log)
+    store = open_store(fs, path, clock)
+    assert _writes(fs, mark) == ["meta"]  # clamped and written again
+    t = store.topic("t")
+    assert t.state().head_seq == 1 and t.subscriber("s1").hwm == 1
+    t.append_many([b"b" * 400, b"c" * 400])  # seqs 2 and 3 again; seq 2's page is written
+    t.append_many([b"d" * 400])  # seq 4: seq 3's page is written
+    store._backend.abandon()  # type: ignore[attr-defined]
+    mark = len(fs.log)
+    store = open_store(fs, path, clock)
+    assert _writes(fs, mark) == []  # nothing past the head: nothing to rewrite
+    t = store.topic("t")
+    assert t.state().head_seq == 3
+    got = t.subscriber("s1").poll(10)
+    assert [(r.seq, r.payload) for r in got if isinstance(r, Record)] == [
+        (2, b"b" * 400),
+        (3, b"c" * 400),
+    ]
+    store.close()
+
+
 def test_BDEV_15_memory_class_writes_full_pages_and_close_writes_the_rest(tmp_path: Path) -> None:
     """BDEV-15, DUR-1, DUR-7: memory appends reach the device only in full pages; flush and
     close write the partial page (padded, PARTIAL); a clean reopen has everything."""

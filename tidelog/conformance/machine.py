@@ -192,6 +192,9 @@ class LogMachine(RuleBasedStateMachine):
         self.handles: dict[str, tuple[Topic, Topic]] = {}
         self.stale: list[tuple[Topic, Topic]] = []
         self.leases: list[tuple[str, Lease]] = []
+        # BDEV-16: per topic incarnation, the seq ranges power losses discarded (the model's
+        # head before the loss down to the recovered head), learnt by the machine itself
+        self.discarded: dict[str, list[tuple[int, int]]] = {}
 
     def teardown(self) -> None:
         for store in (self.model, self.sut):
@@ -257,21 +260,44 @@ class LogMachine(RuleBasedStateMachine):
         """Hook: the page count of the backend's ring (None: not a ring)."""
         return None
 
+    def lost_power(self, name: str, head_before: int, head_after: int) -> None:
+        """A power loss took ``name`` from ``head_before`` (the model's) back to ``head_after``
+        (the recovered head): those records' pages, if any were written, stay in the ring until
+        it comes round (BDEV-17), which ``learn_ring`` allows for."""
+        if head_after < head_before:
+            self.discarded.setdefault(name, []).append((head_after + 1, head_before))
+
+    def forget_discarded(self, name: str | None = None) -> None:
+        """A new incarnation of ``name`` (default: of every topic) starts a new ring."""
+        if name is None:
+            self.discarded = {}
+        else:
+            self.discarded.pop(name, None)
+
     def learn_ring(self, events: list[RingEvent] | None = None, into: Any = None) -> None:
         """BDEV-16, TMB-1, SUB-7: apply the reported ring overwrites (default: the new ones)
         to the model (default: ``self.model``) as the involuntary evictions they are, after
         checking each was legitimate: the ring really was full, i.e. ``pages`` newer pages each
-        holding a newer record existed."""
+        holding a record newer than the evicted ones existed. Such a record is one the topic
+        still counts (``head - through`` of them at most) or one a power loss discarded (the
+        pages of an op that never completed keep their place in the ring, BDEV-17): at most
+        ``pages - 1`` pages per power loss, each holding one of the seqs above ``through`` that
+        the loss discarded."""
         events = self.ring_events() if events is None else events
         if not events:
             return
         pages = self.ring_pages()
         model: Any = self.model._backend if into is None else into
         for ev in events:
-            if pages is None or ev.head - ev.through < pages:
+            lost = 0
+            if pages is not None:
+                for lo, hi in self.discarded.get(ev.topic, ()):
+                    lost += min(max(0, hi - max(lo, ev.through + 1) + 1), pages - 1)
+            if pages is None or (ev.head - ev.through) + lost < pages:
                 fail(
                     f"BDEV-16: ring overwrite evicted {ev.topic} through seq {ev.through} at head "
-                    f"{ev.head}, but a ring of {pages} pages was not full"
+                    f"{ev.head}, but a ring of {pages} pages was not full ({lost} pages' worth of "
+                    "records discarded by power losses allowed for)"
                 )
             event("ring overwrite evicted live records")
             with model.lock:
@@ -315,6 +341,7 @@ class LogMachine(RuleBasedStateMachine):
         if data.draw(st.integers(0, 3)):
             return
         self.both(lambda s: s.drop_topic(name))
+        self.forget_discarded(name)
         pair = self.handles.pop(name, None)
         if pair is not None:
             self.stale.append(pair)
