@@ -18,6 +18,7 @@ their shape and falls back rather than guess when they change.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from typing import Any
 
 import numpy as np  # the spark extra brings it (pyspark's Arrow paths need it too)
@@ -97,6 +98,10 @@ def chunk_ranges(
     return runs, resume
 
 
+#: Below this many records per contiguous piece, building 16-byte views beats joining pieces.
+_PIECE_RECORDS = 16
+
+
 def _views(mv: memoryview, data: Any, starts: Any, lengths: Any, typ: pa.DataType) -> pa.Array:
     """Values ``mv[start:start+length]`` as a ``typ`` (binary) array. Built as a binary_view
     array over the mapped segment (16-byte views made with numpy, no per-value Python work),
@@ -138,7 +143,30 @@ def _payloads(mv: memoryview, data: Any, starts: Any, lengths: Any, stride: int 
         return pa.Array.from_buffers(
             pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)]
         )
+    pieces = _contiguous(mv, starts, lengths)
+    if pieces is not None:
+        return pieces
     return _views(mv, data, starts, lengths, pa.binary())
+
+
+def _contiguous(mv: memoryview, starts: Any, lengths: Any) -> pa.Array | None:
+    """The payload column when the payloads lie back to back in a few pieces (run frames,
+    FORMATS-seg3.md: each frame's payloads are contiguous): one join of a slice per piece and
+    offsets from the lengths. None when there are many pieces (per-record frames)."""
+    n = len(starts)
+    if not n:
+        return None
+    ends = starts + lengths
+    breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+    if len(breaks) * _PIECE_RECORDS > n:
+        return None
+    bounds = [0, *breaks.tolist(), n]
+    values = b"".join(mv[int(starts[a]) : int(ends[b - 1])] for a, b in pairwise(bounds))
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+    )
 
 
 def _labels(values: list[str | None], counts: Any) -> pa.Array:
