@@ -42,7 +42,7 @@ __all__ = ["OpenPage", "RingJournal"]
 class OpenPage:
     """The page being filled, in memory (BDEV-8: ts deltas restart at 0 on every page)."""
 
-    __slots__ = ("capacity", "parts", "used", "first_seq", "count", "prev_ts", "payload")
+    __slots__ = ("capacity", "parts", "used", "first_seq", "count", "prev_ts", "payload", "marks")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -52,6 +52,7 @@ class OpenPage:
         self.count = 0  # records
         self.prev_ts = 0
         self.payload = 0
+        self.marks = 0  # producer marks of ops (not carried copies): entries an op may end on
 
     def add_record(
         self,
@@ -79,6 +80,8 @@ class OpenPage:
             return False
         self.parts.append(enc)
         self.used += len(enc)
+        if not carried:
+            self.marks += 1
         return True
 
     def end_op(self) -> None:
@@ -104,6 +107,15 @@ class RingJournal:
         self.sync_needed = False
         self.meta_dirty = False
         self.pages_since_meta = 0
+
+    @property
+    def ops_complete_on_pages(self) -> bool:
+        """Whether every op so far has all its entries, its BATCH_END included, in sealed
+        (queued) pages: no op is in progress and the open page holds none of an op's entries
+        (a record, or a producer mark an op ended on). Only then may a metadata slot record
+        the current head (BDEV-14: recovery discards an op whose end never reached the device,
+        so a slot must never name seqs such an op holds)."""
+        return self.op_entries == 0 and self.open.count == 0 and self.open.marks == 0
 
     # -- effects ---------------------------------------------------------------------------
     def created(self, t: EngineTopic) -> None:

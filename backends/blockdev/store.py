@@ -288,8 +288,9 @@ class BlockdevBackend(Engine):
         j.meta_dirty = False
         j.pages_since_meta = 0
         t = self.topic_or_none()
-        if t is not None and j.sealed_through == t.log.head:
-            # every record is in a page queued before this slot: the facts are durable-safe
+        if t is not None and j.sealed_through == t.log.head and j.ops_complete_on_pages:
+            # every op, its end included, is in a page queued before this slot: the facts are
+            # durable-safe (BDEV-14)
             self.facts = metamod.facts_of(t)
         elif t is not None:
             # Records are still in the open page: keep the older head and trims, but the floor

@@ -982,3 +982,34 @@ def test_BDEV_11_cli_format(tmp_path: Path) -> None:
     result = run.invoke(main, ["blockdev", "format", str(path), "--force"])
     assert result.exit_code == 0 and "1024 bytes" in result.output
     assert run.invoke(main, ["blockdev", "verify", str(path)]).exit_code == 0
+
+
+def test_BDEV_14_a_slot_never_names_seqs_of_an_op_whose_end_is_still_in_memory(
+    tmp_path: Path,
+) -> None:
+    """BDEV-14, BDEV-10 (d), TOP-6, TOP-11 (stateful campaign seed 994787792): an
+    ``append_many`` with a producer mark fills a page with its records, the mark (its
+    BATCH_END) goes to the next, open page, and sealing the full page queues a metadata slot
+    (seed 004: num_pages for the first pages). That slot must not record the op's seqs as
+    written: after a power loss recovery discards the op (its end never reached the device),
+    and a slot naming them made the ring refuse to open ("the metadata records seq 6 as
+    written, but the ring ends at seq 4")."""
+    uri = f"blockdev://{tmp_path / 'r.img'}?size={4096 + 6 * PAGE}&page_size={PAGE}&topic=t"
+    clock = FakeClock()  # its default epoch: the ts widths that make page 1 fill as below
+    store = tidelog.open(uri, clock=clock)
+    t = store.topic("t", durability="memory")
+    t.append_many([b"\x01" * 60])  # seq 1, page 0
+    t.append_many([b"\x01" * 400])  # seq 2: page 0 is full and written, page 1 opens
+    t.append(b"\x00")
+    t.append(b"\x00", node="n0")  # seqs 3, 4 in page 1
+    assert t.append_many([bytes(4), bytes(11)], node="n0", producer=("p0", 1)) == [5, 6]
+    b: Any = store._backend
+    assert b.ring.slots[1] == (2, 6)  # page 1 holds seqs 2-6 and was queued; the mark was not
+    b.abandon()
+    store = tidelog.open(uri, clock=clock)  # opens: the slot names no seq beyond the ring
+    t = store.topic("t")
+    assert t.state().head_seq == 4  # the op of seqs 5-6 never ended on the device: discarded
+    written = [b"\x01" * 60, b"\x01" * 400, b"\x00", b"\x00"]
+    assert [r.payload for r in t.read(0, 10)] == written  # type: ignore[union-attr]
+    assert t.append_many([b"again"], producer=("p0", 1)) == [5]  # the mark went with its op
+    store.close()
