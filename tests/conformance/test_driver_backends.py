@@ -45,8 +45,12 @@ CASES = [(b, level) for b, (_, _, levels) in BACKENDS.items() for level in level
 
 @pytest.mark.parametrize(("backend", "level"), CASES, ids=[f"{b}-{lv}" for b, lv in CASES])
 def test_backend_through_driver(backend: str, level: str, tmp_path: Path) -> None:
-    """Each level's verdict for tidelog's own backends: pass where the capabilities make the
-    level apply (CAP), n/a (never a pass) where they do not."""
+    """CNF-1: each level's verdict for tidelog's own backends, through tidelog's driver
+    in a separate process (CNF-13, CNF-24): pass where the capabilities make the level apply
+    (CAP, CNF-3), n/a (never a pass) where they do not. The levels exercise the model oracle
+    (CNF-2), the runner's clock (CNF-4), ring evictions reported in responses (CNF-5, CNF-19),
+    crashes (CNF-6, CNF-7, CNF-20), ring head detection (CNF-8, CNF-21), the forwarder against
+    its model (CNF-9, CNF-22) and every store operation (CNF-16, CNF-17, CNF-18)."""
     on_files, on_recording, expected = BACKENDS[backend]
     if level == "crash" and on_recording is not None:
         factory = driver_factory(on_recording.format(), fs="recording")
@@ -60,9 +64,10 @@ def test_backend_through_driver(backend: str, level: str, tmp_path: Path) -> Non
 
 
 def test_run_report_and_replay(tmp_path: Path) -> None:
-    """`tidelog conformance run --driver CMD` prints passed levels and, for a failure, the
-    shrunk operation sequence with expected vs actual, and writes a replay file; `--replay
-    FILE` sends it again and shows the first differing response (exit 1 both times)."""
+    """CNF-25, CNF-26, CNF-27: `tidelog conformance run --driver CMD` prints passed levels and,
+    for a failure, the shrunk operation sequence with expected vs actual, and writes a replay
+    file; `--replay FILE` sends it again and shows the first differing response (exit 1 both
+    times)."""
     driver = own_driver_command("reject-after-ack", "os", MUTANTS_FILE)
     run = subprocess.run(
         [sys.executable, "-P", "-m", "tidelog.cli", "conformance", "run", "--driver", driver,
@@ -90,8 +95,10 @@ def test_run_report_and_replay(tmp_path: Path) -> None:
 
 
 def test_driver_speaks_json_lines() -> None:
-    """The protocol on the wire (spec/CONFORMANCE.md §3): one JSON response per request line,
-    ids echoed, errors as stable codes, bad lines answered rather than fatal."""
+    """CNF-13, CNF-14, CNF-15, CNF-16, CNF-17, CNF-18, CNF-23: the protocol on the wire
+    (spec/CONFORMANCE.md §3): one JSON response per request line, ids echoed, `hello` names the protocol, its version and ops,
+    bytes as base64, topics by handle, errors as stable codes, bad lines answered rather than
+    fatal."""
     lines = [
         {"id": 1, "op": "hello"},
         {"id": 2, "op": "open", "name": "wire", "now": 1000},
@@ -110,6 +117,7 @@ def test_driver_speaks_json_lines() -> None:
     got = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [g["id"] for g in got] == [1, 2, 3, 4, 5, 6, 7, None]
     assert got[0]["value"]["protocol"] == "tidelog-conformance"
+    assert got[0]["value"]["version"] == 1 and "ring_head" in got[0]["value"]["ops"]
     assert got[3] == {"id": 4, "ok": True, "value": 1}
     assert got[4]["ok"] is False and got[4]["code"] == "topic_full"
     assert got[5]["value"][0]["payload"] == "aGk=" and got[5]["value"][0]["seq"] == 1

@@ -25,7 +25,7 @@ SEEDS = int(os.environ.get("TIDELOG_MUTANT_SEEDS", "1"))
 
 
 def test_the_issue_defects_are_all_planted() -> None:
-    """The defects issue 7 names each have a mutant (and more besides)."""
+    """CNF-32: the defects issue 7 names each have a mutant (and more besides)."""
     rules = {m.rule for m in MUTANTS.values()}
     required = {"TMB-1", "TMB-4", "DUR-2", "WAL-5/DUR-6", "SUB-2", "FSN-6", "RING-3", "RET-3"}
     assert required <= rules, required - rules
@@ -34,7 +34,8 @@ def test_the_issue_defects_are_all_planted() -> None:
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_suite_catches_mutant(name: str) -> None:
-    """The level binding the broken rule fails against the mutant, through the protocol."""
+    """CNF-32, CNF-1: the level binding the broken rule fails against the mutant, through the
+    protocol."""
     mutant = MUTANTS[name]
     escaped = []
     first = session_seed()

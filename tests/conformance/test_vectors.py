@@ -41,8 +41,9 @@ def _entries(manifest: dict[str, Any], key: str) -> list[dict[str, Any]]:
 
 
 def test_every_format_has_valid_and_broken_vectors(vectors: tuple[Path, dict[str, Any]]) -> None:
-    """Every format tidelog reads or writes has at least one valid and one broken vector, and
-    the broken ones cover torn writes, bad checksums, bad magic, overflowing lengths and gaps."""
+    """CNF-28, CNF-29: every format tidelog reads or writes has at least one valid and one
+    broken vector, and the broken ones cover torn writes, bad checksums, bad magic, overflowing
+    lengths and gaps."""
     _, manifest = vectors
     kinds: dict[str, set[bool]] = {}
     for v in manifest["vectors"]:
@@ -56,8 +57,8 @@ def test_every_format_has_valid_and_broken_vectors(vectors: tuple[Path, dict[str
 
 
 def test_decoders_match_the_manifest(vectors: tuple[Path, dict[str, Any]]) -> None:
-    """Each file vector decodes to exactly the manifest's ``decode``, or raises exactly its
-    typed ``error`` (code, and rule id where the codec names one)."""
+    """CNF-29: each file vector decodes to exactly the manifest's ``decode``, or raises exactly
+    its typed ``error`` (code, and rule id where the codec names one)."""
     out, manifest = vectors
     checked = 0
     for v in manifest["vectors"]:
@@ -75,8 +76,9 @@ def test_decoders_match_the_manifest(vectors: tuple[Path, dict[str, Any]]) -> No
 
 
 def test_verify_matches_the_manifest(vectors: tuple[Path, dict[str, Any]]) -> None:
-    """``tidelog verify`` on every container (and .qseg) vector passes or fails as the manifest
-    says, reporting exactly the expected rule ids as errors and as warnings, each with a path."""
+    """CNF-30, CNF-31: ``tidelog verify`` recognises every container (and .qseg) vector and
+    passes or fails as the manifest says, reporting exactly the expected rule ids as errors and
+    as warnings, each with a path."""
     out, manifest = vectors
     entries = _entries(manifest, "verify")
     assert len(entries) >= 25
@@ -115,8 +117,8 @@ def test_valid_containers_read_back(vectors: tuple[Path, dict[str, Any]], tmp_pa
 
 
 def test_verify_cli_explains_problems(vectors: tuple[Path, dict[str, Any]]) -> None:
-    """``tidelog verify PATH`` names file, offset and rule, and exits 1 on errors, 0 on
-    warnings only."""
+    """CNF-30, CNF-31: ``tidelog verify PATH`` names file, offset and rule, and exits 1 on
+    errors, 0 on warnings only."""
     out, _ = vectors
     bad = subprocess.run(
         [sys.executable, "-P", "-m", "tidelog.cli", "verify", str(out / "sf-slot" / "bad-magic")],

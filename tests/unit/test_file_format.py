@@ -1479,9 +1479,9 @@ def test_deeply_nested_json_body_is_corrupt() -> None:
 FILE_FORMAT_PARTS = ("FORMATS.md", "FORMATS-seg2.md", "FORMATS-seg3.md", "FORMATS-wal-tail.md")
 
 
-def defined_rules() -> set[str]:
+def defined_rules(parts: tuple[str, ...] = FILE_FORMAT_PARTS) -> set[str]:
     rules: set[str] = set()
-    for name in FILE_FORMAT_PARTS:
+    for name in parts:
         text = (REPO / "spec" / name).read_text(encoding="utf-8")
         rules |= set(re.findall(r"^\*\*([A-Z]+-\d+)\*\*", text, flags=re.MULTILINE))
     return rules
@@ -1504,6 +1504,13 @@ def test_every_format_rule_is_cited_by_a_test() -> None:
     rules = defined_rules()
     prefixes = {"LAY", "LOCK", "WAL", "SEG", "PRG", "SNAP", "XPR", "WTAIL"}
     assert {r.split("-")[0] for r in rules} == prefixes
+    assert rules - cited_rules() == set()
+
+
+def test_every_conformance_rule_is_cited_by_a_test() -> None:
+    """Every rule id spec/CONFORMANCE.md defines (CNF) is cited by a test."""
+    rules = defined_rules(("CONFORMANCE.md",))
+    assert {r.split("-")[0] for r in rules} == {"CNF"} and len(rules) >= 32
     assert rules - cited_rules() == set()
 
 
