@@ -96,9 +96,9 @@ def test_run_report_and_replay(tmp_path: Path) -> None:
 
 def test_driver_speaks_json_lines() -> None:
     """CNF-13, CNF-14, CNF-15, CNF-16, CNF-17, CNF-18, CNF-23: the protocol on the wire
-    (spec/CONFORMANCE.md §3): one JSON response per request line, ids echoed, `hello` names the protocol, its version and ops,
-    bytes as base64, topics by handle, errors as stable codes, bad lines answered rather than
-    fatal."""
+    (spec/CONFORMANCE.md §3): one JSON response per request line, ids echoed, `hello` names
+    the protocol, its version and ops, bytes as base64, topics by handle, errors as stable
+    codes, bad lines answered rather than fatal."""
     lines = [
         {"id": 1, "op": "hello"},
         {"id": 2, "op": "open", "name": "wire", "now": 1000},
