@@ -1,0 +1,79 @@
+"""A power loss inside the append whose page write would overwrite live records of a blockdev
+ring (BDEV-16), driven through the conformance suite's own crash step (SuiteMachine.crash_inside
+over the driver protocol). Found by CI (seed 1341194905): when the power went before that page
+write reached the device, the old page, and so the records the op evicted, were still there, a
+state the suite did not allow. Both outcomes must be accepted: the old records live and the op
+lost, or the old records below the floor with a tombstone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidelog.conformance import suitemachine
+from tidelog.conformance.driver import Driver
+from tidelog.conformance.remote import LocalTransport, RemoteSut
+from tidelog.conformance.suitemachine import machine_for
+from tidelog.conformance.sut import FS_OPENERS, LocalSut
+
+
+def _crash_in_overwriting_append(root: Path, seed: int) -> None:
+    """Fill an fsync topic until its next append seals a page over seq 1, then lose power
+    inside that append (crash point and pending-write fate from ``seed``)."""
+    local = LocalSut(
+        lambda name: f"blockdev://{root / name}.img?size=7168&page_size=512&topic=t0",
+        fs="recording",
+        openers={"blockdev": FS_OPENERS["blockdev"]},
+    )
+    link = RemoteSut(LocalTransport(Driver(local)))
+
+    @settings(max_examples=1, deadline=None, database=None)
+    @given(st.data())
+    def run(data: st.DataObject) -> None:
+        m = machine_for(link, "crash")()
+        try:
+            cfg = {"durability": "fsync", "discard": "old", "retention": "backpressure"}
+            m.both(lambda s: s.topic("t0", **cfg).name)
+            m.handles = {"t0": (m.model.topic("t0"), m.sut.topic("t0"))}
+            pages = m.ring_pages()
+            assert pages is not None
+            # one fsync append seals one page: ``pages`` appends fill the ring, the next
+            # overwrites the page holding seq 1
+            for i in range(pages):
+                m.on_topic("t0", lambda t, i=i: t.append(bytes([i]) * 40))
+            assert m.ring_events() == []  # learnt by on_topic, nothing pending
+            m.since_fresh = 3
+            payload = b"overwrites-page-0" * 3
+            m.crash_inside(data, seed, "append", lambda t: t.append(payload))
+        finally:
+            m.teardown()
+
+    run()
+
+
+def test_BDEV_16_power_loss_before_the_overwriting_page_write_lands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BDEV-16, CNF-6, CRASH-7, DUR-2: every crash point inside the overwriting append
+    recovers to a state the suite accepts, and both outcomes occur over the seeds tried (the
+    old records still live; the old records evicted, with a tombstone)."""
+    seen: list[Any] = []
+    compare = suitemachine.compare_recovered
+
+    def spy(got: Any, *args: Any, **kwargs: Any) -> None:
+        compare(got, *args, **kwargs)  # raises when this state is not the one it checks
+        seen.append(got["t0"])
+
+    monkeypatch.setattr(suitemachine, "compare_recovered", spy)
+    for seed in range(12):
+        _crash_in_overwriting_append(tmp_path, seed)
+    kept = [v for v in seen if v.floor == 1]
+    evicted = [v for v in seen if v.floor > 1]
+    assert len(seen) == 12
+    assert kept, "no crash point left the overwritten page intact"
+    assert evicted, "no crash point evicted seq 1"
+    assert all(v.tombstones and v.tombstones[0][0] == 1 for v in evicted)
