@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NoReturn
 
@@ -41,7 +41,10 @@ from tidelog.records import Lease
 from .invariants import check_topic
 from .sut import RingEvent
 
-__all__ = ["LogMachine", "Outcome", "FAILURE_HOOKS", "fail"]
+__all__ = [
+    "LogMachine", "Outcome", "FAILURE_HOOKS", "apply_ring_evictions", "fail",
+    "ring_eviction_refused",
+]  # fmt: skip
 
 #: called with the message whenever the suite finds a difference, just before it raises (the
 #: conformance runner times the first failure of a run with it)
@@ -151,6 +154,41 @@ def _finish_one(topic: Topic, *, lease: Lease, kind: str) -> None:
         topic.release(lease.seq, lease.lease_id)
     else:
         topic.nack(lease.seq, lease.lease_id, delay_ms=20 if kind == "nack_later" else 0)
+
+
+def ring_eviction_refused(
+    ev: RingEvent, pages: int | None, discarded: Sequence[tuple[int, int]] = ()
+) -> str | None:
+    """BDEV-16: why the reported overwrite ``ev`` was not legitimate (None: it was). The ring
+    really was full, i.e. ``pages`` newer pages each holding a record newer than the evicted
+    ones existed. Such a record is one the topic still counts (``head - through`` of them at
+    most) or one a power loss discarded (``discarded``: the seq ranges it discarded; the pages
+    of an op that never completed keep their place in the ring, BDEV-17): at most
+    ``pages - 1`` pages per power loss, each holding one of the seqs above ``through`` that the
+    loss discarded."""
+    lost = 0
+    if pages is not None:
+        for lo, hi in discarded:
+            lost += min(max(0, hi - max(lo, ev.through + 1) + 1), pages - 1)
+    if pages is None or (ev.head - ev.through) + lost < pages:
+        return (
+            f"BDEV-16: ring overwrite evicted {ev.topic} through seq {ev.through} at head "
+            f"{ev.head}, but a ring of {pages} pages was not full ({lost} pages' worth of "
+            "records discarded by power losses allowed for)"
+        )
+    return None
+
+
+def apply_ring_evictions(model: Any, events: Sequence[RingEvent]) -> None:
+    """BDEV-16, TMB-1, SUB-7: the model (a ``ModelStore``) evicts, involuntarily, the live
+    records each reported overwrite took."""
+    for ev in events:
+        with model.lock:
+            t = model.topics.get(ev.topic)
+            seqs = [q for q in t.live_sorted() if q <= ev.through] if t is not None else []
+            if seqs:
+                model._remove_involuntary(t, seqs, "evicted")
+                model._record_history(t)
 
 
 class LogMachine(RuleBasedStateMachine):
@@ -277,35 +315,21 @@ class LogMachine(RuleBasedStateMachine):
     def learn_ring(self, events: list[RingEvent] | None = None, into: Any = None) -> None:
         """BDEV-16, TMB-1, SUB-7: apply the reported ring overwrites (default: the new ones)
         to the model (default: ``self.model``) as the involuntary evictions they are, after
-        checking each was legitimate: the ring really was full, i.e. ``pages`` newer pages each
-        holding a record newer than the evicted ones existed. Such a record is one the topic
-        still counts (``head - through`` of them at most) or one a power loss discarded (the
-        pages of an op that never completed keep their place in the ring, BDEV-17): at most
-        ``pages - 1`` pages per power loss, each holding one of the seqs above ``through`` that
-        the loss discarded."""
+        checking each was legitimate (``ring_eviction_refused``)."""
         events = self.ring_events() if events is None else events
         if not events:
             return
+        self.check_ring(events)
+        apply_ring_evictions(self.model._backend if into is None else into, events)
+
+    def check_ring(self, events: list[RingEvent]) -> None:
+        """BDEV-16: fail on a reported ring overwrite the ring's size does not allow yet."""
         pages = self.ring_pages()
-        model: Any = self.model._backend if into is None else into
         for ev in events:
-            lost = 0
-            if pages is not None:
-                for lo, hi in self.discarded.get(ev.topic, ()):
-                    lost += min(max(0, hi - max(lo, ev.through + 1) + 1), pages - 1)
-            if pages is None or (ev.head - ev.through) + lost < pages:
-                fail(
-                    f"BDEV-16: ring overwrite evicted {ev.topic} through seq {ev.through} at head "
-                    f"{ev.head}, but a ring of {pages} pages was not full ({lost} pages' worth of "
-                    "records discarded by power losses allowed for)"
-                )
+            why = ring_eviction_refused(ev, pages, self.discarded.get(ev.topic, ()))
+            if why is not None:
+                fail(why)
             event("ring overwrite evicted live records")
-            with model.lock:
-                t = model.topics.get(ev.topic)
-                seqs = [q for q in t.live_sorted() if q <= ev.through] if t is not None else []
-                if seqs:
-                    model._remove_involuntary(t, seqs, "evicted")
-                    model._record_history(t)
 
     # -- rules: store ----------------------------------------------------------------------
     @initialize(data=st.data())

@@ -28,15 +28,16 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from tidelog.clock import FakeClock
 from tidelog.errors import NotAvailable, TidelogError
+from tidelog.model import ModelStore
 
-from .crashcheck import compare_recovered, observe
+from .crashcheck import observe
 from .driver import make_driver
 from .fsnmachine import forward_machine_for
 from .levels import LEVELS, ORDER, applies
-from .machine import FAILURE_HOOKS
+from .machine import FAILURE_HOOKS, apply_ring_evictions, ring_eviction_refused
 from .remote import LocalTransport, RemoteSut
 from .ringcheck import check_ring_head, ring_images
-from .suitemachine import machine_for, snapshot_model
+from .suitemachine import crash_states, machine_for, recovered_allowed, snapshot_model
 
 __all__ = [
     "Failure", "LevelResult", "SutFactory", "run_levels", "run_level", "replay",
@@ -362,6 +363,7 @@ def replay(path: str, make_sut: SutFactory) -> list[dict[str, Any]]:
     link, ref = make_sut(), reference_sut()
     rows: list[dict[str, Any]] = []
     crashed: str | None = None
+    pages: int | None = None  # the open ring's size (``open``'s ``ring_pages``)
     try:
         for req in data["requests"]:
             req = {k: v for k, v in req.items() if k != "id"}
@@ -375,14 +377,25 @@ def replay(path: str, make_sut: SutFactory) -> list[dict[str, Any]]:
                     continue
             if op == "crash" or "crash_seed" in req:
                 crashed = ref.transport.driver.name  # type: ignore[attr-defined]
-                row = _replay_crash(link, ref, req)
+                row = _replay_crash(link, ref, req, pages)
                 rows.append(row)
                 if row["differs"]:
                     break
                 continue
             expected = _exchange(ref, req)
             actual = _exchange(link, req)
-            differs = not _same(expected, actual)
+            if op in ("open", "capabilities"):
+                # the implementation's own claims (the run checks them against its level, CAP-1)
+                differs = expected["ok"] != actual["ok"]
+                if op == "open" and actual["ok"]:
+                    pages = (actual["value"] or {}).get("ring_pages")
+            else:
+                differs = not _same(expected, actual)
+            if not differs:
+                refused = _learn_ring(link, ref, pages)
+                if refused is not None:
+                    actual = {"ok": False, "code": "ring", "message": refused}
+                    differs = True
             rows.append({"request": req, "expected": expected, "actual": actual,
                          "differs": differs})
             if differs:
@@ -403,11 +416,32 @@ def _exchange(link: RemoteSut, req: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "code": type(exc).__name__, "message": str(exc)}
 
 
-def _replay_crash(link: RemoteSut, ref: RemoteSut, req: dict[str, Any]) -> dict[str, Any]:
+def _reference_model(ref: RemoteSut) -> ModelStore:
+    model: ModelStore = ref.transport.driver.store._backend  # type: ignore[attr-defined]
+    return model
+
+
+def _learn_ring(link: RemoteSut, ref: RemoteSut, pages: int | None) -> str | None:
+    """CNF-5: the ring overwrites the implementation reported for the last request reach the
+    reference model, as in the run; returns why one was not legitimate (None: all were)."""
+    events = link.ring_evictions()
+    for ev in events:
+        why = ring_eviction_refused(ev, pages)
+        if why is not None:
+            return why
+    if events:
+        apply_ring_evictions(_reference_model(ref), events)
+    return None
+
+
+def _replay_crash(
+    link: RemoteSut, ref: RemoteSut, req: dict[str, Any], pages: int | None
+) -> dict[str, Any]:
     """Replay a power loss: apply the op (if any) to the model, crash the implementation,
-    recover it and compare with the model's allowed states."""
+    recover it and compare with the model's allowed states (CNF-6: with the ring overwrites
+    the op began, or without them and the op)."""
     ref_driver = ref.transport.driver  # type: ignore[attr-defined]
-    model = ref_driver.store._backend
+    model = _reference_model(ref)
     name = ref_driver.name
     before = snapshot_model(model)
     after = None
@@ -416,11 +450,17 @@ def _replay_crash(link: RemoteSut, ref: RemoteSut, req: dict[str, Any]) -> dict[
         _exchange(ref, inner)
         after = model
     _exchange(link, req)
+    events = link.ring_evictions()
     clock = FakeClock(int(req.get("now", 1_000_000)))
     try:
+        for ev in events:
+            why = ring_eviction_refused(ev, pages)
+            if why is not None:
+                raise AssertionError(why)
+        states = crash_states(before, after, events)
         store = link.open(name, clock)
         got = observe(store)
-        compare_recovered(got, before, after, clock, "replayed power loss")
+        recovered_allowed(got, states, clock, "replayed power loss")
         verdict: dict[str, Any] = {"ok": True, "value": "recovered state allowed"}
         differs = False
     except (AssertionError, TidelogError) as exc:
