@@ -677,15 +677,21 @@ class Engine(Backend):
         if self.readonly:
             raise ReadOnly("subscriber progress cannot be written: the store is read-only")
 
-        def op(t: EngineTopic, now: int) -> None:
+        with self.lock:
+            t, _ = self._enter(ref)  # lazy TTL/lease expiry first: it may move the hwm
             s = self._sub(t, name)
+            # the frames of what entering did (evictions) are placed before the progress is
+            # written, so the backend can make them durable first (PRG-8)
+            entered = self._end_op(False)
             s.flushed_hwm = s.hwm
             self.persist_progress(t, name, s)
-
-        self._run(ref, op, durable=False)
+            persisted = self._end_op(False)  # what persisting queued (blockdev: a slot write)
+        self._finish(*entered)
+        self._finish(*persisted)
 
     def persist_progress(self, t: EngineTopic, name: str, s: SubState) -> None:
-        """Hook: make one subscriber's progress durable (file backend: progress file)."""
+        """Hook: make one subscriber's progress durable (file backend: progress file, after the
+        WAL frames placed so far, PRG-8). Called under the lock."""
 
     def unregister(self, ref: TopicRef, name: str) -> None:
         def op(t: EngineTopic, now: int) -> None:

@@ -298,6 +298,10 @@ class FileBackend(Engine):
     def persist_progress(self, t: EngineTopic, name: str, s: SubState) -> None:
         key = self.progress_key(s)
         if self.progress_written.get((t.tid, name)) != key:
+            # PRG-8: the ops this progress reflects (an eviction or ack that moved the hwm) are
+            # durable before it is; a no-op when the WAL is synced already
+            for shard in self.shards:
+                shard.flush(sync=True)
             try:
                 write_progress(self.fs, self.root, t.tid, name, s)
             except OSError as exc:

@@ -165,6 +165,28 @@ def test_DUR_9_subscriber_progress_and_checkpoints() -> None:
     report("exhaustive", n)
 
 
+def test_PRG_8_progress_is_written_after_the_wal_ops_it_reflects() -> None:
+    """PRG-8, DUR-9, TMB-1: the TTL evicts seqs 2..6 (journaled, not yet synced) and moves the
+    subscriber past them; its flush writes that progress. At every crash point, recovery keeps
+    the eviction wherever it keeps the progress: the evicted records read as a tombstone, never
+    trimmed silently (found by the conformance crash level, seed 33)."""
+    ops: list[Op] = [
+        ("create", "t", {"durability": "fsync", "ttl_ms": 60, "trim": "acked"}),
+        ("subscribe", "t", "s", "earliest"),
+        ("append_many", "t", [b"1", b"2", b"3", b"4"]),
+        ("ack", "t", "s", 1),
+        ("append_many", "t", [b"5", b"6"]),
+        ("flush",),
+        ("advance", 60),
+        ("flush_sub", "t", "s"),
+        ("flush",),
+    ]
+    run = CrashRun(open_file_store, ops)
+    n = run.check(every_point(run), torn="linear")
+    assert n > 20
+    report("exhaustive", n)
+
+
 def test_CRASH_7_wal_rotation() -> None:
     """WAL-1 rotation under load: a file is durable before the next receives a byte, so no
     crash keeps a newer file's frames while an older one is torn."""
