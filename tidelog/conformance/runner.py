@@ -89,9 +89,15 @@ class _Watch:
         if self.link is not None:
             self.mark = len(self.link.transport.log)
 
-    def failed(self, _message: str) -> None:
+    #: the last example that failed: its message and exchange (when Hypothesis's final replay
+    #: of the shrunk example does not fail again, FlakyFailure, this is the failure to report)
+    failing: tuple[str, list[dict[str, Any]]] | None = None
+
+    def failed(self, message: str) -> None:
         if self.first is None:
             self.first = (time.perf_counter() - self.start, self.examples)
+        if self.link is not None:
+            self.failing = (message, self.link.transport.log[self.mark :])
 
 
 @contextlib.contextmanager
@@ -199,17 +205,22 @@ def run_level(
             with _hypothesis(seed, shrink_seconds, reported):
                 _run_machines(link, level, examples, steps, watch)
         except Exception as exc:  # any failure is the implementation's finding
+            flaky = watch.failing if getattr(exc, "exceptions", None) else None
             watch.failed(str(exc))
             first = watch.first or (time.perf_counter() - t0, watch.examples)
-            steps_seen = link.transport.log[watch.mark :]
+            message, steps_seen = _message(exc), link.transport.log[watch.mark :]
+            if flaky is not None:
+                # the shrunk example passed when replayed: report the last one that failed
+                message = f"{flaky[0]} (the run was not reproducible: {message})"
+                steps_seen = flaky[1]
             return LevelResult(
                 level,
                 "fail",
                 watch.examples,
                 time.perf_counter() - t0,
                 seed,
-                _message(exc),
-                Failure(_message(exc), steps_seen, first[0], first[1], _steps_text(reported)),
+                message,
+                Failure(message, steps_seen, first[0], first[1], _steps_text(reported)),
             )
         finally:
             FAILURE_HOOKS.remove(watch.failed)
