@@ -103,7 +103,9 @@ class TopicLog:
         (None, i0, i1) for the tail, indexes inclusive, in seq order."""
         if self.chunks and lo < self.base:
             j = max(bisect_right(self._chunk_firsts, lo) - 1, 0)
-            for c in self.chunks[j:]:
+            chunks = self.chunks
+            for k in range(j, len(chunks)):  # no copy of the list: a read stops early
+                c = chunks[k]
                 if c.first_seq > hi:
                     return
                 i0 = max(lo - c.first_seq, 0)
