@@ -30,10 +30,17 @@ from tidelog.clock import Clock
 from tidelog.model import ModelStore, TopicModel
 from tidelog.records import Record
 
-from .crashcheck import CrashRun, TopicView, _candidate_view, _matches, check_progress
+from .crashcheck import (
+    CrashRun,
+    TopicView,
+    _candidate_view,
+    _matches,
+    check_progress,
+    compare_recovered,
+)
 from .crashfs import RecordingFS
 
-__all__ = ["RingCrashRun", "allowed_as", "no_silent_skip"]
+__all__ = ["RingCrashRun", "allowed_as", "compare_recovered_ring", "no_silent_skip"]
 
 
 def _states(models: Sequence[ModelStore], name: str) -> list[TopicModel]:
@@ -222,18 +229,39 @@ class RingCrashRun(CrashRun):
         clock: Clock,
         where: str,
     ) -> None:
+        hows = compare_recovered_ring(
+            got, model_i, model_next, clock, where, ring_full=self.ring_full
+        )
+        self.relaxed += any(how != "exact" for how in hows)
+
+
+def compare_recovered_ring(
+    got: dict[str, TopicView],
+    model_i: ModelStore,
+    model_next: ModelStore | None,
+    clock: Clock,
+    where: str,
+    *,
+    ring_full: bool = False,
+) -> list[str]:
+    """``crashcheck.compare_recovered`` for an at-least-once ring (``exact_progress`` False):
+    the exact comparison, else each topic judged by ``allowed_as`` (BDEV-16, BDEV-17) and its
+    subscribers by ``check_progress`` (DUR-9). Returns how each topic was allowed ("exact" for
+    all when the exact comparison held); AssertionError otherwise."""
+    try:
+        compare_recovered(got, model_i, model_next, clock, where)
+        return ["exact"] * len(got)
+    except AssertionError:
+        pass
+    models = [m for m in (model_i, model_next) if m is not None]
+    required = set(model_i.topics) & set(models[-1].topics)
+    assert required <= set(got), f"acknowledged topics {required - set(got)} lost: {where}"
+    hows = []
+    for name, view in got.items():
         try:
-            super()._compare(got, model_i, model_next, clock, where)
-            return
-        except AssertionError:
-            pass
-        models = [m for m in (model_i, model_next) if m is not None]
-        required = set(model_i.topics) & set(models[-1].topics)
-        assert required <= set(got), f"acknowledged topics {required - set(got)} lost: {where}"
-        for name, view in got.items():
-            try:
-                _, how = allowed_as(name, view, models, clock, ring_full=self.ring_full)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}: {where}") from None
-            self.relaxed += how != "exact"
-            check_progress(name, view, model_i, model_next, where)
+            _, how = allowed_as(name, view, models, clock, ring_full=ring_full)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {where}") from None
+        hows.append(how)
+        check_progress(name, view, model_i, model_next, where)
+    return hows
