@@ -143,8 +143,10 @@ def _covered(tombs: Sequence[tuple[int, int]], lo: int, hi: int) -> bool:
 
 
 def _matches(got: TopicView, want: TopicView, cls: str) -> bool:
-    if cls == "ephemeral":  # DUR-5: no records, head never regresses, all below the floor
-        return not got.records and got.head >= want.head and got.floor == got.head + 1
+    if cls == "ephemeral":  # DUR-5: no records, head never regresses, every lost seq below
+        # the floor; with nothing live to lose (all trimmed before) the floor stays where it was
+        lost_below_floor = got.floor == got.head + 1 and got.head >= want.head
+        return not got.records and (lost_below_floor or got == want)
     if got.records != want.records:
         return False
     if got.head == want.head:
