@@ -44,7 +44,8 @@ class Mutant:
 
 
 FILE = (
-    "file:///m/{name}?background=false&prealloc=none&wal_file_bytes=64KiB&checkpoint_bytes=4KiB"
+    "file:///m/{name}?background=false&commit_interval_ms=60000&prealloc=none"
+    "&wal_file_bytes=64KiB&checkpoint_bytes=4KiB"
     "&segment_max_records=4&head_reserve=3"
 )
 BLOCKDEV = "blockdev:///m/{name}.img?size=7168&page_size=512&topic=t0"

@@ -22,7 +22,8 @@ from tidelog.conformance.runner import format_report, run_level
 from tidelog.conformance.suite import session_seed
 
 FILE_OPTIONS = (
-    "background=false&prealloc=none&wal_file_bytes=64KiB&checkpoint_bytes=4KiB"
+    "background=false&commit_interval_ms=60000&prealloc=none&wal_file_bytes=64KiB"
+    "&checkpoint_bytes=4KiB"
     "&segment_max_records=4&head_reserve=3"
 )
 RING = "size=7168&page_size=512&topic=t0"

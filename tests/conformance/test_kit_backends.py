@@ -18,7 +18,8 @@ from tidelog.conformance.sut import FS_OPENERS, FsOpener
 
 _ROOT = tempfile.mkdtemp(prefix="tidelog-kit-")
 FILE_OPTIONS = (
-    "background=false&prealloc=none&wal_file_bytes=64KiB&checkpoint_bytes=4KiB"
+    "background=false&commit_interval_ms=60000&prealloc=none&wal_file_bytes=64KiB"
+    "&checkpoint_bytes=4KiB"
     "&segment_max_records=4&head_reserve=3"
 )
 
