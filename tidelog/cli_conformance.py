@@ -3,7 +3,8 @@
     tidelog conformance run --uri 'memory://{name}'               # tidelog's own memory backend
     tidelog conformance run --driver './my-log-driver --dir /tmp/x' --level log --level crash
     tidelog conformance run --driver CMD --replay tidelog-replay-log-1a2b3c4d.json
-    tidelog conformance driver --uri 'file:///conf/{name}?background=false&commit_interval_ms=60000' --fs recording
+    tidelog conformance driver --fs recording \
+        --uri 'file:///conf/{name}?background=false&commit_interval_ms=60000'
     tidelog conformance vectors --out vectors/                     # golden format test vectors
 """
 
