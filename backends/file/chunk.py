@@ -233,8 +233,10 @@ class SegChunk(DeadSlots):
         self._init_dead()
         runs = self.runs
         if self.by_run:  # per frame: header, labels, checksum; per record: ts and length
-            frame_runs = map(runs.run_of, index.block_slots)
-            label_bytes = sum(runs.nls[r] + runs.tls[r] for r in frame_runs)
+            label_bytes = 0
+            if any(runs.nls) or any(runs.tls):  # mostly none: no per-frame work at open
+                frame_runs = map(runs.run_of, index.block_slots)
+                label_bytes = sum(runs.nls[r] + runs.tls[r] for r in frame_runs)
             overhead = (segfmt.RUN_HEADER_SIZE + 8) * len(index.block_slots) + 12 * self.count
         else:
             bounds = [*runs.firsts, self.count]
