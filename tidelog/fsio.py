@@ -20,7 +20,7 @@ from typing import Protocol
 
 from .errors import Locked, StorageError
 
-__all__ = ["FS", "Handle", "OsFS", "storage_error", "make_dirs"]
+__all__ = ["FS", "Handle", "OsFS", "storage_error", "make_dirs", "zero_after"]
 
 
 class Handle(Protocol):
@@ -105,6 +105,23 @@ def make_dirs(fs: FS, path: str) -> None:
     fs.fsync_dir(parent)
 
 
+def zero_after(h: Handle, offset: int) -> bool:
+    """Whether every byte of the file from ``offset`` on reads as zero. A real file is read
+    only where it holds data (``SEEK_DATA``/``SEEK_HOLE``: preallocated extents never written
+    are holes), so a large preallocated tail costs nothing to check."""
+    regions = getattr(h, "data_regions", None)
+    spans = regions(offset) if regions is not None else [(offset, h.size())]
+    for a, b in spans:
+        while a < b:
+            chunk = h.pread(min(1 << 20, b - a), a)
+            if not chunk:
+                break
+            if chunk.count(0) != len(chunk):
+                return False
+            a += len(chunk)
+    return True
+
+
 def storage_error(exc: OSError, what: str) -> StorageError:
     """A typed error for an OS failure, naming what was being done (ERR-1: io_error)."""
     detail = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
@@ -153,6 +170,24 @@ class _OsHandle:
                 n = min(len(zeros), size - current)
                 self.pwrite(zeros[:n] if n < len(zeros) else zeros, current)
                 current += n
+
+    def data_regions(self, offset: int) -> list[tuple[int, int]]:
+        """``[start, end)`` ranges from ``offset`` on that may hold data (``zero_after``)."""
+        size = self.size()
+        out: list[tuple[int, int]] = []
+        try:
+            while offset < size:
+                try:
+                    start = os.lseek(self.fd, offset, os.SEEK_DATA)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # no data from here to the end
+                        break
+                    raise
+                offset = os.lseek(self.fd, start, os.SEEK_HOLE)
+                out.append((start, offset))
+        except OSError:  # no SEEK_DATA here: every byte may be data
+            return [(offset, size)]
+        return out
 
     def fdatasync(self) -> None:
         os.fdatasync(self.fd)

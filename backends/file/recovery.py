@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.config import TopicConfig
 from tidelog.errors import Corrupt
+from tidelog.fsio import zero_after
 
 from ..common.engine import EngineTopic
 from .chunk import SegChunk
@@ -215,9 +216,10 @@ def replay_wal(
             if torn:
                 torn_at = f"{path} offset {end}"
                 b.warnings.append(f"{path}: torn tail at offset {end} discarded (recovery)")
-            if torn or gen == gens[-1]:
+            if torn or (gen == gens[-1] and not _zero_from(b, path, end)):
                 # nothing will be appended to this file again (new writes start a new file);
-                # cutting it at its end leaves no stale bytes after the last valid op (WAL-4)
+                # cutting it at its end leaves no stale bytes after the last valid op (WAL-4).
+                # A file already all zeros after its end needs no cut (and no journal commit)
                 b.truncations.append((path, end))
     return highest
 
@@ -230,6 +232,15 @@ def list_streams(b: FileBackend) -> list[tuple[str, str]]:
         if name.startswith("shard-") and b.fs.is_dir(os.path.join(base, name)):
             streams.append((name[6:], os.path.join(base, name)))
     return streams
+
+
+def _zero_from(b: FileBackend, path: str, end: int) -> bool:
+    """WAL-4: every byte of the file after ``end`` reads as zero."""
+    h = b.fs.open_read(path)
+    try:
+        return zero_after(h, end)
+    finally:
+        h.close()
 
 
 def _scan_file(
