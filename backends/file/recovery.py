@@ -147,16 +147,29 @@ def _index_tags(t: EngineTopic) -> None:
 
 
 def register(b: FileBackend, t: EngineTopic, name: str, base: int) -> None:
-    """A subscriber known from the snapshot or the WAL, with its last written progress."""
+    """A subscriber known from the snapshot or the WAL. Its last written progress is applied
+    once the replay is done (``load_progress``, PRG-9): applied here, an hwm from after the
+    frames still to replay would settle (SUB-5: trim) records those frames evict."""
     s = t.progress.add(name, base)
-    saved = read_progress(b.fs, b.root, t.tid, name)
-    if saved is not None:
-        s.hwm = max(saved.hwm, base)
-        s.outcomes = {q: "acked" for q in saved.outcomes if q > s.hwm}
-        s.gap = saved.gap
-        s.base = saved.base if saved.base <= s.hwm else base
     s.cursor = s.flushed_hwm = s.hwm
-    b.progress_written[(t.tid, name)] = b.progress_key(s)
+    b.unloaded.append((t, name, s))
+
+
+def load_progress(b: FileBackend) -> None:
+    """PRG-9: after a replay, each subscriber it registered takes its last written progress."""
+    pending, b.unloaded = b.unloaded, []
+    for t, name, s in pending:
+        if b.by_id.get(t.tid) is not t or t.progress.subs.get(name) is not s:
+            continue  # unregistered (or its topic dropped) later in the replay
+        saved = read_progress(b.fs, b.root, t.tid, name)
+        if saved is not None:
+            base = s.base
+            s.hwm = max(saved.hwm, base)
+            s.outcomes = {q: "acked" for q in saved.outcomes if q > s.hwm}
+            s.gap = saved.gap
+            s.base = saved.base if saved.base <= s.hwm else base
+        s.cursor = s.flushed_hwm = s.hwm
+        b.progress_written[(t.tid, name)] = b.progress_key(s)
 
 
 # -- WAL replay --------------------------------------------------------------------------------
@@ -221,6 +234,7 @@ def replay_wal(
                 # cutting it at its end leaves no stale bytes after the last valid op (WAL-4).
                 # A file already all zeros after its end needs no cut (and no journal commit)
                 b.truncations.append((path, end))
+    load_progress(b)
     return highest
 
 

@@ -49,6 +49,8 @@ class FileBackend(Engine):
         self.shards: list[WalShard] = []
         self.ceilings: dict[int, int] = {}
         self.progress_written: dict[tuple[int, str], tuple[Any, ...]] = {}
+        # subscribers a replay registered, whose progress files it applies at its end (PRG-9)
+        self.unloaded: list[tuple[EngineTopic, str, SubState]] = []
         self.dropped_tids: list[EngineTopic] = []
         self.warnings: list[str] = []
         self.truncations: list[tuple[str, int]] = []

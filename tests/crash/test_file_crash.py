@@ -187,6 +187,28 @@ def test_PRG_8_progress_is_written_after_the_wal_ops_it_reflects() -> None:
     report("exhaustive", n)
 
 
+def test_PRG_9_progress_files_apply_after_the_replay() -> None:
+    """PRG-9, SUB-5, TMB-1: s registers at 4; the cap evicts 1..3, then the TTL evicts 4..8
+    and moves s past them (a gap); s's flush syncs that and writes hwm 8. Recovery applies the
+    progress file only after replaying the WAL: applied at the registration frame, hwm 8 settled
+    against records the replay had not evicted yet and trimmed 5..8 silently (no tombstone).
+    Found by the conformance crash level (seed 111)."""
+    ops: list[Op] = [
+        ("create", "t", {"durability": "disk", "cap_records": 5, "ttl_ms": 5, "trim": "acked"}),
+        ("append_many", "t", [b"1", b"2", b"3", b"4"]),
+        ("subscribe", "t", "s", "resume"),
+        ("append_many", "t", [b"5"]),
+        ("append_many", "t", [b"6", b"7", b"8"]),
+        ("advance", 5),
+        ("flush_sub", "t", "s"),
+        ("append", "t", b"9", None),
+    ]
+    run = CrashRun(open_file_store, ops)
+    n = run.check(every_point(run), torn="linear")
+    assert n > 20
+    report("exhaustive", n)
+
+
 def test_CRASH_7_wal_rotation() -> None:
     """WAL-1 rotation under load: a file is durable before the next receives a byte, so no
     crash keeps a newer file's frames while an older one is torn."""
