@@ -44,7 +44,7 @@ _U64 = struct.Struct("<Q")
 _PER_FRAME_BYTES = 8192
 _tuple_new: Any = tuple.__new__  # Record (a NamedTuple) without its Python-level __new__
 _first = itemgetter(0)
-iter_unpack = struct.iter_unpack
+_iter_unpack = struct.iter_unpack
 _WHOLE: dict[tuple[int, int], Any] = {}
 
 
@@ -508,7 +508,7 @@ class SegChunk(DeadSlots):
             if _uniform(lens, a, b) and offs[b] - start == size * (b - a):
                 # frames back to back (SEG-3), equal sizes: one stride, one C call (struct)
                 fmt = f"{skip}x{size - skip - 8}s8x"
-                payloads = map(_first, iter_unpack(fmt, self.data[start : start + size * n]))
+                payloads = map(_first, _iter_unpack(fmt, self.data[start : start + size * n]))
             else:
                 piece = offs[a : b + 1]
                 ends = map(sub, map(add, piece, lens[a : b + 1]), repeat(8))
@@ -542,7 +542,7 @@ class SegChunk(DeadSlots):
             elif size and a == slots[k] and e == b_end:
                 parts.append(_whole_frame(size, n)(data, start))
             elif size:
-                parts.append(map(_first, iter_unpack(f"{size}s", data[start : start + size * n])))
+                parts.append(map(_first, _iter_unpack(f"{size}s", data[start : start + size * n])))
             else:
                 parts.append(repeat(b"", n))
             a, k = e + 1, k + 1

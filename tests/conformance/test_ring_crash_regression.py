@@ -24,15 +24,20 @@ from tidelog.conformance.suitemachine import machine_for
 from tidelog.conformance.sut import FS_OPENERS, LocalSut
 
 
-def _crash_in_overwriting_append(root: Path, seed: int) -> None:
-    """Fill an fsync topic until its next append seals a page over seq 1, then lose power
-    inside that append (crash point and pending-write fate from ``seed``)."""
+def _ring_link(root: Path) -> RemoteSut:
+    """tidelog's driver, in process, over blockdev images on the recording FS (crashes)."""
     local = LocalSut(
         lambda name: f"blockdev://{root / name}.img?size=7168&page_size=512&topic=t0",
         fs="recording",
         openers={"blockdev": FS_OPENERS["blockdev"]},
     )
-    link = RemoteSut(LocalTransport(Driver(local)))
+    return RemoteSut(LocalTransport(Driver(local)))
+
+
+def _crash_in_overwriting_append(root: Path, seed: int) -> None:
+    """Fill an fsync topic until its next append seals a page over seq 1, then lose power
+    inside that append (crash point and pending-write fate from ``seed``)."""
+    link = _ring_link(root)
 
     @settings(max_examples=1, deadline=None, database=None)
     @given(st.data())
@@ -110,14 +115,8 @@ def test_CNF_27_CNF_5_replay_of_a_ring_run_learns_its_overwrites(tmp_path: Path)
     root = tmp_path / "dev"
     root.mkdir()
     for seed in range(6):
-        local = LocalSut(
-            lambda name: f"blockdev://{root / name}.img?size=7168&page_size=512&topic=t0",
-            fs="recording",
-            openers={"blockdev": FS_OPENERS["blockdev"]},
-        )
         rows = replay(
-            str(_replay_file(tmp_path / f"r{seed}.json", seed)),
-            lambda local=local: RemoteSut(LocalTransport(Driver(local))),
+            str(_replay_file(tmp_path / f"r{seed}.json", seed)), lambda: _ring_link(root)
         )
         assert [r["differs"] for r in rows] == [False] * len(rows), rows[-1]
         read = next(r for r in rows if r["request"]["op"] == "read")
@@ -134,12 +133,7 @@ def test_CNF_7_BDEV_17_floor_newer_than_the_records_a_power_loss_kept(
     seq 1 below the floor, a tombstone. No history state is like that, but BDEV-17 allows it
     (the floor is as new as the persisted progress, never a silent hole), so the crash level
     judges an at-least-once store by those relaxations. Found by CI-sized runs, seed 66."""
-    local = LocalSut(
-        lambda name: f"blockdev://{tmp_path / name}.img?size=7168&page_size=512&topic=t0",
-        fs="recording",
-        openers={"blockdev": FS_OPENERS["blockdev"]},
-    )
-    link = RemoteSut(LocalTransport(Driver(local)))
+    link = _ring_link(tmp_path)
     recovered: list[Any] = []
     allowed = suitemachine.recovered_allowed
 

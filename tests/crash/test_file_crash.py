@@ -41,6 +41,15 @@ def open_file_store(fs: RecordingFS, clock: Clock) -> object:
     return open_store(fs, ROOT, clock, **OPTIONS)
 
 
+def check_every_point(ops: list[Op], *, torn: str, at_least: int) -> None:
+    """Record ``ops`` once, recover every crash state at every crash point (exhaustive) and
+    check each against the model; more than ``at_least`` states must have been checked."""
+    run = CrashRun(open_file_store, ops)
+    n = run.check(every_point(run), torn=torn)
+    assert n > at_least
+    report("exhaustive", n)
+
+
 def test_DUR_2_fsync_appends_every_crash_point_exhaustive() -> None:
     """DUR-2, DUR-6, CRASH-7: acknowledged fsync appends survive every torn/reordered state."""
     ops: list[Op] = [
@@ -49,10 +58,7 @@ def test_DUR_2_fsync_appends_every_crash_point_exhaustive() -> None:
         ("append_many", "t", [b"b" * 200, b"c" * 10]),
         ("append", "t", b"d", "tag"),
     ]
-    run = CrashRun(open_file_store, ops)
-    n = run.check(every_point(run), torn="garbage")
-    assert n > 300
-    report("exhaustive", n)
+    check_every_point(ops, torn="garbage", at_least=300)
 
 
 def test_TOP_6_WAL_14_torn_batch_frames_at_every_sector() -> None:
@@ -65,10 +71,7 @@ def test_TOP_6_WAL_14_torn_batch_frames_at_every_sector() -> None:
         ("append", "t", b"between", None),
         ("append_many", "t", [b"x" * 600, b"", b"y" * 300]),  # straddles 3 sectors
     ]
-    run = CrashRun(open_file_store, ops)
-    n = run.check(every_point(run), torn="all")
-    assert n > 200
-    report("exhaustive", n)
+    check_every_point(ops, torn="all", at_least=200)
 
 
 def test_DUR_3_WAL_14_single_appends_merged_into_runs() -> None:
@@ -124,10 +127,7 @@ def test_DUR_3_DUR_4_weaker_classes_lose_only_a_suffix() -> None:
         ("append", "m", b"m2", None),
         ("append", "d", b"d3", None),
     ]
-    run = CrashRun(open_file_store, ops)
-    n = run.check(every_point(run), torn="garbage")
-    assert n > 100
-    report("exhaustive", n)
+    check_every_point(ops, torn="garbage", at_least=100)
 
 
 def test_DUR_2_TOP_5_append_records_keep_per_record_labels_after_a_crash() -> None:
@@ -138,10 +138,7 @@ def test_DUR_2_TOP_5_append_records_keep_per_record_labels_after_a_crash() -> No
         ("append_records", "t", [(b"a", None, "n1"), (b"b", "x", "y"), (b"c", "x", "y")]),
         ("append_records", "t", [(b"d", "z", None)]),
     ]
-    run = CrashRun(open_file_store, ops)
-    n = run.check(every_point(run), torn="all")
-    assert n > 50
-    report("exhaustive", n)
+    check_every_point(ops, torn="all", at_least=50)
 
 
 def test_DUR_9_subscriber_progress_and_checkpoints() -> None:
@@ -159,10 +156,7 @@ def test_DUR_9_subscriber_progress_and_checkpoints() -> None:
         ("delete", "t", 5),
         ("checkpoint",),
     ]
-    run = CrashRun(open_file_store, ops)
-    n = run.check(every_point(run), torn="linear")
-    assert n > 200
-    report("exhaustive", n)
+    check_every_point(ops, torn="linear", at_least=200)
 
 
 def test_PRG_8_progress_is_written_after_the_wal_ops_it_reflects() -> None:
@@ -181,10 +175,7 @@ def test_PRG_8_progress_is_written_after_the_wal_ops_it_reflects() -> None:
         ("flush_sub", "t", "s"),
         ("flush",),
     ]
-    run = CrashRun(open_file_store, ops)
-    n = run.check(every_point(run), torn="linear")
-    assert n > 20
-    report("exhaustive", n)
+    check_every_point(ops, torn="linear", at_least=20)
 
 
 def test_PRG_9_progress_files_apply_after_the_replay() -> None:
@@ -203,10 +194,7 @@ def test_PRG_9_progress_files_apply_after_the_replay() -> None:
         ("flush_sub", "t", "s"),
         ("append", "t", b"9", None),
     ]
-    run = CrashRun(open_file_store, ops)
-    n = run.check(every_point(run), torn="linear")
-    assert n > 20
-    report("exhaustive", n)
+    check_every_point(ops, torn="linear", at_least=20)
 
 
 def test_CRASH_7_wal_rotation() -> None:

@@ -38,6 +38,7 @@ from .machine import FAILURE_HOOKS, apply_ring_evictions, ring_eviction_refused
 from .remote import LocalTransport, RemoteSut
 from .ringcheck import check_ring_head, ring_images
 from .suitemachine import crash_states, machine_for, recovered_allowed, snapshot_model
+from .sut import RingEvent
 
 __all__ = [
     "Failure", "LevelResult", "SutFactory", "run_levels", "run_level", "replay",
@@ -439,13 +440,15 @@ def _learn_ring(link: RemoteSut, ref: RemoteSut, pages: int | None) -> str | Non
     """CNF-5: the ring overwrites the implementation reported for the last request reach the
     reference model, as in the run; returns why one was not legitimate (None: all were)."""
     events = link.ring_evictions()
-    for ev in events:
-        why = ring_eviction_refused(ev, pages)
-        if why is not None:
-            return why
-    if events:
+    why = _refusal(events, pages)
+    if why is None and events:
         apply_ring_evictions(_reference_model(ref), events)
-    return None
+    return why
+
+
+def _refusal(events: list[RingEvent], pages: int | None) -> str | None:
+    """Why the first of ``events`` the ring's size does not allow was refused (BDEV-16)."""
+    return next((w for ev in events if (w := ring_eviction_refused(ev, pages))), None)
 
 
 def _replay_crash(
@@ -467,10 +470,9 @@ def _replay_crash(
     events = link.ring_evictions()
     clock = FakeClock(int(req.get("now", 1_000_000)))
     try:
-        for ev in events:
-            why = ring_eviction_refused(ev, pages)
-            if why is not None:
-                raise AssertionError(why)
+        why = _refusal(events, pages)
+        if why is not None:
+            raise AssertionError(why)
         states = crash_states(before, after, events)
         store = link.open(name, clock)
         got = observe(store)
