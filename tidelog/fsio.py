@@ -50,7 +50,8 @@ class Handle(Protocol):
     def map(self) -> memoryview:
         """A read-only view of the file's bytes at the time of the call (an mmap, or a copy):
         it need not reflect later writes, so use it only for immutable (sealed) files. Valid
-        until the handle is closed."""
+        until the handle is closed, or, if views of it are still held then, until the last of
+        them is released (a mapped ``.idx`` outlives its handle, recovery.open_chunk)."""
 
     def lock(self) -> None:
         """Take an exclusive advisory lock without blocking; raise ``Locked`` if held."""

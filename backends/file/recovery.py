@@ -125,7 +125,9 @@ def open_chunk(b: FileBackend, tid: int, first: int) -> SegChunk | QsegChunk:
             f"{idx_path}: missing, yet the snapshot lists segment {first} (SEG)"
         ) from None
     try:
-        index = segfmt.read_index(h.pread(h.size(), 0), topic_id=tid, first_seq=first)
+        # mapped: the index keeps a view of its entries (read_index); closing the handle
+        # leaves the map to that view, which frees it
+        index = segfmt.read_index(h.map(), topic_id=tid, first_seq=first)
     except Corrupt as exc:
         raise Corrupt(f"{idx_path}: {exc.message}") from None
     finally:

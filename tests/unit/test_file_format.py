@@ -438,6 +438,25 @@ def test_wal_append_batch_round_trip(
     assert wal.split_append_batch(got.data, "x") == records
 
 
+@given(size=st.integers(0, 40), n=st.integers(1, 50), extra=st.integers(-3, 3), odd=st.booleans())
+def test_wal_append_batch_lengths_must_add_up(size: int, n: int, extra: int, odd: bool) -> None:
+    """WAL-14: the length table must add up to the data after it, whether the lengths are all
+    equal (checked by one byte compare) or not (summed); both ways give the same answer."""
+    lengths = [size] * n
+    if odd:
+        lengths[-1] += 1
+    body = b"x" * max(0, sum(lengths) + extra)
+    data = struct.pack(f"<I{n}I", n, *lengths) + body
+    for view in (data, memoryview(data)):
+        if extra == 0 or len(body) == sum(lengths):
+            count, got = wal.append_batch_lengths(view, "x")
+            assert (count, list(got)) == (n, lengths)
+        else:
+            with pytest.raises(Corrupt, match="add up") as exc:
+                wal.append_batch_lengths(view, "x")
+            assert corrupt_rule(exc) == "WAL-14"
+
+
 @given(
     records=st.lists(st.binary(max_size=40), min_size=1, max_size=30), limit=st.integers(48, 200)
 )
@@ -977,6 +996,33 @@ def test_segment_round_trip(
     assert starts[0] == (32 if records else len(data))
     for k, (a, b) in enumerate(pairwise(starts)):
         assert index.block_hashes[k] == xxhash.xxh3_64_intdigest(data[a:b])
+
+
+@settings(max_examples=30)
+@given(first=st.integers(1, 2**40), tid=st.integers(0, 2**64 - 1), recs=seg_records)
+def test_read_index_of_a_mapped_idx_equals_read_index_of_its_bytes(
+    first: int, tid: int, recs: list[tuple[int, str | None, str | None, bytes]]
+) -> None:
+    """SEG-4..SEG-11: recovery maps each .idx and keeps a view of its entries (no copy); the
+    index it gets is the one the file's bytes give, also after the handle is closed."""
+    import tempfile
+
+    from tidelog.fsio import OsFS
+
+    records = [(first + i, ts, tag, node, p) for i, (ts, tag, node, p) in enumerate(recs)]
+    _, idx = seg.build_segment(tid, first, records)
+    want = seg.read_index(idx, topic_id=tid, first_seq=first)
+    with tempfile.TemporaryDirectory() as d:
+        path = str(Path(d) / "seg.idx")
+        Path(path).write_bytes(idx)
+        h = OsFS().open_read(path)
+        got = seg.read_index(h.map(), topic_id=tid, first_seq=first)
+        h.close()  # the entries view outlives the handle (fsio Handle.map)
+        assert (got.count, got.data_size, got.version) == (want.count, want.data_size, want.version)
+        assert got.flags == want.flags and got.runs == want.runs
+        assert (got.offsets, got.lengths, got.tss) == (want.offsets, want.lengths, want.tss)
+        assert (got.block_slots, got.block_offsets, got.block_hashes) == (
+            want.block_slots, want.block_offsets, want.block_hashes)  # fmt: skip
 
 
 def test_segment_builder_requires_consecutive_seqs() -> None:
