@@ -20,7 +20,7 @@ from typing import Protocol
 
 from .errors import Locked, StorageError
 
-__all__ = ["FS", "Handle", "OsFS", "storage_error", "make_dirs", "zero_after"]
+__all__ = ["FS", "Handle", "OsFS", "storage_error", "make_dirs", "written_prefix", "zero_after"]
 
 
 class Handle(Protocol):
@@ -104,6 +104,14 @@ def make_dirs(fs: FS, path: str) -> None:
         make_dirs(fs, parent)
     fs.mkdir(path)
     fs.fsync_dir(parent)
+
+
+def written_prefix(h: Handle) -> int:
+    """Bytes from the start of the file up to its first hole: blocks below it have been
+    written (``SEEK_HOLE``: preallocated extents never written are holes); 0 when unknown."""
+    regions = getattr(h, "data_regions", None)
+    spans = regions(0) if regions is not None else []
+    return spans[0][1] if spans and spans[0][0] == 0 else 0
 
 
 def zero_after(h: Handle, offset: int) -> bool:

@@ -347,7 +347,9 @@ def _retire(b: FileBackend, n: int, cap: _Capture) -> None:
         # WAL-8: an informational mark of where this checkpoint happened (replay skips it);
         # submitted like every op, under the store lock (WalShard)
         with b.lock:
-            shard.submit(walfmt.encode_control(walfmt.FrameType.CHECKPOINT, 0, {"snapshot": n}))
+            seed = shard.gen
+            mark = walfmt.encode_control(walfmt.FrameType.CHECKPOINT, 0, {"snapshot": n}, seed=seed)
+            shard.submit(mark, seed)
         shard.flush(sync=True)
         gen, _ = cap.positions[b.stream_key(shard.shard)]
         shard.retire_before(gen)

@@ -174,13 +174,13 @@ class WalJournal:
         if len(ops) == 1:  # the common case: one shard, no ordering to arrange
             ((shard_no, effects),) = ops.items()
             shard = self.shards[shard_no]
-            pos = shard.submit(_encode(effects))
+            pos = shard.submit(_encode(effects, shard.gen), shard.gen)
             return [(shard, pos)] if wait and shard_no in sync else None
         ticket: list[tuple[WalShard, int]] = []
         order = sorted(ops)
         for k, shard_no in enumerate(order):
             shard = self.shards[shard_no]
-            pos = shard.submit(_encode(ops[shard_no]))
+            pos = shard.submit(_encode(ops[shard_no], shard.gen), shard.gen)
             must = shard_no in sync
             if must and len(order) > 1 and k < len(order) - 1:
                 # an op spanning shards (dead-lettering): each part is durable before the next
@@ -196,9 +196,10 @@ class WalJournal:
             shard.wait_synced(pos)
 
 
-def _encode(effects: list[_Effect]) -> bytes:
-    """Frames of one op in one shard; the last carries BATCH_END (WAL-7). A run of several
-    records is one APPEND_BATCH frame (WAL-14): no per-record Python work."""
+def _encode(effects: list[_Effect], seed: int) -> bytes:
+    """Frames of one op in one shard, checksums seeded with ``seed`` (the shard's file, WAL-15);
+    the last carries BATCH_END (WAL-7). A run of several records is one APPEND_BATCH frame
+    (WAL-14): no per-record Python work."""
     frames: list[bytes] = []
     n = len(effects)
     for k, e in enumerate(effects):
@@ -208,19 +209,19 @@ def _encode(effects: list[_Effect]) -> bytes:
             if len(payloads) == 1:
                 frame = walfmt.encode_append(
                     tid, first_seq, ts, tag, node, payloads[0], batch_end=last_effect,
-                    durable=durable,
+                    durable=durable, seed=seed,
                 )  # fmt: skip
             else:
                 frame = walfmt.encode_append_batch(
                     tid, first_seq, ts, tag, node, payloads, batch_end=last_effect,
-                    durable=durable,
+                    durable=durable, seed=seed,
                 )  # fmt: skip
             frames.append(frame)
         else:
             _, ftype, tid, body, seq, durable = e
             frames.append(
                 walfmt.encode_control(
-                    ftype, tid, body, seq=seq, durable=durable, batch_end=last_effect
+                    ftype, tid, body, seq=seq, durable=durable, batch_end=last_effect, seed=seed
                 )
             )
     return b"".join(frames)

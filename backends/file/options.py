@@ -16,6 +16,7 @@ __all__ = ["FileOptions", "parse_file_options"]
 class FileOptions:
     wal_shards: int = 1
     wal_file_bytes: int = 64 << 20
+    wal_recycle: int = 2  # retired WAL files kept per shard for reuse (WAL-15)
     prealloc: str = "fallocate"
     commit_interval_ms: int = 10
     head_reserve: int = 4096
@@ -38,6 +39,7 @@ def _segment_bytes(key: str, value: object) -> int:
 _FILE_OPTIONS = {
     "wal_shards": lambda k, v: parse_int(k, v, minimum=1, maximum=64),
     "wal_file_bytes": lambda k, v: parse_size(k, v, minimum=64 << 10),
+    "wal_recycle": lambda k, v: parse_int(k, v, minimum=0, maximum=64),
     "prealloc": lambda k, v: parse_choice(k, v, ("fallocate", "zero", "none")),
     "commit_interval_ms": lambda k, v: parse_int(k, v, minimum=1, maximum=60_000),
     "head_reserve": lambda k, v: parse_int(k, v, minimum=1),

@@ -17,7 +17,7 @@ import mmap
 import os
 import struct
 from array import array
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidelog.config import TopicConfig
 from tidelog.errors import Corrupt
@@ -197,7 +197,7 @@ def replay_wal(
             path = os.path.join(directory, walfmt.file_name(gen))
             offset = start_off if gen == start_gen else walfmt.HEADER_SIZE
             try:
-                end, frames, torn, wal = _scan_file(b, path, offset)
+                end, frames, torn, wal, sealing = _scan_file(b, path, offset)
             except _NoHeader as exc:
                 if gen != gens[-1]:
                     raise Corrupt(f"{exc.message}, and newer WAL files follow it (WAL)") from None
@@ -205,6 +205,8 @@ def replay_wal(
                     b.discards.append(path)
                     b.warnings.append(f"{path}: never completed (no valid header): removed")
                 continue
+            if sealing is not None and not sealing.sealed and gen != gens[-1]:
+                torn = True  # WAL-15: a version-3 file but the newest ends with FILE_END
             if torn_at is not None:
                 if wal is not None:
                     wal.release()
@@ -231,7 +233,12 @@ def replay_wal(
             if torn:
                 torn_at = f"{path} offset {end}"
                 b.warnings.append(f"{path}: torn tail at offset {end} discarded (recovery)")
-            if torn or (gen == gens[-1] and not _zero_from(b, path, end)):
+            if sealing is not None:
+                # version 3 (WAL-15): stale frames may follow the end, so the end is marked,
+                # not cut: FILE_END over whatever follows the last complete op
+                if torn or not sealing.sealed:
+                    b.seals.append((path, end, sealing.seed))
+            elif torn or (gen == gens[-1] and not _zero_from(b, path, end)):
                 # nothing will be appended to this file again (new writes start a new file);
                 # cutting it at its end leaves no stale bytes after the last valid op (WAL-4).
                 # A file already all zeros after its end needs no cut (and no journal commit)
@@ -259,39 +266,51 @@ def _zero_from(b: FileBackend, path: str, end: int) -> bool:
         h.close()
 
 
+class _Sealing(NamedTuple):
+    """How a version-3 file's log ended (WAL-15): with FILE_END or not, and its seed."""
+
+    sealed: bool
+    seed: int
+
+
 def _scan_file(
     b: FileBackend, path: str, offset: int
-) -> tuple[int, list[list[walfmt.Frame]], bool, WalFile | None]:
-    """(end of the last complete op batch, complete batches, torn?, the mapped file) of one
-    WAL file. The writer's own recovery maps the file (nobody else writes it: we hold the
-    lock), so only the pages up to the log's end are touched, not the whole preallocated file,
-    and records stay where they are: their frames' data are views into the map (WTAIL-1). A
-    read-only view must not map it (a writer reopening after a crash may truncate it under the
-    mapping: SIGBUS), so it reads what it scans (_scan_copied), into frames of its own."""
+) -> tuple[int, list[list[walfmt.Frame]], bool, WalFile | None, _Sealing | None]:
+    """(end of the last complete op batch, complete batches, torn?, the mapped file, and for a
+    version-3 file whether its log ended with FILE_END) of one WAL file. The writer's own
+    recovery maps the file (nobody else writes it: we hold the lock), so only the pages up to
+    the log's end are touched, not the whole preallocated file, and records stay where they
+    are: their frames' data are views into the map (WTAIL-1). A read-only view must not map it
+    (a writer reopening after a crash may truncate it under the mapping: SIGBUS), so it reads
+    what it scans (_scan_copied), into frames of its own."""
     h = b.fs.open_read(path)
     wal = None
     if b.readonly:
         try:
-            result = _scan_copied(h, path, offset, b.store_id)
+            result, header = _scan_copied(h, path, offset, b.store_id)
         finally:
             h.close()
     else:
         data = h.map()
         try:
-            _check_header(data, path, b.store_id)
-            result = walfmt.scan(data, offset, copy=False)
+            header = _check_header(data, path, b.store_id)
+            seed = walfmt.frame_seed(header)
+            result = walfmt.scan(data, offset, copy=False, seed=seed)
         except BaseException:
             data.release()
             h.close()
             raise
-        wal = WalFile(path, h, data)
+        wal = WalFile(path, h, data, seed)
     batches, torn_batch = walfmt.split_batches(result.frames)
     end = batches[-1][-1].offset + batches[-1][-1].length if batches else offset
     torn = result.status == "torn" or bool(torn_batch)
-    return end, batches, torn, wal
+    sealing = None
+    if header.version >= 3:
+        sealing = _Sealing(result.sealed and not torn_batch, walfmt.frame_seed(header))
+    return end, batches, torn, wal, sealing
 
 
-def _check_header(data: Any, path: str, store_id: bytes) -> None:
+def _check_header(data: Any, path: str, store_id: bytes) -> walfmt.WalHeader:
     try:
         header = walfmt.decode_header(data)
     except Corrupt as exc:
@@ -301,13 +320,16 @@ def _check_header(data: Any, path: str, store_id: bytes) -> None:
             f"{path}: belongs to another store (store_id {header.store_id.hex()}, "
             f"this store is {store_id.hex()}) (WAL)"
         )
+    return header
 
 
 _COPY_CHUNK = 1 << 20
 _U32 = struct.Struct("<I")
 
 
-def _scan_copied(h: Any, path: str, offset: int, store_id: bytes) -> walfmt.ScanResult:
+def _scan_copied(
+    h: Any, path: str, offset: int, store_id: bytes
+) -> tuple[walfmt.ScanResult, walfmt.WalHeader]:
     """``walfmt.scan`` of a WAL file from ``offset``, reading only the header and the bytes the
     scan reaches (in growing chunks), not the whole preallocated file: a read-only view's
     refresh that finds nothing new costs two small reads instead of a copy of every WAL file.
@@ -319,7 +341,8 @@ def _scan_copied(h: Any, path: str, offset: int, store_id: bytes) -> walfmt.Scan
     try:
         head = h.pread(min(walfmt.HEADER_SIZE, size), 0)
         mv[: len(head)] = head
-        _check_header(mv[: len(head)], path, store_id)
+        header = _check_header(mv[: len(head)], path, store_id)
+        seed = walfmt.frame_seed(header)
         frames: list[walfmt.Frame] = []
         unknown: list[int] = []
         pos = filled = max(offset, len(head))
@@ -329,12 +352,15 @@ def _scan_copied(h: Any, path: str, offset: int, store_id: bytes) -> walfmt.Scan
                 got = h.pread(min(size, pos + chunk) - filled, filled)
                 mv[filled : filled + len(got)] = got
                 filled += len(got)
-            result = walfmt.scan(mv[:filled], pos)
+            result = walfmt.scan(mv[:filled], pos, seed=seed)
             frames += result.frames
             unknown += result.unknown
             pos = result.end
-            if filled >= size or not _cut_by_window(mv, pos, filled):
-                return walfmt.ScanResult(frames, pos, result.status, result.detail, unknown)
+            if result.sealed or filled >= size or not _cut_by_window(mv, pos, filled):
+                done = walfmt.ScanResult(
+                    frames, pos, result.status, result.detail, unknown, result.sealed
+                )
+                return done, header
             chunk *= 2  # a frame longer than the window: read further
     finally:
         mv.release()

@@ -54,6 +54,7 @@ class FileBackend(Engine):
         self.dropped_tids: list[EngineTopic] = []
         self.warnings: list[str] = []
         self.truncations: list[tuple[str, int]] = []
+        self.seals: list[tuple[str, int, int]] = []  # (path, end, seed): FILE_END goes there
         self.positions: dict[str, list[int]] = {}  # stream -> [gen, offset] replayed up to
         self.discards: list[str] = []
         self.checkpoint_lock = threading.Lock()
@@ -132,6 +133,13 @@ class FileBackend(Engine):
                 h.fsync()
             finally:
                 h.close()
+        for path, end, seed in self.seals:  # WAL-15, before the next file gets a byte
+            h = fs.open(path, create=False)
+            try:
+                h.pwrite(walfmt.encode_file_end(seed), end)
+                h.fdatasync()
+            finally:
+                h.close()
         for path in self.discards:
             fs.unlink(path)
             fs.fsync_dir(os.path.dirname(path))
@@ -191,9 +199,8 @@ class FileBackend(Engine):
 
     def _start_shards(self, highest: dict[str, int]) -> None:
         n = self.fopts.wal_shards
-        wopts = WalOptions(
-            self.fopts.wal_file_bytes, self.fopts.prealloc, self.fopts.commit_interval_ms
-        )
+        fo = self.fopts
+        wopts = WalOptions(fo.wal_file_bytes, fo.prealloc, fo.commit_interval_ms, fo.wal_recycle)
         top = max(highest.values(), default=0)
         for shard in range(n):
             self.shards.append(
@@ -278,7 +285,8 @@ class FileBackend(Engine):
             if key in mine:
                 continue
             for name in self.fs.listdir(directory):
-                if walfmt.parse_file_name(name) is not None:
+                gen = walfmt.parse_file_name(name)
+                if gen is not None or walfmt.parse_spare_name(name) is not None:
                     self.fs.unlink(os.path.join(directory, name))
             self.fs.fsync_dir(directory)
 
@@ -452,6 +460,8 @@ class FileBackend(Engine):
                         "submitted_bytes": sum(s.submitted for s in self.shards),
                         "writes": sum(s.stats["writes"] for s in self.shards),
                         "fdatasyncs": sum(s.stats["fdatasyncs"] for s in self.shards),
+                        "zeroed_bytes": sum(s.stats["zeroed"] for s in self.shards),
+                        "recycled_files": sum(s.stats["recycled"] for s in self.shards),
                     },
                     "segments": {t.name: len(t.log.chunks) for t in self.by_id.values()},
                     "warnings": list(self.warnings),

@@ -265,6 +265,8 @@ def _check_wal(ctx: _Ctx) -> None:
             _check_wal_group(ctx, _wal_files(ctx, path), shard, sharded=True)
         elif (gen := wal.parse_file_name(name)) is not None:
             flat[gen] = path
+        elif wal.parse_spare_name(name) is not None:
+            continue  # a retired file kept for recycling (WAL-15): never read
         else:
             ctx.warn(path, None, "LAY-2", "unknown entry in wal/")
     _check_wal_group(ctx, flat, 0, sharded=False)
@@ -275,6 +277,8 @@ def _wal_files(ctx: _Ctx, shard_dir: str) -> dict[int, str]:
     for name in ctx.listdir(shard_dir):
         path = _join(shard_dir, name)
         gen = wal.parse_file_name(name)
+        if gen is None and wal.parse_spare_name(name) is not None:
+            continue  # a retired file kept for recycling (WAL-15): never read
         if gen is None:
             ctx.warn(path, None, "LAY-2", "unknown file in a WAL shard directory")
         else:
@@ -302,10 +306,13 @@ def _check_wal_file(
         return
     header = wal.decode_header(data)
     _check_wal_identity(ctx, path, header, gen, shard, sharded=sharded)
-    result = wal.scan(data)
+    result = wal.scan(data, seed=wal.frame_seed(header))
     _check_frames(ctx, path, result.frames, result.unknown)
     _check_batches(ctx, path, result, is_last=is_last)
-    _check_wal_end(ctx, path, data, result, is_last=is_last)
+    if header.version >= 3:
+        _check_sealed(ctx, path, result, is_last=is_last)
+    else:
+        _check_wal_end(ctx, path, data, result, is_last=is_last)
 
 
 def _check_wal_identity(
@@ -409,6 +416,17 @@ def _batch_seq_break(batch: list[wal.Frame]) -> wal.Frame | None:
             return frame
         last[frame.topic_id] = frame.seq + count - 1
     return None
+
+
+def _check_sealed(ctx: _Ctx, path: str, result: wal.ScanResult, *, is_last: bool) -> None:
+    """WAL-15: a version-3 file's log ends with FILE_END unless it is its shard's newest. What
+    follows the end is never read: in the newest file a torn frame and a recycled file's older
+    frames look alike (both fail the checksum), and neither held an acknowledged op, so neither
+    is reported."""
+    if result.sealed or is_last:
+        return
+    ctx.error(path, result.end, "WAL-15", f"the log ends without FILE_END ({result.detail}) in "
+              "a WAL file that is not the newest: frames after it would be lost")  # fmt: skip
 
 
 def _check_wal_end(

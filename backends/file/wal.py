@@ -44,6 +44,15 @@ Writes of ``_ZERO_BELOW`` and more skip it: their journal commit is amortised ov
 and doubling the bytes would cost them more than it saves. The range past the log's end
 already reads as zeros (WAL-4), so this never changes a file's content: the crash-simulation
 FS, where it could only multiply sector states, skips it.
+
+Recycling (WAL-15): zero-ahead still writes every byte of a new file twice. A checkpoint that
+retires files keeps up to ``recycle`` of them as ``spare-<gen>.log``; the next file is a spare
+given a new header (and name) when there is one, so its blocks are already written and appends
+overwrite them, like the raw loop. Its old frames stay behind the new ones, harmless: every
+frame's checksum is seeded with its file's gen (``walfmt.frame_seed``), so an op is encoded for
+the file it is expected to land in (``gen``) and re-sealed (``walfmt.reseed``) in the rare case
+it starts the next one; each file but the newest ends with a FILE_END frame, placed when the
+writer moves on and at a clean close.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ import time
 from dataclasses import dataclass
 
 from tidelog.errors import StorageError
-from tidelog.fsio import FS, Handle, OsFS, make_dirs, storage_error
+from tidelog.fsio import FS, Handle, OsFS, make_dirs, storage_error, written_prefix
 
 from .format import wal as walfmt
 
@@ -89,6 +98,7 @@ class WalOptions:
     file_bytes: int = 64 << 20
     prealloc: str = "fallocate"  # "fallocate" | "zero" | "none"
     commit_interval_ms: int = 10
+    recycle: int = 2  # retired files kept per shard as spares for new files (WAL-15)
 
 
 def wal_dir(root: str, shard: int, shard_count: int) -> str:
@@ -154,13 +164,15 @@ class WalShard:
         self.leading = False
         self.failed: StorageError | None = None
         self.gen = first_gen  # gen of the file receiving new placements
+        self.first_gen = first_gen
         self.offset = HEADER_SIZE
         self.files: dict[int, Handle] = {}
-        self.stats = {"writes": 0, "fdatasyncs": 0, "bytes": 0, "zeroed": 0}
+        self.stats = {"writes": 0, "fdatasyncs": 0, "bytes": 0, "zeroed": 0, "recycled": 0}
         # zero-ahead only where it is a physical matter: real files with unwritten extents
         self._zero_ahead = options.prealloc == "fallocate" and isinstance(fs, OsFS)
         self._zeroed: dict[int, int] = {}  # gen -> offset up to which the file was written
         make_dirs(self.fs, self.dir)
+        self.spares: list[str] = self._find_spares()  # guarded by the shard lock
         self._open_file(first_gen)
         self._stop = False
         self._thread = threading.Thread(
@@ -169,13 +181,28 @@ class WalShard:
         self._thread.start()
 
     # -- files -----------------------------------------------------------------------------
+    def _find_spares(self) -> list[str]:
+        """Spare files left by an earlier run (WAL-15): kept up to ``recycle``, others removed."""
+        names = [n for n in self.fs.listdir(self.dir) if walfmt.parse_spare_name(n) is not None]
+        keep = names[: self.options.recycle]
+        for name in names[len(keep) :]:
+            self.fs.unlink(os.path.join(self.dir, name))
+        if len(keep) < len(names):
+            self.fs.fsync_dir(self.dir)
+        return [os.path.join(self.dir, n) for n in keep]
+
     def _open_file(self, gen: int) -> Handle:
-        """Create, preallocate and make durable a new WAL file (header first)."""
+        """Make the file of ``gen`` durable and ready (header first): a recycled spare if there
+        is one (WAL-15), else a new, preallocated file."""
         path = os.path.join(self.dir, wal_file_name(gen))
-        h = self.fs.open(path)
         header = walfmt.encode_header(
             gen, self.shard, self.shard_count, time.time_ns() // 1_000_000, self.store_id
         )
+        with self.lock:
+            spare = self.spares.pop() if self.spares else None
+        if spare is not None:
+            return self._recycle(spare, path, gen, header)
+        h = self.fs.open(path)
         h.pwrite(header, 0)
         size = self.options.file_bytes
         if self.options.prealloc == "zero":
@@ -189,17 +216,34 @@ class WalShard:
         self.files[gen] = h
         return h
 
+    def _recycle(self, spare: str, path: str, gen: int, header: bytes) -> Handle:
+        """WAL-15: the new header over the spare's, synced, then the file takes its new name
+        (directory synced) before any frame is written to it. Its blocks up to the first hole
+        were written in its earlier life: zero-ahead starts there."""
+        h = self.fs.open(spare, create=False)
+        h.pwrite(header, 0)
+        if self.options.prealloc == "fallocate":
+            h.allocate(self.options.file_bytes)  # only if the option grew since
+        h.fdatasync()
+        self.fs.rename(spare, path)
+        self.fs.fsync_dir(self.dir)
+        if self._zero_ahead:
+            self._zeroed[gen] = max(HEADER_SIZE, written_prefix(h))
+        self.stats["recycled"] += 1
+        self.files[gen] = h
+        return h
+
     # -- submitting ------------------------------------------------------------------------
-    def submit(self, data: bytes) -> int:
-        """Place one op's frames (``outer`` held); returns its op number (the ticket for
-        ``wait_synced``)."""
+    def submit(self, data: bytes, seed: int) -> int:
+        """Place one op's frames, encoded with ``seed`` (read from ``gen`` before; ``outer``
+        held); returns its op number (the ticket for ``wait_synced``)."""
         with self.lock:
             if self.failed is not None:
                 raise self.failed
             if self.records or self._run:
                 self._place_records()
             self.ops += 1
-            self._place(data, self.ops)
+            self._place(data, self.ops, seed)
             return self.ops
 
     def defer(self, tid: int, ts: int, durable: bool, seq: int, payload: bytes) -> int:
@@ -227,15 +271,29 @@ class WalShard:
             if self.records or self._run:
                 self._place_records()
 
-    def _place(self, data: bytes, op: int) -> None:
-        """Give ``data`` (ops up to ``op``) its place in the stream; lock held."""
-        if self.offset + len(data) > self.options.file_bytes and self.offset > HEADER_SIZE:
-            self.gen += 1  # rotate: the chunk starts the next file (frames never split)
+    def _place(self, data: bytes, op: int, seed: int) -> None:
+        """Give ``data`` (ops up to ``op``, frames encoded with ``seed``) its place in the
+        stream; lock held."""
+        full = self.offset + len(data) + walfmt.FILE_END_SIZE > self.options.file_bytes
+        if full and self.offset > HEADER_SIZE:
+            # rotate: the chunk starts the next file (frames never split); this one ends with
+            # FILE_END (WAL-15), written and synced before the next file gets a byte (_write)
+            self._place_end(self.ops_placed)
+            self.gen += 1
             self.offset = HEADER_SIZE
+        if seed != self.gen:
+            data = walfmt.reseed(data, self.gen)
         self.submitted += len(data)
         self.pending.append((self.gen, self.offset, data, self.submitted, op))
         self.offset += len(data)
         self.ops_placed = op
+
+    def _place_end(self, op: int) -> None:
+        """Place the FILE_END frame that closes the current file (WAL-15); lock held."""
+        end = walfmt.encode_file_end(self.gen)
+        self.submitted += len(end)
+        self.pending.append((self.gen, self.offset, end, self.submitted, op))
+        self.offset += len(end)
 
     def _close_run(self) -> None:
         self.records.append(
@@ -253,16 +311,19 @@ class WalShard:
         runs, self.records = self.records, []
         op = self.ops_placed  # deferred records are the newest ops: they follow it
         for tid, ts, durable, first, payloads in runs:
+            seed = self.gen
             if len(payloads) == 1:
                 frame = walfmt.encode_append(
-                    tid, first, ts, None, None, payloads[0], batch_end=True, durable=durable
-                )
+                    tid, first, ts, None, None, payloads[0], batch_end=True, durable=durable,
+                    seed=seed,
+                )  # fmt: skip
             else:
                 frame = walfmt.encode_append_batch(
-                    tid, first, ts, None, None, payloads, batch_end=True, durable=durable
-                )
+                    tid, first, ts, None, None, payloads, batch_end=True, durable=durable,
+                    seed=seed,
+                )  # fmt: skip
             op += len(payloads)
-            self._place(frame, op)
+            self._place(frame, op, seed)
 
     def position(self) -> tuple[int, int]:
         """(gen, offset) just after the last submitted op's frames: where replay would resume
@@ -451,6 +512,13 @@ class WalShard:
 
     def close(self) -> None:
         try:
+            if self.failed is None:
+                # a clean close ends the file with FILE_END (WAL-15): the next open, which
+                # starts a new file, then has nothing to seal
+                with self.outer, self.lock:
+                    if self.records or self._run:
+                        self._place_records()
+                    self._place_end(self.ops_placed)
             self.flush(sync=True)
         finally:
             with self.lock:
@@ -481,19 +549,34 @@ class WalShard:
         self.files.clear()
 
     def retire_before(self, gen: int) -> list[int]:
-        """Delete files older than ``gen`` (a durable checkpoint absorbed them)."""
+        """Retire files older than ``gen`` (a durable checkpoint absorbed them): the newest
+        become spares while fewer than ``recycle`` are kept (WAL-15), the rest are deleted."""
         removed = []
         with self.lock:
             # list(): a leader may open the next file concurrently (it never touches old gens)
             for g in sorted(g for g in list(self.files) if g < gen):
                 self.files.pop(g).close()
                 self._zeroed.pop(g, None)
-        for name in self.fs.listdir(self.dir):
-            if name.startswith("wal-") and name.endswith(".log"):
-                g = int(name[4:-4], 16)
-                if g < gen:
-                    self.fs.unlink(os.path.join(self.dir, name))
-                    removed.append(g)
+        old = sorted(
+            (old_gen, name)
+            for name in self.fs.listdir(self.dir)
+            if (old_gen := walfmt.parse_file_name(name)) is not None and old_gen < gen
+        )
+        with self.lock:
+            room = self.options.recycle - len(self.spares)
+        kept: list[str] = []
+        for g, name in reversed(old):
+            path = os.path.join(self.dir, name)
+            # only files this writer created: a file recovery replayed may still be mapped by
+            # a chunk a reader holds (WTAIL-2), so it must not change: it is unlinked
+            if len(kept) < room and g >= self.first_gen:
+                kept.append(os.path.join(self.dir, walfmt.spare_name(g)))
+                self.fs.rename(path, kept[-1])
+            else:
+                self.fs.unlink(path)
+            removed.append(g)
         if removed:
             self.fs.fsync_dir(self.dir)
-        return removed
+        with self.lock:  # usable only once their names are durable
+            self.spares += kept
+        return sorted(removed)

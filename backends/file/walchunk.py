@@ -47,10 +47,11 @@ class WalFile:
     """One mapped WAL file, shared by the chunks that serve records from it; the map and the
     handle go when the last of them is closed."""
 
-    def __init__(self, path: str, handle: Handle, data: memoryview) -> None:
+    def __init__(self, path: str, handle: Handle, data: memoryview, seed: int = 0) -> None:
         self.path = path
         self.handle = handle
         self.data = data
+        self.seed = seed  # its frames' checksum seed (WAL-15)
         # slicing the mmap (or bytes) under a whole-file view yields bytes in one step
         whole = isinstance(data.obj, (bytes, mmap.mmap)) and len(data.obj) == len(data)
         self.src: Any = data.obj if whole else data
@@ -275,7 +276,8 @@ class WalChunk(DeadSlots):
     def _verify(self, r: int) -> None:
         at, length, src = self.frame_at[r], self.frame_len[r], self.wal.src
         cs_at = at + length - 8
-        if xxhash.xxh3_64_intdigest(src[at + 4 : cs_at]) != _U64.unpack_from(src, cs_at)[0]:
+        stored = _U64.unpack_from(src, cs_at)[0]
+        if xxhash.xxh3_64_intdigest(src[at + 4 : cs_at], self.wal.seed) != stored:
             raise Corrupt(
                 f"{self.wal.path}: WAL frame at offset {at} no longer matches its XXH3-64 "
                 "(it did at recovery): the file changed under the store (WTAIL-3)"

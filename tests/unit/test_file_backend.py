@@ -270,7 +270,7 @@ def test_WAL_14_append_many_is_one_batch_frame_and_replays(tmp_path: Path) -> No
     t.append(b"s3")
     want = [(r.seq, r.ts, r.tag, r.node, r.payload) for r in t.read()]  # type: ignore[union-attr]
     image = next(root.glob("wal/wal-*.log")).read_bytes()
-    types = [f.type for f in walfmt.scan(image).frames if f.type in (1, 16)]
+    types = [f.type for f in walfmt.scan_file(image).frames if f.type in (1, 16)]
     assert types == [1, 16, 16, 1, 1, 1]  # the r1/r2 run is one frame, r3 its own APPEND
     backend(store).abandon()
     with tidelog.open(uri) as store:
@@ -292,9 +292,10 @@ def test_WAL_14_a_batch_frame_with_bad_lengths_stops_recovery(tmp_path: Path) ->
     b.abandon()
     data = struct.pack("<III", 2, 1, 9) + b"ab"
     body = struct.pack("<BBQQQHHI", 16, 0x08, tid, 2, 0, 0, 0, len(data)) + data
-    digest = struct.pack("<Q", xxhash.xxh3_64_intdigest(body))
-    frame = struct.pack("<I", len(body) + 8) + body + digest
     wal = next(root.glob("wal/wal-*.log"))
+    seed = walfmt.frame_seed(walfmt.decode_header(wal.read_bytes()))  # WAL-15
+    digest = struct.pack("<Q", xxhash.xxh3_64_intdigest(body, seed))
+    frame = struct.pack("<I", len(body) + 8) + body + digest
     with wal.open("ab") as f:
         f.write(frame)
     with pytest.raises(tidelog.Corrupt, match="WAL-14"):
@@ -308,6 +309,7 @@ def test_WAL_14_a_batch_frame_with_bad_lengths_stops_recovery(tmp_path: Path) ->
         "prealloc=maybe",
         "segment_max_bytes=5GiB",
         "wal_file_bytes=1",
+        "wal_recycle=-1",
         "colour=red",
         "create=perhaps",
     ],

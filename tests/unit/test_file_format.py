@@ -107,22 +107,29 @@ GOLDEN_WAL_HEADER = (
 )
 # The same header as written before WAL-14 (version 1): still read.
 GOLDEN_WAL_HEADER_V1 = GOLDEN_WAL_HEADER[:16] + "01000000" + GOLDEN_WAL_HEADER[24:-8] + "33ac3b40"
+# Version 3 (WAL-15: frames seeded with the gen, FILE_END): what the writer writes now.
+GOLDEN_WAL_HEADER_V3 = GOLDEN_WAL_HEADER[:16] + "03000000" + GOLDEN_WAL_HEADER[24:-8] + "96330a0d"
 
 
 def test_wal_header_golden_bytes() -> None:
     """WAL-1: the 64-byte header, field by field; the CRC32C covers bytes [0, 60)."""
     got = wal.encode_header(1, 0, 1, TS, STORE_ID)
-    assert got.hex() == GOLDEN_WAL_HEADER
+    assert got.hex() == GOLDEN_WAL_HEADER_V3
+    assert wal.encode_header(1, 0, 1, TS, STORE_ID, version=2).hex() == GOLDEN_WAL_HEADER
     assert len(got) == wal.HEADER_SIZE == 64
     assert struct.unpack_from("<I", got, 60)[0] == crc32c.crc32c(got[:60])
 
 
 def test_wal_header_version_1_still_reads() -> None:
-    """WAL-1, WAL-14: files written before APPEND_BATCH (version 1) decode; the writer writes 2."""
+    """WAL-1, WAL-14, WAL-15: files written before APPEND_BATCH (version 1) and before recycling
+    (version 2) decode; the writer writes 3. Only version 3 seeds frame checksums."""
     old = bytes.fromhex(GOLDEN_WAL_HEADER_V1)
     assert struct.unpack_from("<I", old, 60)[0] == crc32c.crc32c(old[:60])
     assert wal.decode_header(old) == wal.WalHeader(1, 0, 1, TS, STORE_ID, 1, 64)
-    assert wal.decode_header(bytes.fromhex(GOLDEN_WAL_HEADER)).version == wal.VERSION == 2
+    v2 = wal.decode_header(bytes.fromhex(GOLDEN_WAL_HEADER))
+    v3 = wal.decode_header(bytes.fromhex(GOLDEN_WAL_HEADER_V3))
+    assert (v2.version, v3.version, wal.VERSION) == (2, 3, 3)
+    assert (wal.frame_seed(v2), wal.frame_seed(v3)) == (0, 1)
 
 
 @given(
@@ -147,7 +154,7 @@ def test_wal_header_round_trip(
         pytest.param(lambda b: b[:63], id="short"),
         pytest.param(lambda b: b"", id="empty"),
         pytest.param(lambda b: b"XDLWAL01" + b[8:], id="bad-magic"),
-        pytest.param(lambda b: b[:8] + struct.pack("<I", 3) + b[12:], id="bad-version"),
+        pytest.param(lambda b: b[:8] + struct.pack("<I", 4) + b[12:], id="bad-version"),
         pytest.param(lambda b: b[:8] + struct.pack("<I", 0) + b[12:], id="version-0"),
         pytest.param(lambda b: b[:12] + struct.pack("<I", 128) + b[16:], id="bad-header-size"),
         pytest.param(lambda b: flip(b, 40), id="bad-crc"),

@@ -172,26 +172,36 @@ _SID = bytes(range(16))
 
 @st.composite
 def _wal_files(draw: st.DrawFn) -> tuple[bytes, list[int]]:
-    """A WAL file: header, frames of mixed sizes (labelled or not), then a tail that is zeros
-    (preallocation), garbage, or a torn frame; and the frame offsets (replay start points)."""
+    """A WAL file (version 2, or 3 with frames seeded by its gen, WAL-15): header, frames of
+    mixed sizes (labelled or not), then a tail that is zeros (preallocation), garbage, a torn
+    frame, stale frames of an older gen (a recycled file), or FILE_END and stale frames after
+    it; and the frame offsets (replay start points)."""
     from tidelog.backends.file.format import wal as walfmt
 
-    body = walfmt.encode_header(1, 0, 1, 0, _SID)
+    version = draw(st.sampled_from((2, 3)))
+    gen = 7
+    seed = gen if version == 3 else 0
+    body = walfmt.encode_header(gen, 0, 1, 0, _SID, version=version)
     starts = []
     for seq in range(1, draw(st.integers(0, 6)) + 1):
         starts.append(len(body))
         size = draw(st.sampled_from((0, 1, 30, 200, 1000)))
         tag = draw(st.sampled_from((None, "t")))
         body += walfmt.encode_append(
-            1, seq, 5, tag, None, bytes([seq]) * size, batch_end=True, durable=True
+            1, seq, 5, tag, None, bytes([seq]) * size, batch_end=True, durable=True, seed=seed
         )
     starts.append(len(body))
-    tail = draw(st.sampled_from(("zeros", "garbage", "torn")))
+    tail = draw(st.sampled_from(("zeros", "garbage", "torn", "stale", "end")))
+    frame = walfmt.encode_append(9, 99, 5, None, None, b"x" * 300, batch_end=True, durable=True)
     if tail == "garbage":
         body += draw(st.binary(min_size=1, max_size=40))
     elif tail == "torn":
-        frame = walfmt.encode_append(9, 99, 5, None, None, b"x" * 300, batch_end=True, durable=True)
+        frame = walfmt.reseed(frame, seed)
         body += frame[: draw(st.integers(1, len(frame) - 1))]
+    elif tail == "stale":  # complete frames of gens before this file's
+        body += walfmt.reseed(frame, gen - 1) + walfmt.reseed(frame, gen - 2)
+    elif tail == "end":
+        body += walfmt.encode_file_end(seed) + walfmt.reseed(frame, seed)
     return body + bytes(draw(st.integers(0, 500))), starts
 
 
@@ -214,12 +224,12 @@ def test_XPR_1_a_view_scans_a_wal_file_as_a_whole_file_scan_would(
     start = data.draw(st.sampled_from(starts))
     path = tmp_path_factory.mktemp("wal") / "w"
     path.write_bytes(body)
-    expected = walfmt.scan(body, start)
+    expected = walfmt.scan_file(body, start)
     h = OsFS().open_read(str(path))
     old = recovery._COPY_CHUNK
     recovery._COPY_CHUNK = chunk
     try:
-        got = recovery._scan_copied(h, str(path), start, _SID)
+        got, _ = recovery._scan_copied(h, str(path), start, _SID)
     finally:
         recovery._COPY_CHUNK = old
         h.close()

@@ -52,8 +52,9 @@ def snapshot_body(**extra: object) -> dict[str, object]:
 
 
 def wal_bytes(frames: list[bytes], *, gen: int = 1, shard: int = 0, count: int = 1) -> bytes:
-    """A preallocated WAL file: header, frames, zeros."""
-    return wal.encode_header(gen, shard, count, TS, STORE_ID) + b"".join(frames) + bytes(4096)
+    """A preallocated WAL file: header, frames, zeros (version 2: unseeded frames, zero tail)."""
+    head = wal.encode_header(gen, shard, count, TS, STORE_ID, version=2)
+    return head + b"".join(frames) + bytes(4096)
 
 
 def default_frames() -> list[bytes]:
@@ -389,7 +390,7 @@ def test_foreign_and_misplaced_wal_files(store: Store) -> None:
     """WAL-2, WAL-10: another store's id, the wrong shard, or a name disagreeing with the
     header's gen are errors."""
     raw = bytearray(store.wal_file.read_bytes())
-    other = wal.encode_header(1, 0, 1, TS, b"\xff" * 16)
+    other = wal.encode_header(1, 0, 1, TS, b"\xff" * 16, version=2)
     raw[:64] = other
     store.wal_file.write_bytes(raw)
     problem = only(check(store.root))

@@ -38,7 +38,7 @@ def test_WAL_4_small_durable_writes_zero_ahead_and_keep_the_tail_zero(tmp_path: 
         assert ZERO_AHEAD // 2 <= zeroed <= 2 * ZERO_AHEAD
         assert shard.stats["fdatasyncs"] >= 50  # still one fdatasync per durable append
         image = _wal_file(root).read_bytes()
-        scanned = walfmt.scan(image)
+        scanned = walfmt.scan_file(image)
         assert scanned.status == "clean"
         assert walfmt.first_nonzero(image, scanned.end) is None
         assert len(image) == 4 << 20  # preallocated once, never grown by the zeros
@@ -102,13 +102,14 @@ def test_WAL_4_zero_after_reads_only_data_regions(tmp_path: Path) -> None:
         h.close()
 
 
-def test_WAL_4_crash_recovery_cuts_the_recovered_file_only_if_its_tail_is_not_zero(
+def test_WAL_15_crash_recovery_closes_the_recovered_file_with_FILE_END_and_never_cuts_it(
     tmp_path: Path,
 ) -> None:
-    """WAL-4: after a crash, the newest WAL file whose bytes past the log's end are all zero
-    is left as it is (no truncation, no journal commit); one holding a stale complete frame far
-    past the end (what a lost sector before it leaves) is cut at the end, so the stale frame can
-    never follow a new one. Either way every acknowledged record is back and verify is clean."""
+    """WAL-15 (WAL-4 for version 3): after a crash, recovery neither truncates the newest WAL
+    file nor needs its tail to be zero: it writes FILE_END at the log's end, so a stale complete
+    frame far past the end (what a lost sector before it leaves) is never read, and the file
+    keeps its size (no truncation, no journal commit). Every acknowledged record is back and
+    verify is clean, with the stale frame still in the file."""
     from tidelog.backends.file.verify import verify_store
     from tidelog.fsio import OsFS
 
@@ -121,15 +122,18 @@ def test_WAL_4_crash_recovery_cuts_the_recovered_file_only_if_its_tail_is_not_ze
         _backend(store).abandon()  # power loss: nothing else written
         wal_file = _wal_file(root)
         size = wal_file.stat().st_size
+        image = wal_file.read_bytes()
+        end = walfmt.scan_file(image).end
+        frame = image[walfmt.HEADER_SIZE : walfmt.HEADER_SIZE + 64]  # a complete frame
         if stale:
-            image = wal_file.read_bytes()
-            frame = image[walfmt.HEADER_SIZE : walfmt.HEADER_SIZE + 64]  # a complete frame
             with open(wal_file, "r+b") as f:
                 f.seek(6 << 20)
                 f.write(frame)
         with tidelog.open(uri) as again:
-            after = wal_file.stat().st_size  # recovered, before a checkpoint retires it
-            assert (after < size) if stale else (after == size)
+            assert wal_file.stat().st_size == size  # recovered, before a checkpoint retires it
+            after = walfmt.scan_file(wal_file.read_bytes())
+            assert after.sealed and after.end == end + walfmt.FILE_END_SIZE
+            assert (wal_file.read_bytes()[6 << 20 : (6 << 20) + 64] == frame) is stale
             assert verify_store(OsFS(), str(root)).problems == []
             got = again.topic("t").read(0, 100)
             assert [r.seq for r in got] == seqs

@@ -52,16 +52,25 @@ __all__ = [
     "append_batch_lengths",
     "split_runs",
     "encode_control",
+    "encode_file_end",
+    "FILE_END_SIZE",
+    "reseed",
+    "frame_seed",
     "scan",
+    "scan_file",
     "split_batches",
     "first_nonzero",
     "file_name",
     "parse_file_name",
+    "spare_name",
+    "parse_spare_name",
 ]
 
 MAGIC = b"TDLWAL01"
-VERSION = 2  # written; 2 = may hold APPEND_BATCH frames (WAL-14), which a version-1 reader lacks
-VERSIONS = (1, 2)  # read
+# written: 3 = frame checksums seeded with the file's gen and a FILE_END frame closing every
+# file but the newest (WAL-15: files are recycled); 2 = may hold APPEND_BATCH frames (WAL-14)
+VERSION = 3
+VERSIONS = (1, 2, 3)  # read
 HEADER_SIZE = 64
 
 # magic | version | header_size | gen | shard | shard_count | created_ms | store_id | 4 reserved
@@ -98,11 +107,13 @@ class FrameType(IntEnum):
     LOSS = 14
     PRODUCER = 15
     APPEND_BATCH = 16
+    FILE_END = 17
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
 _APPEND = int(FrameType.APPEND)
 _APPEND_BATCH = int(FrameType.APPEND_BATCH)
+_FILE_END = int(FrameType.FILE_END)
 _new = tuple.__new__
 
 # APPEND_BATCH data (WAL-14): count u32 | count x u32 lengths | the payloads back to back.
@@ -118,6 +129,7 @@ BATCH_END = 0x08
 KNOWN_FLAGS = HAS_TAG | HAS_NODE | DURABLE | BATCH_END
 
 _FILE_NAME = re.compile(r"wal-([0-9a-f]{16})\.log")
+_SPARE_NAME = re.compile(r"spare-([0-9a-f]{16})\.log")
 
 
 # --- file header ----------------------------------------------------------------------------------
@@ -134,15 +146,22 @@ class WalHeader(NamedTuple):
 
 
 def encode_header(
-    gen: int, shard: int, shard_count: int, created_ms: int, store_id: bytes
+    gen: int,
+    shard: int,
+    shard_count: int,
+    created_ms: int,
+    store_id: bytes,
+    version: int = VERSION,
 ) -> bytes:
     """The 64-byte WAL file header (WAL-1)."""
     if len(store_id) != 16:
         raise BadArgument(f"store_id must be 16 bytes, got {len(store_id)}")
     if not 0 <= shard < shard_count:
         raise BadArgument(f"shard {shard} is not in range for shard_count {shard_count}")
+    if version not in VERSIONS:
+        raise BadArgument(f"WAL version {version} is not one of {VERSIONS}")
     head = _HEADER.pack(
-        MAGIC, VERSION, HEADER_SIZE, gen, shard, shard_count, created_ms, bytes(store_id)
+        MAGIC, version, HEADER_SIZE, gen, shard, shard_count, created_ms, bytes(store_id)
     )
     return head + _U32.pack(crc32c.crc32c(head))
 
@@ -180,6 +199,12 @@ def decode_header(buf: bytes | bytearray | memoryview) -> WalHeader:
             "WAL-1", f"WAL header: shard {shard} out of range for shard_count {count}"
         )
     return WalHeader(gen, shard, count, created, bytes(store_id), version, header_size)
+
+
+def frame_seed(header: WalHeader) -> int:
+    """The XXH3-64 seed of the file's frames (WAL-3): its gen from version 3 on (WAL-15: a
+    recycled file's frames of an older gen then fail their checksum), 0 before."""
+    return header.gen if header.version >= 3 else 0
 
 
 # --- frames ---------------------------------------------------------------------------------------
@@ -225,6 +250,7 @@ def _frame(
     nb: bytes,
     tb: bytes,
     data: bytes | bytearray | memoryview,
+    seed: int = 0,
 ) -> bytes:
     n = len(data)
     try:
@@ -235,8 +261,8 @@ def _frame(
         raise BadArgument(f"WAL frame field out of range ({exc})") from None
     if n < _STREAM_AT:
         body = head + nb + tb + data
-        return body + _U64.pack(xxhash.xxh3_64_intdigest(body[4:]))
-    h = xxhash.xxh3_64(head[4:])
+        return body + _U64.pack(xxhash.xxh3_64_intdigest(body[4:], seed))
+    h = xxhash.xxh3_64(head[4:], seed)
     h.update(nb)
     h.update(tb)
     h.update(data)
@@ -253,11 +279,13 @@ def encode_append(
     *,
     batch_end: bool,
     durable: bool,
+    seed: int = 0,
 ) -> bytes:
     """One APPEND frame (WAL-3). ``tag``/``node`` None and "" differ: HAS_TAG/HAS_NODE say which
-    (WAL-6). ``batch_end`` marks the last frame of one op (WAL-7)."""
+    (WAL-6). ``batch_end`` marks the last frame of one op (WAL-7). ``seed``: the file's
+    (``frame_seed``)."""
     flags, nb, tb = _labels(tag, node, batch_end, durable)
-    return _frame(_APPEND, flags, topic_id, seq, ts, nb, tb, payload)
+    return _frame(_APPEND, flags, topic_id, seq, ts, nb, tb, payload, seed)
 
 
 def _labels(
@@ -289,6 +317,7 @@ def encode_append_batch(
     batch_end: bool,
     durable: bool,
     limit: int = BATCH_DATA_MAX,
+    seed: int = 0,
 ) -> bytes:
     """APPEND_BATCH frames (WAL-14) for records ``first_seq ..`` of one run sharing ``ts``, tag
     and node: each payload's length in a u32 array, the payloads back to back, one XXH3-64 over
@@ -316,6 +345,7 @@ def encode_append_batch(
                 batch_end=batch_end and hi == n,
                 durable=durable,
                 limit=limit,
+                seed=seed,
             )
             for lo, hi in parts
         )
@@ -337,7 +367,7 @@ def encode_append_batch(
         raise BadArgument(f"WAL frame field out of range ({exc})") from None
     body = b"".join((head, nb, tb, _U32.pack(n), lens, *payloads))
     with memoryview(body) as mv:
-        checksum = xxhash.xxh3_64_intdigest(mv[4:])
+        checksum = xxhash.xxh3_64_intdigest(mv[4:], seed)
     return body + _U64.pack(checksum)
 
 
@@ -409,28 +439,56 @@ def encode_control(
     ts: int = 0,
     durable: bool = False,
     batch_end: bool = True,
+    seed: int = 0,
 ) -> bytes:
     """A control frame whose ``data`` is ``body`` as compact JSON (WAL-9). A control op is a
     batch of its own unless the caller chains it into a multi-frame op (``batch_end=False``)."""
     if ftype in (_APPEND, _APPEND_BATCH) or not 0 <= ftype <= 255:
         raise BadArgument(f"{ftype} is not a control frame type")
     flags = (BATCH_END if batch_end else 0) | (DURABLE if durable else 0)
-    return _frame(ftype, flags, topic_id, seq, ts, b"", b"", dumps_body(body))
+    return _frame(ftype, flags, topic_id, seq, ts, b"", b"", dumps_body(body), seed)
+
+
+def encode_file_end(seed: int) -> bytes:
+    """The FILE_END frame that closes a version-3 file's log (WAL-15)."""
+    return encode_control(_FILE_END, 0, {}, seed=seed)
+
+
+FILE_END_SIZE = len(encode_file_end(0))  # room a writer keeps for it at the end of a file
+
+
+def reseed(chunk: bytes, seed: int) -> bytes:
+    """``chunk`` (whole frames back to back) with every frame's checksum recomputed with
+    ``seed``: a writer encodes an op's frames for the file it expects, and re-seals them in the
+    rare case the op starts the next file instead (WAL-15)."""
+    out = bytearray(chunk)
+    mv = memoryview(out)
+    pos = 0
+    while pos < len(out):
+        (frame_len,) = _U32.unpack_from(out, pos)
+        cs_at = pos + 4 + frame_len - 8
+        _U64.pack_into(out, cs_at, xxhash.xxh3_64_intdigest(mv[pos + 4 : cs_at], seed))
+        pos = cs_at + 8
+    mv.release()
+    return bytes(out)
 
 
 # --- scanning -------------------------------------------------------------------------------------
 
 
 class ScanResult(NamedTuple):
-    """``status`` is "clean" (a zero frame_len or the end of the buffer) or "torn" (the frame at
-    ``end`` is incomplete or damaged; ``detail`` says how). ``unknown`` lists the offsets of
-    checksum-valid frames of unknown type (skipped by length, WAL-8)."""
+    """``status`` is "clean" (a zero frame_len, the end of the buffer, or a FILE_END frame) or
+    "torn" (the frame at ``end`` is incomplete or damaged, or a frame of an older gen of a
+    recycled file; ``detail`` says how). ``unknown`` lists the offsets of checksum-valid frames
+    of unknown type (skipped by length, WAL-8). ``sealed``: the log ended with a FILE_END frame
+    (WAL-15), which is not in ``frames``; ``end`` is then the offset after it."""
 
     frames: list[Frame]
     end: int
     status: str
     detail: str
     unknown: list[int]
+    sealed: bool = False
 
 
 class _Stop(NamedTuple):
@@ -438,7 +496,7 @@ class _Stop(NamedTuple):
     detail: str
 
 
-def _decode_at(mv: memoryview, pos: int, copy: bool = True) -> Frame | _Stop:
+def _decode_at(mv: memoryview, pos: int, copy: bool = True, seed: int = 0) -> Frame | _Stop:
     """The frame at ``pos``, or why the log ends there (WAL-4, WAL-5)."""
     left = len(mv) - pos
     if left == 0:
@@ -462,8 +520,8 @@ def _decode_at(mv: memoryview, pos: int, copy: bool = True) -> Frame | _Stop:
         )
     cs_at = pos + 4 + frame_len - 8
     (stored,) = _U64.unpack_from(mv, cs_at)
-    if xxhash.xxh3_64_intdigest(mv[pos + 4 : cs_at]) != stored:
-        return _Stop("torn", "XXH3-64 checksum mismatch")
+    if xxhash.xxh3_64_intdigest(mv[pos + 4 : cs_at], seed) != stored:
+        return _Stop("torn", "XXH3-64 checksum mismatch (a torn frame, or one of an older gen)")
     at = pos + FRAME_HEADER_SIZE
     try:
         node = str(mv[at : at + nl], "utf-8") if flags & HAS_NODE else None
@@ -484,12 +542,16 @@ class WalScanner:
     ``detail`` and ``unknown`` describe where and why the log ended (as in ``ScanResult``).
     For large files: frames are produced one at a time, nothing is accumulated."""
 
-    def __init__(self, buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE) -> None:
+    def __init__(
+        self, buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE, seed: int = 0
+    ) -> None:
         self._mv = memoryview(buf)
+        self._seed = seed
         self.end = start
         self.status = ""
         self.detail = ""
         self.unknown: list[int] = []
+        self.sealed = False
 
     def __iter__(self) -> Iterator[Frame]:
         mv = self._mv
@@ -500,9 +562,13 @@ class WalScanner:
             self.status, self.detail = "torn", f"start {pos} is past the end of the file"
             return
         while True:
-            got = _decode_at(mv, pos)
+            got = _decode_at(mv, pos, True, self._seed)
             if isinstance(got, _Stop):
                 self.end, self.status, self.detail = pos, got.status, got.detail
+                return
+            if got.type == _FILE_END:
+                self.end, self.status, self.detail = pos + got.length, "clean", "FILE_END"
+                self.sealed = True
                 return
             if got.type not in _KNOWN_TYPES:
                 self.unknown.append(pos)
@@ -512,10 +578,15 @@ class WalScanner:
 
 
 def scan(
-    buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE, *, copy: bool = True
+    buf: bytes | bytearray | memoryview,
+    start: int = HEADER_SIZE,
+    *,
+    copy: bool = True,
+    seed: int = 0,
 ) -> ScanResult:
-    """Every valid frame from ``start`` up to the first zero frame_len, end of buffer, or frame
-    that cannot be trusted (WAL-4, WAL-5). Never raises on garbage. Runs of frames without
+    """Every valid frame from ``start`` up to the first zero frame_len, end of buffer, FILE_END
+    frame (WAL-15), or frame that cannot be trusted (WAL-4, WAL-5); frames are checked with
+    ``seed`` (the file's, ``frame_seed``). Never raises on garbage. Runs of frames without
     tag or node (the common case) are decoded by an inlined loop (recovery replays every
     frame); anything else, including where the log ends, goes through ``_decode_at``.
     ``copy=False``: the ``data`` of APPEND and APPEND_BATCH frames is a memoryview into
@@ -529,22 +600,39 @@ def scan(
     unknown: list[int] = []
     pos = start
     while True:
-        pos = _plain_run(mv, pos, frames, unknown, copy)
-        got = _decode_at(mv, pos, copy)
+        pos = _plain_run(mv, pos, frames, unknown, copy, seed)
+        if frames and frames[-1].type == _FILE_END:  # nothing after it is read (WAL-15)
+            frames.pop()
+            return ScanResult(frames, pos, "clean", "FILE_END", unknown, True)
+        got = _decode_at(mv, pos, copy, seed)
         if isinstance(got, _Stop):
             return ScanResult(frames, pos, got.status, got.detail, unknown)
+        if got.type == _FILE_END:
+            return ScanResult(frames, pos + got.length, "clean", "FILE_END", unknown, True)
         if got.type not in _KNOWN_TYPES:
             unknown.append(pos)
         frames.append(got)
         pos += got.length
 
 
+def scan_file(buf: bytes | bytearray | memoryview, start: int = HEADER_SIZE) -> ScanResult:
+    """``scan`` of a whole WAL file image from ``start``, with the seed its header names (WAL-3,
+    WAL-15); Corrupt if the header is not valid (WAL-1)."""
+    return scan(buf, start, seed=frame_seed(decode_header(buf)))
+
+
 def _plain_run(
-    mv: memoryview, pos: int, frames: list[Frame], unknown: list[int], copy: bool = True
+    mv: memoryview,
+    pos: int,
+    frames: list[Frame],
+    unknown: list[int],
+    copy: bool = True,
+    seed: int = 0,
 ) -> int:
     """Decode consecutive valid frames without tag or node from ``pos`` into ``frames``; return
     the offset of the first one it does not take (labelled, damaged, or the log's end), for
-    ``_decode_at`` to judge. The checks are exactly ``_decode_at``'s for such frames."""
+    ``_decode_at`` to judge, or the offset after a FILE_END frame, the last it takes. The checks
+    are exactly ``_decode_at``'s for such frames."""
     size = len(mv)
     unpack, unpack_u64, digest = _FRAME.unpack_from, _U64.unpack_from, xxhash.xxh3_64_intdigest
     append, known, labels = frames.append, _KNOWN_TYPES, HAS_TAG | HAS_NODE
@@ -553,7 +641,7 @@ def _plain_run(
         if nl or tl or flags & labels or frame_len != _LEN_FIXED + dl or frame_len > size - pos - 4:
             return pos
         cs_at = pos + frame_len - 4
-        if digest(mv[pos + 4 : cs_at]) != unpack_u64(mv, cs_at)[0]:
+        if digest(mv[pos + 4 : cs_at], seed) != unpack_u64(mv, cs_at)[0]:
             return pos
         if ftype not in known:
             unknown.append(pos)
@@ -562,6 +650,8 @@ def _plain_run(
             data = bytes(data)
         append(_new(Frame, (ftype, flags, topic_id, seq, ts, None, None, data, pos, frame_len + 4)))
         pos = cs_at + 8
+        if ftype == _FILE_END:
+            return pos
     return pos
 
 
@@ -601,4 +691,14 @@ def file_name(gen: int) -> str:
 
 def parse_file_name(name: str) -> int | None:
     m = _FILE_NAME.fullmatch(name)
+    return int(m.group(1), 16) if m else None
+
+
+def spare_name(gen: int) -> str:
+    """``spare-<gen:016x>.log``: a retired WAL file kept for recycling (WAL-15)."""
+    return f"spare-{gen:016x}.log"
+
+
+def parse_spare_name(name: str) -> int | None:
+    m = _SPARE_NAME.fullmatch(name)
     return int(m.group(1), 16) if m else None
