@@ -97,13 +97,31 @@ def _file_store(ctx: Ctx, **options: Any) -> Any:
     return tidelog.open(f"file://{root}", **options)
 
 
-def file_single(ctx: Ctx, durability: str) -> Metrics:
+def _steady(store: Any) -> None:
+    """Bring a new store to its steady state before the timer (FORMATS.md WAL-15): append
+    until a WAL file made from a retired one (its blocks written in an earlier life, so no
+    zero-ahead) takes the frames, then sync everything, so the timed window neither pays a
+    new file's first writes nor sees the warm-up's writeback. The raw overwrite loop likewise
+    zero-fills and syncs its file before its timer."""
+    t = store.topic("warm-up", durability="disk")
+    batch = [bytes(4096)] * 256  # 1 MiB per call
+    while store.describe()["wal"]["recycled_files"] < 1:
+        t.append_many(batch)
+    store._backend.checkpoint()  # seal the warm-up now, not inside the timed window
+    os.sync()
+
+
+def file_single(ctx: Ctx, durability: str, steady: bool = False) -> Metrics:
     with _file_store(ctx) as store:
+        if steady:
+            _steady(store)
         return _appends(ctx, store, store.topic("bench", durability=durability), 1)
 
 
-def file_many(ctx: Ctx, durability: str, batch: int = 1000) -> Metrics:
+def file_many(ctx: Ctx, durability: str, batch: int = 1000, steady: bool = False) -> Metrics:
     with _file_store(ctx) as store:
+        if steady:
+            _steady(store)
         return _appends(ctx, store, store.topic("bench", durability=durability), batch)
 
 

@@ -72,6 +72,10 @@ CASES: list[Case] = [
     Case("tl_file_fsync", "tidelog file:// fsync append, 1 thread", "tidelog",
          P(cases.file_single, durability="fsync"), "durable", limit="raw_overwrite",
          guarantee=_DUR),
+    Case("tl_file_fsync_steady", "tidelog file:// fsync append, 1 thread, steady state "
+         "(recycled WAL file, WAL-15)", "tidelog",
+         P(cases.file_single, durability="fsync", steady=True), "durable",
+         limit="raw_overwrite", guarantee=_DUR),
     Case("tl_file_disk", "tidelog file:// disk append, 1 thread", "tidelog",
          P(cases.file_single, durability="disk"), "buffered", limit="loop_floor",
          guarantee="synced within commit_interval_ms (10 ms); crash loses a suffix, seqs kept"),
@@ -84,6 +88,10 @@ CASES: list[Case] = [
     Case("tl_file_fsync_many", "tidelog file:// fsync append_many(1000), 1 thread", "tidelog",
          P(cases.file_many, durability="fsync"), "durable", "batch", limit="raw_joined",
          guarantee=_DUR),
+    Case("tl_file_fsync_many_steady", "tidelog file:// fsync append_many(1000), 1 thread, "
+         "steady state (recycled WAL file, WAL-15)", "tidelog",
+         P(cases.file_many, durability="fsync", steady=True), "durable", "batch",
+         limit="raw_joined", guarantee=_DUR),
     Case("tl_file_disk_many", "tidelog file:// disk append_many(1000), 1 thread", "tidelog",
          P(cases.file_many, durability="disk"), "buffered", "batch", limit="loop_floor",
          guarantee="synced within commit_interval_ms (10 ms)"),

@@ -392,8 +392,10 @@ class FileBackend(Engine):
                 self.warnings.append(f"maintenance: {storage_error(exc, 'checkpoint')}")
 
     def checkpoint(self) -> int:
-        """Run a checkpoint now (the maintenance thread does this by WAL volume)."""
+        """Run a checkpoint now (the maintenance thread does this by WAL volume, counted from
+        here on)."""
         self._check_open()
+        self._wal_at_checkpoint = sum(s.submitted for s in self.shards)
         return checkpoint(self)
 
     def abandon(self) -> None:
