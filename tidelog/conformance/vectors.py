@@ -276,6 +276,46 @@ def _wal_vectors(add: Callable[..., None]) -> None:
                 "frames": [*frames_json(2), {**frames_json(3)[3], "seq": 9}]})
 
 
+def _wal_v3_vectors(add: Callable[..., None]) -> None:
+    """Version 3 (WAL-15): the frames of ``_wal_vectors`` in a file of gen 2, checksums seeded
+    with 2; FILE_END; a recycled file's older frames (gen 1) after the end."""
+    from tidelog.backends.file.format import wal
+
+    header = wal.encode_header(2, 0, 1, _T0, _STORE_ID)
+    create = wal.encode_control(wal.FrameType.TOPIC_CREATE, 1, {"name": "t", "incarnation": 1,
+                                "config": {"durability": "fsync"}}, ts=_T0, seed=2)
+    rec = wal.encode_append(1, 1, _T0 + 123, "t", None, b"hi", batch_end=True, durable=True,
+                            seed=2)
+    stale = wal.encode_append(1, 7, _T0 + 99, None, None, b"old", batch_end=True, durable=True,
+                              seed=1)  # fmt: skip
+    end = wal.encode_file_end(2)
+    hdr = {"gen": 2, "shard": 0, "shard_count": 1, "created_ms": _T0,
+           "store_id": _STORE_ID.hex()}  # fmt: skip
+    frames = [
+        {"type": int(wal.FrameType.TOPIC_CREATE), "flags": wal.BATCH_END, "topic_id": 1,
+         "seq": 0, "ts": _T0, "tag": None, "node": None,
+         "data": json.dumps({"config": {"durability": "fsync"}, "incarnation": 1, "name": "t"},
+                            separators=(",", ":"), sort_keys=True).encode().hex(),
+         "offset": len(header)},
+        {"type": 1, "flags": wal.HAS_TAG | wal.DURABLE | wal.BATCH_END, "topic_id": 1,
+         "seq": 1, "ts": _T0 + 123, "tag": "t", "node": None, "data": b"hi".hex(),
+         "offset": len(header) + len(create)},
+    ]  # fmt: skip
+    body = header + create + rec
+    add("wal/v3-file-end.log", "wal", True, "version 3 (WAL-15): frames checksummed with "
+        "XXH3-64 seeded by the gen (2), then FILE_END, then a recycled file's frame of gen 1: "
+        "the log ends after FILE_END (frames exclude it)", body=body + end + stale,
+        decode={"header": hdr, "frames": frames, "end": len(body + end), "status": "clean"})
+    add("wal/v3-stale-tail.log", "wal", True, "version 3, the newest file of a live store: "
+        "after the last frame, a complete frame of an older gen (1), which fails the seeded "
+        "checksum and ends the log there (WAL-15)", body=body + stale + bytes(64),
+        decode={"header": hdr, "frames": frames, "end": len(body), "status": "torn"})
+    unseeded = header + wal.reseed(create + rec, 0)
+    add("wal/v3-unseeded.log", "wal", False, "version 3 header but frames checksummed without "
+        "the seed (as version 2 would): no frame is valid (WAL-3)", body=unseeded,
+        decode={"header": hdr, "frames": [], "end": len(header), "status": "torn"})
+
+
 def _run_segment_vectors(add: Callable[..., None], rows: list[Any]) -> None:
     """The same four records as .data version 2 (run frames) + .idx version 3, what the
     checkpoint writes (spec/FORMATS-seg3.md SEG-14..17), valid and damaged."""
@@ -897,8 +937,8 @@ def write_vectors(out_dir: str) -> dict[str, Any]:
                 content: Any = None) -> None:
         vectors.append(Vector(path, fmt, valid, what, verify=verify, content=content))
 
-    for build in (_wal_vectors, _segment_vectors, _snapshot_vectors, _progress_vectors, _sf_vectors,
-                  _qseg_vectors, _blockdev_file_vectors):
+    for build in (_wal_vectors, _wal_v3_vectors, _segment_vectors, _snapshot_vectors,
+                  _progress_vectors, _sf_vectors, _qseg_vectors, _blockdev_file_vectors):
         build(add)
     _file_store_vectors(out_dir, add_dir)
     _sf_slot_vectors(out_dir, add_dir)
