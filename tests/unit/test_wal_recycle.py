@@ -192,3 +192,38 @@ def test_WAL_15_an_older_version_3_file_without_FILE_END_is_damage(tmp_path: Pat
     assert end > first
     with pytest.raises(tidelog.Corrupt, match="damaged in the middle"):
         tidelog.open(uri)
+
+
+def test_WAL_1_WAL_15_a_store_with_version_2_wal_files_upgrades(tmp_path: Path) -> None:
+    """WAL-1, WAL-15: a store whose WAL files are version 2 (unseeded frames, zeros after the
+    end: what tidelog wrote before recycling) opens after a crash with every acknowledged
+    record; new frames go to version-3 files; a checkpoint deletes the old files (never made
+    spares: recovery replayed them); close, reopen and verify find everything."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?{SMALL}"
+    store = tidelog.open(uri)
+    t = store.topic("t", durability="fsync")
+    seqs = [t.append(b"old-%d" % i) for i in range(30)]
+    _backend(store).abandon()
+    (name,) = _names(root)[0]
+    path = root / "wal" / name
+    image = path.read_bytes()
+    header = walfmt.decode_header(image)
+    end = walfmt.scan_file(image).end
+    downgraded = (
+        walfmt.encode_header(header.gen, 0, 1, header.created_ms, header.store_id, version=2)
+        + walfmt.reseed(image[walfmt.HEADER_SIZE : end], 0)
+    )
+    path.write_bytes(downgraded + bytes(len(image) - len(downgraded)))
+    assert walfmt.decode_header(path.read_bytes()).version == 2
+    with tidelog.open(uri) as again:
+        t2 = again.topic("t")
+        seqs += [t2.append(b"new-%d" % i) for i in range(30)]
+        versions = {walfmt.decode_header((root / "wal" / n).read_bytes()).version
+                    for n in _names(root)[0]}  # fmt: skip
+        assert versions == {2, 3}
+        _backend(again).checkpoint()
+        assert name not in _names(root)[0] and not _names(root)[1]
+    with tidelog.open(uri) as third:
+        assert [r.seq for r in third.topic("t").read(0, 100)] == seqs
+    assert verify_store(OsFS(), str(root)).problems == []
