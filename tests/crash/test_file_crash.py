@@ -212,6 +212,11 @@ def test_CRASH_7_wal_rotation() -> None:
     assert n > 20
 
 
+def _reused(op: str) -> bool:
+    """A recorded rename of a spare to a WAL file name: a retired file was reused (WAL-15)."""
+    return op.startswith("rename") and "spare-" in op and "/wal-" in op.split("spare-", 1)[1]
+
+
 def test_WAL_15_recycled_wal_files_at_every_crash_point() -> None:
     """WAL-15: checkpoints retire WAL files into spares and rotation reuses them, so new frames
     land over an older gen's frames; at every crash point (header rewrite, rename, FILE_END,
@@ -222,9 +227,7 @@ def test_WAL_15_recycled_wal_files_at_every_crash_point() -> None:
         ops += [("append", "d", b"disk-%d" % round_, "x"), ("checkpoint",)]
     ops += [("append_many", "t", [b"m" * 3000] * 4), ("append", "t", b"last", None)]
     run = CrashRun(open_file_store, ops)
-    history = [str(op) for op in run.fs.history]
-    assert any("spare-" in op and "rename" in op and "/wal-" in op.split("spare-")[1]
-               for op in history), "no spare was recycled"  # fmt: skip
+    assert any(_reused(str(op)) for op in run.fs.history), "no spare was recycled"
     n = 0
     for at in run.fs.checkpoints():
         try:
@@ -233,6 +236,48 @@ def test_WAL_15_recycled_wal_files_at_every_crash_point() -> None:
             raise AssertionError(f"[crash point {at}] {exc}") from None
     report("exhaustive", n)
     assert n > 100
+
+
+def _recycling_ops(rng: random.Random, n: int) -> list[Op]:
+    """Random workloads that rotate 64 KiB WAL files often (payloads of 10-30 KB) and
+    checkpoint often, so new files are recycled spares (WAL-15), mixed with the small ops of
+    ``_random_ops``."""
+    ops = _random_ops(rng, n)
+    out: list[Op] = ops[:3]
+    for op in ops[3:]:
+        out.append(op)
+        k = rng.random()
+        if k < 0.35:
+            out.append(
+                (
+                    "append",
+                    rng.choice("ab"),
+                    bytes([rng.randrange(256)]) * rng.randrange(10_000, 30_000),
+                    None,
+                )
+            )
+        elif k < 0.5:
+            out.append(("checkpoint",))
+    return out
+
+
+@pytest.mark.parametrize("workload", range(int(os.environ.get("TIDELOG_CRASH_WORKLOADS", "3")) - 1))
+def test_WAL_15_random_workloads_with_recycled_files_sampled(workload: int) -> None:
+    """WAL-15, CRASH-7: seeded random workloads whose WAL files rotate and are recycled, a
+    seeded sample of states at every crash point. Reproduce with the printed seed."""
+    seed = int(os.environ.get("TIDELOG_SEED", "20261125")) + 1000 + workload
+    rng = random.Random(seed)
+    run = CrashRun(open_file_store, _recycling_ops(rng, 40))
+    assert any(_reused(str(op)) for op in run.fs.history), f"[seed {seed}] nothing recycled"
+    per_point = int(os.environ.get("TIDELOG_CRASH_SAMPLES", "6"))
+    n = 0
+    for at in run.fs.checkpoints():
+        try:
+            n += run.check([at], mode="sample", seed=seed + at, limit=per_point, torn="all")
+        except AssertionError as exc:
+            raise AssertionError(f"[workload seed {seed}, crash point {at}] {exc}") from None
+    report(f"recycling workload seed {seed}", n)
+    assert n > 0
 
 
 def _random_ops(rng: random.Random, n: int) -> list[Op]:
