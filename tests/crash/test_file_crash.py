@@ -258,7 +258,9 @@ def _recycling_ops(rng: random.Random, n: int) -> list[Op]:
             )
         elif k < 0.5:
             out.append(("checkpoint",))
-    return out
+    # and then surely: a rotation, a checkpoint retiring a file into a spare, a rotation into it
+    big = [("append", "r", bytes([i]) * 25_000, None) for i in range(3)]  # fsync: written now
+    return [*out, ("create", "r", {"durability": "fsync"}), *big, ("checkpoint",), *big]
 
 
 @pytest.mark.parametrize("workload", range(int(os.environ.get("TIDELOG_CRASH_WORKLOADS", "3")) - 1))
