@@ -12,6 +12,7 @@ record by record.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import mmap
 import re
@@ -214,6 +215,9 @@ class SegChunk(DeadSlots):
         self.handle = handle
         self.index = index
         self.data = handle.map()
+        # the map outlives the handle (fsio Handle.map): one descriptor per segment for the
+        # .data map and one for the .idx map until a read decodes it, as many as before
+        handle.close()
         mv = self.data
         # slicing the mmap (or bytes) under a whole-file view yields bytes in one step
         whole = isinstance(mv.obj, (bytes, mmap.mmap)) and len(mv.obj) == len(mv)
@@ -551,3 +555,6 @@ class SegChunk(DeadSlots):
     def close(self) -> None:
         self.data.release()
         self.handle.close()
+        if isinstance(self._src, mmap.mmap):  # its handle let go of it at open
+            with contextlib.suppress(BufferError):  # a read still holds a view: freed with it
+                self._src.close()

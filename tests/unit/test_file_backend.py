@@ -343,3 +343,29 @@ def test_wal_shards_and_changing_the_shard_count(tmp_path: Path) -> None:
         ]
         backend(store).checkpoint()
         assert not list(root.glob("wal/shard-*/wal-*.log"))
+
+
+def test_an_open_store_holds_two_descriptors_per_sealed_segment(tmp_path: Path) -> None:
+    """Resource budget: a sealed segment costs the process two file descriptors (the .data
+    map, and the .idx map until a read decodes its entries), not more, so a default soft limit
+    of 1024 descriptors still opens stores of ~500 segments; a read of every segment lets the
+    .idx maps go."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?background=false&segment_max_records=50"
+    with tidelog.open(uri) as store:
+        t = store.topic("t", durability="disk")
+        for i in range(40):
+            t.append_many([b"r%d" % i] * 50)
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    before = fds()
+    store = tidelog.open(uri)
+    try:
+        segments = sum(store.describe()["segments"].values())  # type: ignore[union-attr]
+        assert segments >= 40
+        opened = fds() - before
+        assert segments * 2 <= opened <= segments * 2 + 8  # + lock, WAL file, directories
+        assert len(store.topic("t").read(0, 5000)) == 2000
+        assert fds() - before <= segments + 8  # decoded: only the .data maps are left
+    finally:
+        store.close()
+    assert fds() - before <= 2
