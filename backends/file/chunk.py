@@ -26,7 +26,7 @@ from typing import Any
 import xxhash
 
 from tidelog.errors import Corrupt
-from tidelog.fsio import Handle
+from tidelog.fsio import Handle, whole_object
 from tidelog.records import Item, Record
 
 from .format import segment as segfmt
@@ -212,17 +212,14 @@ class DeadSlots:
 class SegChunk(DeadSlots):
     def __init__(self, path: str, handle: Handle, index: SegmentIndex) -> None:
         self.path = path
-        self.handle = handle
         self.index = index
         self.data = handle.map()
         # the map outlives the handle (fsio Handle.map): one descriptor per segment for the
         # .data map and one for the .idx map until a read decodes it, as many as before
         handle.close()
-        mv = self.data
-        # slicing the mmap (or bytes) under a whole-file view yields bytes in one step
-        whole = isinstance(mv.obj, (bytes, mmap.mmap)) and len(mv.obj) == len(mv)
-        self._src: Any = mv.obj if whole else mv
-        self._copy = not whole  # memoryview slices must still become bytes
+        whole = whole_object(self.data)  # its slices are bytes in one step
+        self._src: Any = self.data if whole is None else whole
+        self._copy = whole is None  # memoryview slices must still become bytes
         self.first_seq = index.first_seq
         self.count = index.count
         # .idx version 3 describes a .data of run frames (FORMATS-seg3.md): entries point at
@@ -554,7 +551,6 @@ class SegChunk(DeadSlots):
 
     def close(self) -> None:
         self.data.release()
-        self.handle.close()
         if isinstance(self._src, mmap.mmap):  # its handle let go of it at open
             with contextlib.suppress(BufferError):  # a read still holds a view: freed with it
                 self._src.close()

@@ -294,13 +294,12 @@ def _scan_file(
         data = h.map()
         try:
             header = _check_header(data, path, b.store_id)
-            seed = walfmt.frame_seed(header)
-            result = walfmt.scan(data, offset, copy=False, seed=seed)
+            result = walfmt.scan(data, offset, copy=False, seed=walfmt.frame_seed(header))
         except BaseException:
             data.release()
             h.close()
             raise
-        wal = WalFile(path, h, data, seed)
+        wal = WalFile(path, h, data, walfmt.frame_seed(header))
     batches, torn_batch = walfmt.split_batches(result.frames)
     end = batches[-1][-1].offset + batches[-1][-1].length if batches else offset
     torn = result.status == "torn" or bool(torn_batch)

@@ -30,7 +30,7 @@ from typing import Any
 import xxhash
 
 from tidelog.errors import Corrupt
-from tidelog.fsio import Handle
+from tidelog.fsio import Handle, whole_object
 from tidelog.records import Item, Record
 
 from .chunk import DeadSlots, extend_records, live_pieces
@@ -52,10 +52,9 @@ class WalFile:
         self.handle = handle
         self.data = data
         self.seed = seed  # its frames' checksum seed (WAL-15)
-        # slicing the mmap (or bytes) under a whole-file view yields bytes in one step
-        whole = isinstance(data.obj, (bytes, mmap.mmap)) and len(data.obj) == len(data)
-        self.src: Any = data.obj if whole else data
-        self.copy = not whole
+        whole = whole_object(data)  # its slices are bytes in one step
+        self.src: Any = data if whole is None else whole
+        self.copy = whole is None
         self.refs = 0
 
     def drop_resident(self) -> None:

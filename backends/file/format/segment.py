@@ -11,7 +11,6 @@ record's tag and node without decoding its frame. Version 1 is still read.
 
 from __future__ import annotations
 
-import mmap
 import operator
 import re
 import struct
@@ -25,6 +24,7 @@ from typing import Any, NamedTuple
 import xxhash
 
 from tidelog.errors import BadArgument, TooLarge
+from tidelog.fsio import whole_object
 
 from . import FormatCorrupt
 
@@ -625,10 +625,9 @@ def read_index(
         raise FormatCorrupt("SEG-4", f".idx: first_seq {fseq}, expected {first_seq}")
     # a view, not a copy: over a mapped .idx the entries stay in the page cache until a read
     # decodes them (a copy of every .idx was most of a clean open's time). The flags column is
-    # cut from the whole object when there is one: its own slicing is one C loop, a strided
-    # memoryview copies through the generic buffer path, 10x slower
-    src: Any = mv.obj if isinstance(mv.obj, (bytes, mmap.mmap)) and len(mv.obj) == len(mv) else mv
-    flags = array("B", bytes(src[head + 16 : entries_end : ENTRY_SIZE]))
+    # cut from the whole mmap or bytes when there is one (fsio.whole_object: 10x faster)
+    src: Any = whole_object(mv)
+    flags = array("B", bytes((mv if src is None else src)[head + 16 : entries_end : ENTRY_SIZE]))
     index = SegmentIndex(tid, fseq, count, mv[head:entries_end], flags=flags)
     if version == 1:
         return index
