@@ -50,6 +50,20 @@ def check_every_point(ops: list[Op], *, torn: str, at_least: int) -> None:
     report("exhaustive", n)
 
 
+def sample_every_point(run: CrashRun, seed: int) -> int:
+    """A seeded sample of states (``$TIDELOG_CRASH_SAMPLES``, default 6) at every crash point of
+    a seeded workload, each checked against the model; a failure names the seed and the point.
+    Returns how many states were checked."""
+    per_point = int(os.environ.get("TIDELOG_CRASH_SAMPLES", "6"))
+    n = 0
+    for at in run.fs.checkpoints():
+        try:
+            n += run.check([at], mode="sample", seed=seed + at, limit=per_point, torn="all")
+        except AssertionError as exc:
+            raise AssertionError(f"[workload seed {seed}, crash point {at}] {exc}") from None
+    return n
+
+
 def test_DUR_2_fsync_appends_every_crash_point_exhaustive() -> None:
     """DUR-2, DUR-6, CRASH-7: acknowledged fsync appends survive every torn/reordered state."""
     ops: list[Op] = [
@@ -271,13 +285,7 @@ def test_WAL_15_random_workloads_with_recycled_files_sampled(workload: int) -> N
     rng = random.Random(seed)
     run = CrashRun(open_file_store, _recycling_ops(rng, 40))
     assert any(_reused(str(op)) for op in run.fs.history), f"[seed {seed}] nothing recycled"
-    per_point = int(os.environ.get("TIDELOG_CRASH_SAMPLES", "6"))
-    n = 0
-    for at in run.fs.checkpoints():
-        try:
-            n += run.check([at], mode="sample", seed=seed + at, limit=per_point, torn="all")
-        except AssertionError as exc:
-            raise AssertionError(f"[workload seed {seed}, crash point {at}] {exc}") from None
+    n = sample_every_point(run, seed)
     report(f"recycling workload seed {seed}", n)
     assert n > 0
 
@@ -333,12 +341,6 @@ def test_CRASH_7_random_workloads_sampled(workload: int) -> None:
     seed = int(os.environ.get("TIDELOG_SEED", "20261122")) + workload
     rng = random.Random(seed)
     run = CrashRun(open_file_store, _random_ops(rng, 25))
-    per_point = int(os.environ.get("TIDELOG_CRASH_SAMPLES", "6"))
-    n = 0
-    for at in run.fs.checkpoints():
-        try:
-            n += run.check([at], mode="sample", seed=seed + at, limit=per_point, torn="all")
-        except AssertionError as exc:
-            raise AssertionError(f"[workload seed {seed}, crash point {at}] {exc}") from None
+    n = sample_every_point(run, seed)
     report(f"workload seed {seed}", n)
     assert n > 0
