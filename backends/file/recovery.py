@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidelog.config import TopicConfig
 from tidelog.errors import Corrupt
-from tidelog.fsio import zero_after
+from tidelog.fsio import whole_object, zero_after
 
 from ..common.engine import EngineTopic
 from .chunk import SegChunk
@@ -41,7 +41,7 @@ __all__ = ["load_snapshot", "rebuild", "replay_wal", "list_streams", "lose"]
 
 _RECORDS = (int(FrameType.APPEND), int(FrameType.APPEND_BATCH))
 _APPEND = int(FrameType.APPEND)
-_CHECKPOINT = int(FrameType.CHECKPOINT)
+_MARKS = (int(FrameType.CHECKPOINT), int(FrameType.SYNCED))  # frames without an effect
 
 
 # -- snapshot --------------------------------------------------------------------------------
@@ -190,33 +190,43 @@ def replay_wal(
         )
         highest[key] = max(gens, default=0)
         b.positions[key] = [start_gen, start_off]
-        torn_at: str | None = None
+        newest = gens[-1] if gens else 0
+        if not readonly:
+            _check_contiguous(directory, [g for g in gens if g >= start_gen], start_gen)
         for gen in gens:
             if gen < start_gen:
                 continue
             path = os.path.join(directory, walfmt.file_name(gen))
             offset = start_off if gen == start_gen else walfmt.HEADER_SIZE
             try:
-                end, frames, torn, wal, sealing = _scan_file(b, path, offset)
+                scanned = _scan_file(b, path, offset, gen)
             except _NoHeader as exc:
-                if gen != gens[-1]:
+                if gen != newest:
                     raise Corrupt(f"{exc.message}, and newer WAL files follow it (WAL)") from None
+                if not _zero_from(b, path, walfmt.HEADER_SIZE):
+                    # frames are written only after the header is durable (WAL-11, WAL-15)
+                    raise Corrupt(
+                        f"{exc.message}, yet bytes after it are not zero: a damaged header "
+                        "over frames, not a file a crash left unfinished (WAL-1, FLT-1)"
+                    ) from None
                 if not readonly:
                     b.discards.append(path)
                     b.warnings.append(f"{path}: never completed (no valid header): removed")
                 continue
-            if sealing is not None and not sealing.sealed and gen != gens[-1]:
+            end, frames, torn, wal, sealing = scanned[:5]
+            if sealing is not None and not sealing.sealed and gen != newest:
                 torn = True  # WAL-15: a version-3 file but the newest ends with FILE_END
-            if torn_at is not None:
+            if torn and gen != newest and not readonly:
                 if wal is not None:
                     wal.release()
-                if frames:
-                    raise Corrupt(
-                        f"{path}: valid frames after the torn tail at {torn_at}: the "
-                        "log is damaged in the middle, not torn (WAL)"
-                    )
-                continue
-            # a batch of only CHECKPOINT marks carries no effect: the store is still "clean"
+                # the file was synced before the next one was created (WAL-11): whatever ends
+                # its log early was durable, so it is damage, never a torn tail (FLT-1)
+                raise Corrupt(
+                    f"{path}: damaged at offset {end}: the log ends there ({scanned.detail}) "
+                    "but newer WAL files follow it, so every byte of it was durable "
+                    "(WAL-5, WAL-15, FLT-1)"
+                )
+            # a batch of a CHECKPOINT or SYNCED frame alone has no effect: still "clean"
             try:
                 b.replayed_batches += apply_batches(b, frames, wal)
             finally:
@@ -231,20 +241,37 @@ def replay_wal(
                     break  # the writer is mid-op here: the next refresh resumes at this point
                 continue
             if torn:
-                torn_at = f"{path} offset {end}"
                 b.warnings.append(f"{path}: torn tail at offset {end} discarded (recovery)")
             if sealing is not None:
                 # version 3 (WAL-15): stale frames may follow the end, so the end is marked,
                 # not cut: FILE_END over whatever follows the last complete op
                 if torn or not sealing.sealed:
                     b.seals.append((path, end, sealing.seed))
-            elif torn or (gen == gens[-1] and not _zero_from(b, path, end)):
+            elif torn or (gen == newest and not _zero_from(b, path, end)):
                 # nothing will be appended to this file again (new writes start a new file);
                 # cutting it at its end leaves no stale bytes after the last valid op (WAL-4).
                 # A file already all zeros after its end needs no cut (and no journal commit)
                 b.truncations.append((path, end))
     load_progress(b)
     return highest
+
+
+def _check_contiguous(directory: str, gens: list[int], start_gen: int) -> None:
+    """WAL-10, FLT-2: the files replay reads are consecutive gens from the snapshot's replay
+    position on (a checkpoint removes only files before it): a missing one held frames."""
+    expect = start_gen if start_gen else (gens[0] if gens else 0)
+    for gen in gens:
+        if gen != expect:
+            raise Corrupt(
+                f"{os.path.join(directory, walfmt.file_name(expect))}: missing, yet replay "
+                f"needs every WAL file from gen {start_gen or gens[0]:#x} on (WAL-10, FLT-2)"
+            )
+        expect += 1
+    if start_gen and not gens:
+        raise Corrupt(
+            f"{os.path.join(directory, walfmt.file_name(start_gen))}: missing, yet the "
+            "snapshot replays from it (WAL-10, FLT-2)"
+        )
 
 
 def list_streams(b: FileBackend) -> list[tuple[str, str]]:
@@ -273,43 +300,72 @@ class _Sealing(NamedTuple):
     seed: int
 
 
-def _scan_file(
-    b: FileBackend, path: str, offset: int
-) -> tuple[int, list[list[walfmt.Frame]], bool, WalFile | None, _Sealing | None]:
-    """(end of the last complete op batch, complete batches, torn?, the mapped file, and for a
-    version-3 file whether its log ended with FILE_END) of one WAL file. The writer's own
-    recovery maps the file (nobody else writes it: we hold the lock), so only the pages up to
-    the log's end are touched, not the whole preallocated file, and records stay where they
-    are: their frames' data are views into the map (WTAIL-1). A read-only view must not map it
-    (a writer reopening after a crash may truncate it under the mapping: SIGBUS), so it reads
-    what it scans (_scan_copied), into frames of its own."""
+class _Scanned(NamedTuple):
+    end: int  # where the last complete op batch ends
+    batches: list[list[walfmt.Frame]]
+    torn: bool
+    wal: WalFile | None
+    sealing: _Sealing | None
+    detail: str  # why the scan stopped
+
+
+def _scan_file(b: FileBackend, path: str, offset: int, gen: int) -> _Scanned:
+    """One WAL file's complete op batches from ``offset``, where they end, whether the log
+    ends torn, the mapped file, and for a version-3 file whether its log ended with FILE_END.
+    The writer's own recovery maps the file (nobody else writes it: we hold the lock), so only
+    the pages up to the log's end are touched, not the whole preallocated file, and records
+    stay where they are: their frames' data are views into the map (WTAIL-1). A read-only view
+    must not map it (a writer reopening after a crash may truncate it under the mapping:
+    SIGBUS), so it reads what it scans (_scan_copied), into frames of its own.
+
+    A log that does not end cleanly is checked for damage (FLT-1, WAL-16): a SYNCED frame
+    after its end proving the bytes there durable makes it ``Corrupt``, never a torn tail."""
     h = b.fs.open_read(path)
     wal = None
     if b.readonly:
         try:
-            result, header = _scan_copied(h, path, offset, b.store_id)
+            result, header = _scan_copied(h, path, offset, b.store_id, gen)
         finally:
             h.close()
     else:
         data = h.map()
         try:
-            header = _check_header(data, path, b.store_id)
+            header = _check_header(data, path, b.store_id, gen)
             result = walfmt.scan(data, offset, copy=False, seed=walfmt.frame_seed(header))
+            if not result.sealed:
+                _refuse_damage(data, path, header, walfmt.batches_end(result.frames, offset))
         except BaseException:
             data.release()
             h.close()
             raise
         wal = WalFile(path, h, data, walfmt.frame_seed(header))
     batches, torn_batch = walfmt.split_batches(result.frames)
-    end = batches[-1][-1].offset + batches[-1][-1].length if batches else offset
+    end = walfmt.batches_end(result.frames, offset)
     torn = result.status == "torn" or bool(torn_batch)
     sealing = None
     if header.version >= 3:
         sealing = _Sealing(result.sealed and not torn_batch, walfmt.frame_seed(header))
-    return end, batches, torn, wal, sealing
+    detail = "an unfinished op batch" if torn_batch else result.detail
+    return _Scanned(end, batches, torn, wal, sealing, detail)
 
 
-def _check_header(data: Any, path: str, store_id: bytes) -> walfmt.WalHeader:
+def _refuse_damage(buf: Any, path: str, header: walfmt.WalHeader, end: int) -> None:
+    """FLT-1, WAL-16: ``Corrupt`` if a SYNCED frame of this file after ``end`` shows that the
+    bytes at ``end`` were durable (only files that may hold SYNCED frames are searched)."""
+    if header.version < 3:
+        return
+    if isinstance(buf, memoryview):  # the map: search the object under it, else a copy
+        buf = whole_object(buf) or bytes(buf)
+    proof = walfmt.durable_proof(buf, end, header.gen)
+    if proof is not None:
+        raise Corrupt(
+            f"{path}: damaged at offset {end}: the log ends there, but the SYNCED frame at "
+            f"offset {proof.offset} shows every byte before {proof.synced} was durable, so "
+            "this is damage, not a torn tail (WAL-16, FLT-1)"
+        )
+
+
+def _check_header(data: Any, path: str, store_id: bytes, gen: int) -> walfmt.WalHeader:
     try:
         header = walfmt.decode_header(data)
     except Corrupt as exc:
@@ -319,6 +375,11 @@ def _check_header(data: Any, path: str, store_id: bytes) -> walfmt.WalHeader:
             f"{path}: belongs to another store (store_id {header.store_id.hex()}, "
             f"this store is {store_id.hex()}) (WAL)"
         )
+    if header.gen != gen:
+        raise Corrupt(
+            f"{path}: header gen {header.gen:#x} but the file name says {gen:#x}: a renamed "
+            "or swapped file (WAL-10)"
+        )
     return header
 
 
@@ -327,25 +388,30 @@ _U32 = struct.Struct("<I")
 
 
 def _scan_copied(
-    h: Any, path: str, offset: int, store_id: bytes
+    h: Any, path: str, offset: int, store_id: bytes, gen: int
 ) -> tuple[walfmt.ScanResult, walfmt.WalHeader]:
     """``walfmt.scan`` of a WAL file from ``offset``, reading only the header and the bytes the
     scan reaches (in growing chunks), not the whole preallocated file: a read-only view's
     refresh that finds nothing new costs two small reads instead of a copy of every WAL file.
     The bytes go to their own offsets in an anonymous zero-filled map, so frame offsets are the
-    file's; pages never written to cost nothing."""
+    file's; pages never written to cost nothing.
+
+    Damage (FLT-1): a SYNCED frame within the bytes read that proves the end durable. Such a
+    frame may also mean this view read the end's bytes before the writer wrote them and the
+    frame after: the end's bytes are read again once before ``Corrupt`` is raised."""
     size = h.size()
     buf = mmap.mmap(-1, size) if size else bytearray()
     mv = memoryview(buf)
     try:
         head = h.pread(min(walfmt.HEADER_SIZE, size), 0)
         mv[: len(head)] = head
-        header = _check_header(mv[: len(head)], path, store_id)
+        header = _check_header(mv[: len(head)], path, store_id, gen)
         seed = walfmt.frame_seed(header)
         frames: list[walfmt.Frame] = []
         unknown: list[int] = []
         pos = filled = max(offset, len(head))
         chunk = _COPY_CHUNK
+        reread = False
         while True:
             if filled < size:
                 got = h.pread(min(size, pos + chunk) - filled, filled)
@@ -355,12 +421,20 @@ def _scan_copied(
             frames += result.frames
             unknown += result.unknown
             pos = result.end
-            if result.sealed or filled >= size or not _cut_by_window(mv, pos, filled):
-                done = walfmt.ScanResult(
-                    frames, pos, result.status, result.detail, unknown, result.sealed
-                )
-                return done, header
-            chunk *= 2  # a frame longer than the window: read further
+            if not result.sealed and filled < size and _cut_by_window(mv, pos, filled):
+                chunk *= 2  # a frame longer than the window: read further
+                continue
+            if not result.sealed and header.version >= 3:
+                end = walfmt.batches_end(frames, offset)
+                if walfmt.durable_proof(buf, end, header.gen) is not None:
+                    if reread:
+                        _refuse_damage(buf, path, header, end)
+                    reread = True  # the writer may have written it since we read it
+                    got = h.pread(filled - pos, pos)
+                    mv[pos : pos + len(got)] = got
+                    continue
+            status, detail, sealed = result.status, result.detail, result.sealed
+            return walfmt.ScanResult(frames, pos, status, detail, unknown, sealed), header
     finally:
         mv.release()
         if isinstance(buf, mmap.mmap):
@@ -392,7 +466,7 @@ def apply_batches(
     or single APPEND frames in a row, even from different ops -- become one ``apply_append``.
     That is the state applying them op by op gives (an append only appends; each keeps its own
     labels, TOP-6), for a fraction of the per-record Python work. Returns how many batches
-    carried an effect (a batch of CHECKPOINT marks only does not).
+    carried an effect (a batch of a CHECKPOINT or SYNCED frame alone does not).
 
     With ``wal`` (the writer's recovery, frames scanned with ``copy=False``), records are not
     copied at all: each record frame becomes a run of a ``WalChunk`` served from the map
@@ -402,9 +476,9 @@ def apply_batches(
     tag = node = None
     marks = 0
     for batch in batches:
-        if len(batch) == 1 and batch[0][0] == _CHECKPOINT:
+        if len(batch) == 1 and batch[0][0] in _MARKS:
             marks += 1
-            continue  # informational (WAL-8): replay skips it
+            continue  # informational (WAL-8, WAL-16): replay skips it
         for f in batch:
             ftype, _, f_tid, seq, f_ts, f_node, f_tag, data, offset, _ = f
             if ftype in _RECORDS:

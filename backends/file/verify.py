@@ -86,6 +86,8 @@ class _Ctx:
         self.root = root
         self.report = Report(root)
         self.store_id: bytes | None = None
+        self.replay_from: dict[str, object] = {}  # the newest valid snapshot's (stream -> pos)
+        self.named: dict[int, set[int]] | None = None  # ... and its segments (tid -> firsts)
 
     def add(self, severity: str, path: str, offset: int | None, rule: str, message: str) -> None:
         self.report.problems.append(Problem(path, offset, rule, severity, message))
@@ -243,6 +245,16 @@ def _report_bad_snapshots(
 
 def _take_store_id(ctx: _Ctx, path: str, body: dict[str, object]) -> None:
     raw = body.get("store_id")
+    topics = body.get("topics")
+    if isinstance(topics, list):
+        ctx.named = {
+            int(t["id"]): {int(f) for f in t.get("segments", [])}
+            for t in topics
+            if isinstance(t, dict) and "id" in t
+        }
+    wal_body = body.get("wal")
+    if isinstance(wal_body, dict) and isinstance(wal_body.get("replay_from"), dict):
+        ctx.replay_from = wal_body["replay_from"]
     if isinstance(raw, str) and re.fullmatch(r"[0-9a-f]{32}", raw):
         ctx.store_id = bytes.fromhex(raw)
     else:
@@ -288,6 +300,15 @@ def _wal_files(ctx: _Ctx, shard_dir: str) -> dict[int, str]:
 
 def _check_wal_group(ctx: _Ctx, files: dict[int, str], shard: int, *, sharded: bool) -> None:
     last = max(files, default=None)
+    key = f"{shard:02d}" if sharded else "flat"
+    pos = ctx.replay_from.get(key)
+    start = int(pos[0]) if isinstance(pos, list) and pos else min(files, default=0)
+    expect = range(start, max(last or 0, start) + 1) if start else range(0)
+    directory = _join(ctx.root, WAL_DIR, *([f"shard-{shard:02d}"] if sharded else []))
+    for gen in sorted(set(expect) - set(files)):
+        ctx.error(_join(directory, wal.file_name(gen)), None, "WAL-10",
+                  "missing: replay needs every WAL file from the snapshot's replay position "
+                  "on; recovery refuses the store (FLT-2)")  # fmt: skip
     for gen in sorted(files):
         path = files[gen]
         with ctx.guard(path, "WAL-1"):
@@ -300,19 +321,72 @@ def _check_wal_file(
     data = ctx.read(path, "WAL-1")
     if data is None:
         return
-    if is_last and not any(data[: wal.HEADER_SIZE]):
-        # Created (and maybe preallocated) but the header never reached the disk.
-        ctx.warn(path, 0, "WAL-1", "newest WAL file has no header yet: it holds no frames")
-        return
-    header = wal.decode_header(data)
+    try:
+        header = wal.decode_header(data)
+    except FormatCorrupt:
+        if is_last and wal.first_nonzero(data, wal.HEADER_SIZE) is None:
+            # Created (and maybe preallocated) but the header never reached the disk.
+            ctx.warn(path, 0, "WAL-1", "newest WAL file has no valid header yet: it holds no "
+                     "frames (recovery removes it)")  # fmt: skip
+            return
+        raise  # frames follow (or newer files do): a damaged header, reported by the guard
     _check_wal_identity(ctx, path, header, gen, shard, sharded=sharded)
     result = wal.scan(data, seed=wal.frame_seed(header))
     _check_frames(ctx, path, result.frames, result.unknown)
+    start = _replay_start(ctx, gen, f"{shard:02d}" if sharded else "flat")
+    if _check_durable_end(ctx, path, data, header, result, start):
+        return
     _check_batches(ctx, path, result, is_last=is_last)
     if header.version >= 3:
         _check_sealed(ctx, path, result, is_last=is_last)
     else:
         _check_wal_end(ctx, path, data, result, is_last=is_last)
+
+
+def _replay_start(ctx: _Ctx, gen: int, key: str) -> int | None:
+    """Where recovery starts reading the file of ``gen`` in stream ``key``: the newest valid
+    snapshot's replay position (SNAP), the header's end in later files, None before it."""
+    pos = ctx.replay_from.get(key)
+    start_gen, start_off = pos if isinstance(pos, list) and len(pos) == 2 else (0, 0)
+    if gen < start_gen:
+        return None
+    return max(int(start_off), wal.HEADER_SIZE) if gen == start_gen else wal.HEADER_SIZE
+
+
+def _check_durable_end(
+    ctx: _Ctx,
+    path: str,
+    data: bytes,
+    header: wal.WalHeader,
+    result: wal.ScanResult,
+    start: int | None,
+) -> bool:
+    """WAL-16, FLT-1: where the log does not end cleanly, a SYNCED frame after its end that
+    proves the bytes there durable makes it damage, which recovery refuses (an error). Damage
+    in frames a snapshot absorbed is harmless: recovery never reads them (a warning). True if
+    the file was reported here."""
+    if result.sealed or header.version < 3:
+        return False
+    end = wal.batches_end(result.frames, wal.HEADER_SIZE)
+    if start is None or end < start:
+        proof = wal.durable_proof(data, end, header.gen)
+        if proof is None:
+            return False
+        ctx.warn(path, end, "WAL-16", "damaged, but in frames the newest snapshot absorbed "
+                 "into segments: recovery does not read them")  # fmt: skip
+        if start is None:
+            return True
+        result = wal.scan(data, start, seed=wal.frame_seed(header))
+        if result.sealed:
+            return True
+        end = wal.batches_end(result.frames, start)
+    proof = wal.durable_proof(data, end, header.gen)
+    if proof is None:
+        return False
+    ctx.error(path, end, "WAL-16", f"damaged: the log ends here ({result.detail}), but the "
+              f"SYNCED frame at offset {proof.offset} shows every byte before {proof.synced} "
+              "was durable: recovery refuses the store (FLT-1)")  # fmt: skip
+    return True
 
 
 def _check_wal_identity(
@@ -503,7 +577,22 @@ def _check_topic_dir(ctx: _Ctx, path: str, topic_id: int) -> None:
 
 def _check_segments(ctx: _Ctx, path: str, topic_id: int, pairs: dict[int, set[str]]) -> None:
     """SEG-7: every .data has its .idx and vice versa; segments (plain or .qseg) do not
-    overlap. QSEG-10: one format per segment."""
+    overlap. QSEG-10: one format per segment. What recovery reads is what the newest valid
+    snapshot names: a segment it names must be there (an error: recovery refuses, FLT-2);
+    a file it does not name is never read (a warning)."""
+    if ctx.named is not None:
+        named = ctx.named.get(topic_id, set())
+        for first_seq in sorted(named - set(pairs)):
+            ctx.error(_join(path, seg.data_name(first_seq)), None, "SEG-7", "missing: the "
+                      "newest snapshot names this segment; recovery refuses (FLT-2)")  # fmt: skip
+        for first_seq in sorted(set(pairs) - named):
+            for kind in sorted(pairs.pop(first_seq)):
+                name = {"qseg": qseg_name, "data": seg.data_name, "idx": seg.idx_name}[kind](
+                    first_seq
+                )
+                ctx.warn(_join(path, name), None, "SEG-7", "not named by the newest snapshot: "
+                         "recovery never reads it (an interrupted checkpoint's leftover, or a "
+                         "stray copy)")  # fmt: skip
     prev_last: int | None = None
     for first_seq in sorted(pairs):
         kinds = pairs[first_seq]

@@ -91,6 +91,9 @@ HEADER_SIZE = 64
 ZERO_AHEAD = 1 << 20  # bytes zeroed past a small write's end (module docstring)
 _ZERO_BELOW = 256 << 10  # writes at least this big never trigger zero-ahead
 _ZEROS = bytes(ZERO_AHEAD)
+# kept free at the end of every file: the SYNCED and FILE_END frames that close it (WAL-15, WAL-16)
+_END_ROOM = walfmt.SYNCED_SIZE + walfmt.FILE_END_SIZE
+_PAGE = 4096  # a far SYNCED frame lands on a later page than what it proves (WAL-16)
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,13 @@ class WalShard:
         self.ops_written = 0
         self.ops_synced = 0
         self.leading = False
+        # WAL-16: where the last successful write ended and how far it was synced (gen, file
+        # offset), and where the last SYNCED frame placed ends: a SYNCED frame is placed before
+        # the next chunk once synced bytes lie beyond it
+        self._written_to = (first_gen, HEADER_SIZE)
+        self._synced_to = (first_gen, HEADER_SIZE)
+        self._mark_end = HEADER_SIZE
+        self._idle_ops = -1  # ops_placed at the committer's previous tick
         self.failed: StorageError | None = None
         self.gen = first_gen  # gen of the file receiving new placements
         self.first_gen = first_gen
@@ -273,20 +283,51 @@ class WalShard:
 
     def _place(self, data: bytes, op: int, seed: int) -> None:
         """Give ``data`` (ops up to ``op``, frames encoded with ``seed``) its place in the
-        stream; lock held."""
-        full = self.offset + len(data) + walfmt.FILE_END_SIZE > self.options.file_bytes
-        if full and self.offset > HEADER_SIZE:
+        stream, after a SYNCED frame if one is due (WAL-16); lock held."""
+        synced = self._synced_past_mark()
+        room = len(data) + _END_ROOM + (walfmt.SYNCED_SIZE if synced else 0)
+        if self.offset + room > self.options.file_bytes and self.offset > HEADER_SIZE:
             # rotate: the chunk starts the next file (frames never split); this one ends with
             # FILE_END (WAL-15), written and synced before the next file gets a byte (_write)
             self._place_end(self.ops_placed)
             self.gen += 1
             self.offset = HEADER_SIZE
+            synced = 0
+        if synced:
+            self._place_synced(synced)
         if seed != self.gen:
             data = walfmt.reseed(data, self.gen)
         self.submitted += len(data)
         self.pending.append((self.gen, self.offset, data, self.submitted, op))
         self.offset += len(data)
         self.ops_placed = op
+
+    def _synced_past_mark(self) -> int:
+        """WAL-16: the current file's synced offset when bytes before it were synced since the
+        last SYNCED frame placed, so a SYNCED frame should come next; else 0. Lock held."""
+        gen, synced = self._synced_to
+        return synced if gen == self.gen and synced > self._mark_end else 0
+
+    def _place_synced(self, synced: int, *, far: bool = False) -> None:
+        """Place a SYNCED frame (WAL-16): every byte of this file before ``synced`` is durable.
+        It rides with the next chunk's write and costs no write or sync of its own. ``far``
+        (a flush, an idle tick, a clean close: the last proof before a pause): a padding
+        SYNCED frame first moves it to a page after the last synced byte's, so one lost or
+        zeroed page cannot take the last op and its proof together; only if the file has
+        room. Lock held."""
+        if far:
+            target = ((synced - 1) // _PAGE + 1) * _PAGE
+            if target - self.offset < walfmt.SYNCED_PAD_MIN:
+                target += _PAGE
+            if target + _END_ROOM <= self.options.file_bytes:
+                self._place_mark(walfmt.encode_synced(self.gen, synced, target - self.offset))
+        self._place_mark(walfmt.encode_synced(self.gen, synced))
+        self._mark_end = self.offset
+
+    def _place_mark(self, mark: bytes) -> None:
+        self.submitted += len(mark)
+        self.pending.append((self.gen, self.offset, mark, self.submitted, self.ops_placed))
+        self.offset += len(mark)
 
     def _place_end(self, op: int) -> None:
         """Place the FILE_END frame that closes the current file (WAL-15); lock held."""
@@ -400,6 +441,11 @@ class WalShard:
                 raise self.failed
             if self.pending or (sync and self.synced < self.written):
                 self._lead(sync=sync)
+            if sync and self.failed is None and (synced := self._synced_past_mark()):
+                # an explicit flush proves what is durable (WAL-16): damage to it is never
+                # taken for a torn tail, even if the process dies right after
+                self._place_synced(synced, far=True)
+                self._lead(sync=True)
             if self.failed is not None:
                 raise self.failed
 
@@ -426,9 +472,12 @@ class WalShard:
             if batch:
                 self.written = max(self.written, end)
                 self.ops_written = max(self.ops_written, batch[-1][4])
+                gen, offset, data = batch[-1][:3]
+                self._written_to = (gen, offset + len(data))
             if sync:
                 self.synced = self.written
                 self.ops_synced = self.ops_written
+                self._synced_to = self._written_to
                 self._sync_s = time.monotonic() - started
         waiters, synced = self._waiters, self.ops_synced
         if self.failed is not None:
@@ -503,18 +552,25 @@ class WalShard:
             if self.failed is None and (self.records or self._run):  # a hint; placing rechecks
                 self._place_deferred()
             with self.lock:
-                if (
-                    self.failed is None
-                    and not self.leading
-                    and (self.pending or self.synced < self.written)
-                ):
+                if self.failed is not None or self.leading:
+                    continue
+                idle, self._idle_ops = self._idle_ops == self.ops_placed, self.ops_placed
+                if idle and not self.pending and self.synced == self.written:
+                    # quiet for a tick: a SYNCED frame now proves the last synced ops durable
+                    # (WAL-16), so damage to them is never taken for a torn tail
+                    synced = self._synced_past_mark()
+                    if synced:  # _END_ROOM keeps its room
+                        self._place_synced(synced, far=True)
+                if self.pending or self.synced < self.written:
                     self._lead(sync=True)
 
     def close(self) -> None:
         try:
             if self.failed is None:
-                # a clean close ends the file with FILE_END (WAL-15): the next open, which
-                # starts a new file, then has nothing to seal
+                # a clean close syncs what is pending and proves it durable (flush: WAL-16),
+                # then ends the file with FILE_END (WAL-15): the next open, which starts a new
+                # file, then has nothing to seal
+                self.flush(sync=True)
                 with self.outer, self.lock:
                     if self.records or self._run:
                         self._place_records()

@@ -229,7 +229,7 @@ def test_XPR_1_a_view_scans_a_wal_file_as_a_whole_file_scan_would(
     old = recovery._COPY_CHUNK
     recovery._COPY_CHUNK = chunk
     try:
-        got, _ = recovery._scan_copied(h, str(path), start, _SID)
+        got, _ = recovery._scan_copied(h, str(path), start, _SID, walfmt.decode_header(body).gen)
     finally:
         recovery._COPY_CHUNK = old
         h.close()

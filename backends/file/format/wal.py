@@ -54,11 +54,17 @@ __all__ = [
     "encode_control",
     "encode_file_end",
     "FILE_END_SIZE",
+    "encode_synced",
+    "SYNCED_SIZE",
+    "SYNCED_PAD_MIN",
+    "DurableProof",
+    "durable_proof",
     "reseed",
     "frame_seed",
     "scan",
     "scan_file",
     "split_batches",
+    "batches_end",
     "first_nonzero",
     "file_name",
     "parse_file_name",
@@ -108,12 +114,14 @@ class FrameType(IntEnum):
     PRODUCER = 15
     APPEND_BATCH = 16
     FILE_END = 17
+    SYNCED = 18
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
 _APPEND = int(FrameType.APPEND)
 _APPEND_BATCH = int(FrameType.APPEND_BATCH)
 _FILE_END = int(FrameType.FILE_END)
+_SYNCED = int(FrameType.SYNCED)
 _new = tuple.__new__
 
 # APPEND_BATCH data (WAL-14): count u32 | count x u32 lengths | the payloads back to back.
@@ -457,6 +465,53 @@ def encode_file_end(seed: int) -> bytes:
 FILE_END_SIZE = len(encode_file_end(0))  # room a writer keeps for it at the end of a file
 
 
+def encode_synced(gen: int, synced: int, size: int = 0) -> bytes:
+    """The SYNCED frame (WAL-16) a writer places in the file of ``gen`` once every byte of it
+    before offset ``synced`` is durable: ``seq`` is the file's gen (so a recycled file's older
+    SYNCED frames never match ``durable_proof``'s search), ``ts`` the offset. ``size``: a
+    padding frame of exactly that many bytes (at least ``SYNCED_PAD_MIN``), body
+    ``{"pad": "<spaces>"}``, which moves the next frame to a later page."""
+    body: dict[str, Any] = {}
+    if size:
+        if size < SYNCED_PAD_MIN:
+            raise BadArgument(f"a padding SYNCED frame has at least {SYNCED_PAD_MIN} bytes")
+        body = {"pad": " " * (size - SYNCED_PAD_MIN)}
+    return encode_control(_SYNCED, 0, body, seq=gen, ts=synced, seed=gen)
+
+
+SYNCED_SIZE = FRAME_OVERHEAD + len(dumps_body({}))  # 48
+SYNCED_PAD_MIN = FRAME_OVERHEAD + len(dumps_body({"pad": ""}))  # 56
+
+
+class DurableProof(NamedTuple):
+    """A SYNCED frame at ``offset`` showing every byte before ``synced`` was durable."""
+
+    offset: int
+    synced: int
+
+
+def durable_proof(buf: Any, end: int, gen: int) -> DurableProof | None:
+    """The first valid SYNCED frame of the file of ``gen`` at or after ``end`` that shows the
+    byte at ``end`` was durable before it was written (WAL-16, FLT-1): then whatever stopped
+    the log at ``end`` is damage, not a torn tail. ``buf`` supports ``find`` (bytes, bytearray,
+    mmap): the search is for the frame's first 22 bytes, which name this file's gen, so it
+    runs at memory speed and a recycled file's older frames never match."""
+    pattern = _FRAME.pack(SYNCED_SIZE - 4, _SYNCED, BATCH_END, 0, gen, 0, 0, 0, 2)[:22]
+    pos = end
+    mv = memoryview(buf)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    try:
+        while (hit := buf.find(pattern, pos)) >= 0:
+            got = _decode_at(mv, hit, True, gen)
+            if isinstance(got, Frame) and got.ts > end:
+                return DurableProof(hit, got.ts)
+            pos = hit + 1
+        return None
+    finally:
+        mv.release()
+
+
 def reseed(chunk: bytes, seed: int) -> bytes:
     """``chunk`` (whole frames back to back) with every frame's checksum recomputed with
     ``seed``: a writer encodes an op's frames for the file it expects, and re-seals them in the
@@ -653,6 +708,15 @@ def _plain_run(
         if ftype == _FILE_END:
             return pos
     return pos
+
+
+def batches_end(frames: list[Frame], start: int) -> int:
+    """Where the last complete op batch (WAL-7) among ``frames``, scanned from ``start``, ends:
+    the end of the log replay applies."""
+    for f in reversed(frames):
+        if f.flags & BATCH_END:
+            return f.offset + f.length
+    return start
 
 
 def split_batches(frames: list[Frame]) -> tuple[list[list[Frame]], list[Frame]]:
