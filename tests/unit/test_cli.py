@@ -118,7 +118,7 @@ def test_inspect_one_topic_and_missing_topic(uri: str) -> None:
         ("nosuchscheme://x", "unknown_scheme"),
         ("file://", "bad_uri"),
         ("file:///tmp/tidelog-cli-test?wal_shards=0", "bad_option"),
-        ("blockdev:///nonexistent-tidelog-dir/tidelog-cli-test.img", "bad_option"),
+        ("blockdev:///nonexistent-tidelog-dir/tidelog-cli-test.img", "io_error"),  # CLI-3
         ("memory://?bogus=1", "bad_option"),
         ("memory://../x", "bad_name"),
     ],
