@@ -178,7 +178,8 @@ def _heading(text: str) -> None:
 
 
 def print_inspect(report: Mapping[str, Any]) -> None:
-    _heading(f"store {escape(str(report['uri']))}")
+    view = " (read-only view)" if report.get("read_only_view") else ""
+    _heading(f"store {escape(str(report['uri']))}{view}")
     for line in aligned(flat_rows(report["describe"])):
         click.echo(line)
     _heading("capabilities")

@@ -31,7 +31,7 @@ import tidelog
 from tidelog import _cli_format as fmt
 from tidelog import cli_append
 from tidelog.api import Store, Subscriber, Topic
-from tidelog.cli_open import file_location, open_read_only
+from tidelog.cli_open import file_location, has_read_only_view, open_read_only
 from tidelog.config import DURABILITY_CLASSES
 from tidelog.errors import Backpressure, TidelogError
 from tidelog.options import parse_size
@@ -126,7 +126,7 @@ def _topic_report(topic: Topic, extras: Mapping[str, object]) -> dict[str, Any]:
     }
 
 
-def _inspect_report(store: Store, only: str | None) -> dict[str, Any]:
+def _inspect_report(store: Store, only: str | None, view: bool) -> dict[str, Any]:
     facts = dict(store.describe())
     # The memory engine nests per-topic facts under "topics"; keep what the API does not show.
     per_topic = facts.pop("topics") if isinstance(facts.get("topics"), Mapping) else {}
@@ -144,6 +144,8 @@ def _inspect_report(store: Store, only: str | None) -> dict[str, Any]:
     caps = store.capabilities
     return {
         "uri": store.uri,
+        # counters in "describe" are this process's: a read-only view has written nothing
+        "read_only_view": view,
         "capabilities": fmt.jsonable(dataclasses.asdict(caps)),
         "describe": facts,
         "topics": topics,
@@ -161,7 +163,7 @@ def inspect_cmd(uri: str, only: str | None, as_json: bool) -> None:
     never creates a store. Control characters are escaped as in `tail`.
     """
     with open_read_only(uri) as store:
-        report = _inspect_report(store, only)
+        report = _inspect_report(store, only, has_read_only_view(uri))
     if as_json:
         click.echo(json.dumps(fmt.jsonable(report), indent=2, sort_keys=True))
     else:

@@ -14,7 +14,7 @@ from tidelog.api import Store
 from tidelog.errors import BadArgument, BadURI, StorageError
 from tidelog.uri import URI
 
-__all__ = ["open_existing", "open_read_only", "file_location"]
+__all__ = ["open_existing", "open_read_only", "has_read_only_view", "file_location"]
 
 # Schemes whose location is a path on this machine, and what the path must be.
 _PATH_KINDS = {"file": "store directory", "blockdev": "ring image or device", "sf": "SF slot"}
@@ -52,14 +52,19 @@ def open_existing(uri: str) -> Store:
     return tidelog.open(parsed)
 
 
+def has_read_only_view(uri: str) -> bool:
+    """Whether ``open_read_only`` opens ``uri`` as a view that never writes (file:// only)."""
+    return tidelog.parse_uri(uri).scheme == "file"
+
+
 def open_read_only(uri: str) -> Store:
     """Open a store to read it (``inspect``, ``tail``; CLI-3): never created, never written
     where the backend has a read-only view (file://, FORMATS XPR-1; the keyword wins over a
     ``readonly=false`` in the URI, URI-2). blockdev:// and sf:// have none: they are opened
     for writing, which takes their lock, and only if they exist."""
-    parsed = tidelog.parse_uri(uri)
-    if parsed.scheme != "file":
+    if not has_read_only_view(uri):
         return open_existing(uri)
+    parsed = tidelog.parse_uri(uri)
     try:  # the view validates the options first and creates nothing either way
         return tidelog.open(parsed, readonly=True)
     except StorageError:

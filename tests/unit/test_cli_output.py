@@ -144,6 +144,9 @@ def test_CLI_7_inspect_is_aligned_text_without_reprs(tmp_path: Path) -> None:
     result = run("inspect", uri)
     assert result.exit_code == 0, result.output
     out = result.stdout
+    assert out.startswith(
+        f"store file://{tmp_path / 'store'}?wal_file_bytes=256KiB (read-only view)\n"
+    )
     assert not re.search(r"[{}\[\]']", out), out
     assert all(line == line.rstrip() for line in out.splitlines())
     assert re.search(r"^  wal\.fdatasyncs\s+\d+$", out, re.M)
