@@ -1,4 +1,5 @@
-"""Output helpers of the ``tidelog`` CLI (tidelog.cli): record lines, JSON shapes, tables.
+"""Output helpers of the ``tidelog`` CLI (tidelog.cli): escapes, record lines, JSON shapes,
+the inspect report.
 
 Kept apart from the commands so cli.py stays about what each command does.
 """
@@ -10,32 +11,61 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+import click
 
 from tidelog.records import Item, Tombstone
 
 __all__ = [
     "CONFIG_FIRST",
-    "console",
+    "escape",
+    "escape_bytes",
     "show",
     "jsonable",
     "ts_text",
     "item_line",
     "item_json",
     "item_end",
-    "kv_table",
+    "aligned",
+    "flat_rows",
     "print_inspect",
 ]
 
 # The topic config keys a person checks first; inspect shows the rest too.
 CONFIG_FIRST = ("durability", "cap_records", "cap_bytes", "ttl_ms", "discard", "retention", "trim")
 
+_NAMED = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
-def console() -> Console:
-    # Built per command so click's CliRunner (which swaps sys.stdout) captures it; no highlighting
-    # because numbers and names should read the same in a terminal and in a pipe.
-    return Console(highlight=False)
+
+def _escape_char(ch: str) -> str:
+    named = _NAMED.get(ch)
+    if named is not None:
+        return named
+    cp = ord(ch)
+    if 0xDC80 <= cp <= 0xDCFF:  # a byte that is not UTF-8, kept by surrogateescape
+        return f"\\x{cp - 0xDC00:02x}"
+    if cp < 0x80:
+        return f"\\x{cp:02x}"
+    return f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
+
+
+def escape(text: str) -> str:
+    """``text`` with every non-printable character and the backslash escaped (spec/CLI.md
+    CLI-5): one line, nothing a terminal would act on, decodable back to the exact text."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(ch if ch.isprintable() and ch != "\\" else _escape_char(ch) for ch in text)
+
+
+def escape_bytes(data: bytes) -> str:
+    """Bytes as escaped UTF-8 text; a byte that is not UTF-8 reads ``\\xNN`` (NN >= 80, CLI-5)."""
+    return escape(data.decode("utf-8", "surrogateescape"))
+
+
+def _label(value: str | None) -> str:
+    # "-" alone means no label, so a label that is exactly "-" is written escaped (CLI-5).
+    if value is None:
+        return "-"
+    return "\\x2d" if value == "-" else escape(value)
 
 
 def show(value: object) -> str:
@@ -44,8 +74,8 @@ def show(value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (frozenset, set, list, tuple)):
-        return ",".join(sorted(str(v) for v in value))
-    return str(value)
+        return ",".join(sorted(show(v) for v in value))
+    return escape(str(value))
 
 
 def jsonable(value: object) -> object:
@@ -70,12 +100,18 @@ def ts_text(ts: int) -> str:
 
 
 def item_line(item: Item) -> str:
+    """One item, one line: seq, time, tag, node, payload separated by tabs (CLI-5)."""
     if isinstance(item, Tombstone):
         return f"TOMBSTONE gap {item.gap_from}..{item.gap_to} (records lost involuntarily)"
-    text = item.payload.decode("utf-8", "backslashreplace")
-    # One record per line: a raw newline in a payload would read as a second record.
-    text = text.replace("\n", "\\n").replace("\r", "\\r")
-    return f"{item.seq}\t{ts_text(item.ts)}\t{item.tag or '-'}\t{item.node or '-'}\t{text}"
+    return "\t".join(
+        (
+            str(item.seq),
+            ts_text(item.ts),
+            _label(item.tag),
+            _label(item.node),
+            escape_bytes(item.payload),
+        )
+    )
 
 
 def item_json(item: Item) -> dict[str, object]:
@@ -96,37 +132,75 @@ def item_end(item: Item) -> int:
     return item.gap_to if isinstance(item, Tombstone) else item.seq
 
 
-def kv_table(rows: Sequence[tuple[str, object]]) -> Table:
-    table = Table(show_header=False, box=None, padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
-    for key, value in rows:
-        table.add_row(key, show(value))
-    return table
+# ---------------------------------------------------------------------------------------------
+# inspect (CLI-7)
+# ---------------------------------------------------------------------------------------------
+def _is_scalar(value: object) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def flat_rows(facts: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """``key, value`` rows: nested mappings as dotted keys, a list of short words on one row
+    (``disk,fsync``), any other list one row per element under the same key."""
+    rows: list[tuple[str, str]] = []
+    for key, value in facts.items():
+        name = escape(f"{prefix}{key}")
+        if isinstance(value, Mapping) and value:
+            rows += flat_rows(value, f"{prefix}{key}.")
+        elif isinstance(value, (list, tuple, set, frozenset)) and value:
+            items = sorted(value, key=str) if isinstance(value, (set, frozenset)) else value
+            words = all(_is_scalar(v) and " " not in str(v) for v in items)
+            if words and sum(len(str(v)) + 1 for v in items) <= 60:
+                rows.append((name, show(list(items))))
+            else:
+                rows += [(name, show(v) if _is_scalar(v) else show(jsonable(v))) for v in items]
+        elif isinstance(value, (Mapping, list, tuple, set, frozenset)):
+            rows.append((name, "none"))
+        else:
+            rows.append((name, show(value)))
+    return rows
+
+
+def aligned(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    """Columns padded to their widest cell, two spaces apart; no trailing blanks."""
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)] + [row[-1]]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def _heading(text: str) -> None:
+    click.secho(text, bold=True)  # click drops the style when stdout is not a terminal
 
 
 def print_inspect(report: Mapping[str, Any]) -> None:
-    out = console()
-    # Headings are separate lines, not table titles: rich wraps a title to its table's width.
-    out.print(f"store {report['uri']}", style="bold", markup=False)
-    out.print(kv_table(list(report["describe"].items())))
-    out.print("capabilities", style="bold")
-    out.print(kv_table(list(report["capabilities"].items())))
+    view = " (read-only view)" if report.get("read_only_view") else ""
+    _heading(f"store {escape(str(report['uri']))}{view}")
+    for line in aligned(flat_rows(report["describe"])):
+        click.echo(line)
+    _heading("capabilities")
+    for line in aligned(flat_rows(report["capabilities"])):
+        click.echo(line)
     if not report["topics"]:
-        out.print("\nno topics")
+        click.echo("\nno topics")
     for name, t in report["topics"].items():
         cfg: dict[str, object] = t["config"]
-        rows: list[tuple[str, object]] = list(t["state"].items())
-        rows += [(k, cfg[k]) for k in CONFIG_FIRST]
-        rows += [(k, v) for k, v in cfg.items() if k not in CONFIG_FIRST]
-        rows += list(t["describe"].items())
-        out.print()
-        out.print(f"topic {name}", style="bold", markup=False)
-        out.print(kv_table(rows))
+        facts: dict[str, object] = dict(t["state"])
+        facts.update((k, cfg[k]) for k in CONFIG_FIRST)
+        facts.update((k, v) for k, v in cfg.items() if k not in CONFIG_FIRST)
+        facts.update(t["describe"])
+        click.echo()
+        _heading(f"topic {escape(name)}")
+        for line in aligned(flat_rows(facts)):
+            click.echo(line)
         if t["subscribers"]:
-            subs = Table("subscriber", "hwm", "lag", box=None, padding=(0, 2))
-            for sub, p in t["subscribers"].items():
-                subs.add_row(sub, str(p["hwm"]), str(p["lag"]))
-            out.print(subs)
+            rows = [("subscriber", "hwm", "lag")]
+            rows += [(escape(s), str(p["hwm"]), str(p["lag"])) for s, p in t["subscribers"].items()]
+            for line in aligned(rows):
+                click.echo(line)
         else:
-            out.print("  no subscribers")
+            click.echo("  no subscribers")

@@ -1,9 +1,10 @@
-"""The ``tidelog`` command line: inspect, append, tail, demo, version.
+"""The ``tidelog`` command line: inspect, append, tail, verify, demo, version (spec/CLI.md).
 
 Every command opens a store by URI through the public API only (``tidelog.open``), so the CLI sees
-exactly what a library user sees. A ``TidelogError`` anywhere becomes a one-line message with its
-stable code (spec ERR-1) and exit status 2; click's own usage errors also exit 2; a demo whose
-verification fails exits 1.
+exactly what a library user sees. Exit status (CLI-1): 0 done and good; 1 done and bad (verify
+found an error, a demo's check failed); 2 refused or failed: a ``TidelogError`` (or an OS error)
+is one stderr line with its stable code (CLI-2, ERR-1), click's usage errors also exit 2; 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import json
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -27,27 +29,69 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import tidelog
 from tidelog import _cli_format as fmt
+from tidelog import cli_append
 from tidelog.api import Store, Subscriber, Topic
+from tidelog.cli_open import file_location, has_read_only_view, open_read_only
 from tidelog.config import DURABILITY_CLASSES
 from tidelog.errors import Backpressure, TidelogError
+from tidelog.options import parse_size
 from tidelog.records import Item, Record, Tombstone
 
-__all__ = ["main"]
+__all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_ERROR", "EXIT_INTERRUPTED", "fail"]
 
-EXIT_FAILED = 1  # the demo's own verification found lost, duplicated or damaged records
-EXIT_ERROR = 2  # a TidelogError (bad URI, unknown scheme, not_available, ...) or a usage error
+EXIT_OK = 0
+EXIT_FAILED = 1  # done, and the answer is bad: damage found, records lost, not drained (CLI-1)
+EXIT_ERROR = 2  # refused or failed: a TidelogError, an OS error, a usage error
+EXIT_INTERRUPTED = 130  # Ctrl-C where it is not the normal end of the command
+
+
+def fail(code: str, message: str) -> None:
+    """Print one error line on stderr (CLI-2): ``tidelog: error: CODE: MESSAGE``."""
+    text = fmt.escape(" ".join(message.split()))  # one line, whatever the backend wrote
+    click.echo(f"tidelog: error: {code}: {text}", err=True)
 
 
 class _Group(click.Group):
-    """Turns every TidelogError into one line with its code, never a traceback (ERR-1)."""
+    """Turns every error into one stderr line with its code, never a traceback (CLI-1, CLI-2)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except TidelogError as exc:
-            message = " ".join(str(exc.message).split())  # one line, whatever the backend wrote
-            click.echo(f"tidelog: error: {exc.code}: {message}", err=True)
+            fail(exc.code, str(exc.message))
             ctx.exit(EXIT_ERROR)
+        except BrokenPipeError:
+            # The reader went away (`tidelog tail ... | head`): not an error. Later writes
+            # (the interpreter's final flush) go nowhere instead of failing again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            ctx.exit(EXIT_OK)
+        except OSError as exc:  # outside the library (a socket, stdin): still typed (ERR-1)
+            fail("io_error", str(exc))
+            ctx.exit(EXIT_ERROR)
+        except KeyboardInterrupt:
+            click.echo("tidelog: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the block like Ctrl-C (KeyboardInterrupt), for commands that run until
+    stopped; the previous handler comes back after it. A no-op off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @click.group("tidelog", cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,6 +102,10 @@ def main() -> None:
     URIs: memory:// (fresh, in-process), memory://NAME (named, in-process), model:// (the
     reference model), file://DIR (WAL + segments), blockdev://PATH (flash page ring on a device
     or image), sf://SF_DIR/SENDER_ID (a store-and-forward slot); see the README.
+
+    Exit status: 0 done; 1 done but the answer is bad (verify found damage, a demo lost
+    records, forward did not drain); 2 an error, printed on stderr as one line
+    "tidelog: error: CODE: MESSAGE"; 130 interrupted.
     """
 
 
@@ -68,9 +116,7 @@ def _topic_report(topic: Topic, extras: Mapping[str, object]) -> dict[str, Any]:
     state = topic.state()
     subs: dict[str, dict[str, int]] = {}
     for name in topic.subscribers():
-        # subscribe() on a listed name resumes it (SUB-1 ignores start for existing ones); there
-        # is no read-only accessor, and this process holds the store, so nothing can race it.
-        hwm = topic.subscribe(name).hwm
+        hwm = topic.subscriber(name).hwm  # never registers one: works on a read-only view
         subs[name] = {"hwm": hwm, "lag": state.head_seq - hwm}
     return {
         "config": topic.config.to_dict(),
@@ -80,7 +126,7 @@ def _topic_report(topic: Topic, extras: Mapping[str, object]) -> dict[str, Any]:
     }
 
 
-def _inspect_report(store: Store, only: str | None) -> dict[str, Any]:
+def _inspect_report(store: Store, only: str | None, view: bool) -> dict[str, Any]:
     facts = dict(store.describe())
     # The memory engine nests per-topic facts under "topics"; keep what the API does not show.
     per_topic = facts.pop("topics") if isinstance(facts.get("topics"), Mapping) else {}
@@ -98,6 +144,8 @@ def _inspect_report(store: Store, only: str | None) -> dict[str, Any]:
     caps = store.capabilities
     return {
         "uri": store.uri,
+        # counters in "describe" are this process's: a read-only view has written nothing
+        "read_only_view": view,
         "capabilities": fmt.jsonable(dataclasses.asdict(caps)),
         "describe": facts,
         "topics": topics,
@@ -109,9 +157,13 @@ def _inspect_report(store: Store, only: str | None) -> dict[str, Any]:
 @click.option("--topic", "only", metavar="NAME", help="Only this topic.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON (stable keys).")
 def inspect_cmd(uri: str, only: str | None, as_json: bool) -> None:
-    """Show topics (config, state, subscribers), backend facts and capabilities."""
-    with tidelog.open(uri) as store:
-        report = _inspect_report(store, only)
+    """Show topics (config, state, subscribers), backend facts and capabilities.
+
+    Reads only (a file:// store through a read-only view, so a live writer may hold it) and
+    never creates a store. Control characters are escaped as in `tail`.
+    """
+    with open_read_only(uri) as store:
+        report = _inspect_report(store, only, has_read_only_view(uri))
     if as_json:
         click.echo(json.dumps(fmt.jsonable(report), indent=2, sort_keys=True))
     else:
@@ -121,9 +173,10 @@ def inspect_cmd(uri: str, only: str | None, as_json: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 # append / tail
 # ---------------------------------------------------------------------------------------------
-def _stdin_lines() -> Iterator[bytes]:
-    for line in sys.stdin.buffer:
-        yield line[:-1] if line.endswith(b"\n") else line
+def _max_record_bytes(uri: str) -> int:
+    # Bounds how much of one stdin line is held in memory: a longer line is too_large anyway.
+    raw = tidelog.parse_uri(uri).options.get("max_record_bytes", 64 << 20)
+    return parse_size("max_record_bytes", raw)
 
 
 @main.command("append")
@@ -145,15 +198,41 @@ def append_cmd(
     node: str | None,
     durability: str | None,
 ) -> None:
-    """Append each PAYLOAD (utf-8), or each line of stdin; print the seqs."""
+    """Append each PAYLOAD (utf-8), or each line of stdin, as one record; print the seqs.
+
+    Records are appended in batches (one append_many, one sync, for up to 1000 records or
+    1 MiB that are already there), each batch's seqs printed once it returned. A batch the
+    topic refuses for room or size is retried one record at a time, so what is appended and
+    what fails are the same as with one append per line: the printed seqs are exactly the
+    acknowledged records. After an io_error the failed batch may or may not be stored.
+    """
     config: dict[str, Any] = {} if durability is None else {"durability": durability}
-    source = (p.encode("utf-8") for p in payloads) if payloads else _stdin_lines()
+    max_line = _max_record_bytes(uri)
     with tidelog.open(uri) as store:
         handle = store.topic(topic, **config)
-        for data in source:
-            # One append per payload, printed as it returns: if one fails, the seqs above it
-            # are exactly the records that were acknowledged.
-            click.echo(handle.append(data, tag=tag, node=node))
+        records, size = cli_append.batch_bounds(handle)
+        if payloads:
+            encoded = (p.encode("utf-8") for p in payloads)
+            batches = cli_append.chunked(encoded, records, size)
+        else:
+            batches = cli_append.line_batches(sys.stdin.buffer, records, size, max_line)
+        if not cli_append.show_progress():
+            cli_append.append_batches(handle, batches, tag, node, _print_seqs)
+            return
+        with cli_append.progress() as bar:
+            task = bar.add_task("append", total=None, bytes=0)
+            done = {"bytes": 0}
+
+            def acknowledged(seqs: list[int], nbytes: int) -> None:
+                _print_seqs(seqs, nbytes)
+                done["bytes"] += nbytes
+                bar.update(task, advance=len(seqs), bytes=done["bytes"])
+
+            cli_append.append_batches(handle, batches, tag, node, acknowledged)
+
+
+def _print_seqs(seqs: list[int], _bytes: int) -> None:
+    click.echo("".join(f"{seq}\n" for seq in seqs), nl=False)
 
 
 @main.command("tail")
@@ -167,13 +246,18 @@ def append_cmd(
     help="Print items with seq above this.",
 )
 @click.option("--limit", type=click.IntRange(min=1), help="Stop after this many items.")
-@click.option("--follow", "-f", is_flag=True, help="Keep polling for new records until Ctrl-C.")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Keep reading new records, also another process's, until Ctrl-C or SIGTERM.",
+)
 @click.option(
     "--interval",
     default=0.2,
     show_default=True,
-    type=click.FloatRange(min=0.0),
-    help="Seconds between polls with --follow.",
+    type=click.FloatRange(min=0.01, max=60.0),
+    help="Seconds between looks for new records with --follow.",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object per line; payloads in base64."
@@ -187,17 +271,31 @@ def tail_cmd(
     interval: float,
     as_json: bool,
 ) -> None:
-    """Print records and tombstones (TMB-1: lost ranges are shown, never skipped)."""
+    """Print records and tombstones (TMB-1: lost ranges are shown, never skipped).
+
+    One item per line: seq, time, tag, node, payload, separated by tabs. Control characters,
+    non-printable characters and backslashes in payloads, tags and nodes are escaped
+    (\\n, \\t, \\r, \\\\, \\xNN, \\uNNNN; a byte that is not UTF-8 is \\xNN with NN >= 80; a
+    missing tag or node is "-"), so every record is exactly one line; --json is exact.
+
+    Reads only: a file:// store is opened as a read-only view (a live writer may hold it; with
+    --follow its new records show up within about --interval), and nothing is created.
+    """
     show: Callable[[Item], str] = (
         (lambda item: json.dumps(fmt.item_json(item))) if as_json else fmt.item_line
     )
-    with tidelog.open(uri) as store:
+    with open_read_only(uri) as store:
         handle = store.topic(topic, create=False)
-        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how --follow ends: no error
-            _tail(handle, after, limit, follow, interval, show)
+        if not follow:
+            _tail(store, handle, after, limit, follow, interval, show)
+            return
+        # Ctrl-C or SIGTERM is how --follow ends: no error (CLI-1)
+        with contextlib.suppress(KeyboardInterrupt), sigterm_as_interrupt():
+            _tail(store, handle, after, limit, follow, interval, show)
 
 
 def _tail(
+    store: Store,
     handle: Topic,
     after: int,
     limit: int | None,
@@ -209,9 +307,9 @@ def _tail(
     while left is None or left > 0:
         want = batch if left is None else min(batch, left)
         items = handle.read(after=cursor, limit=want)
-        for item in items:
-            click.echo(show(item))
-            cursor = fmt.item_end(item)
+        if items:
+            click.echo("".join(f"{show(item)}\n" for item in items), nl=False)
+            cursor = fmt.item_end(items[-1])
         if left is not None:
             left -= len(items)
         if len(items) < want:  # a short read has passed head_seq (TOP-8)
@@ -219,6 +317,7 @@ def _tail(
                 return
             sys.stdout.flush()  # a pipe reader sees records as they come
             time.sleep(interval)
+            store.refresh()  # a read-only view catches up with the writer (CLI-4, XPR-1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,12 +563,12 @@ def verify_cmd(target: str, as_json: bool) -> None:
     blockdev ring image (or a file://, blockdev:// URI) offline, whoever wrote it.
 
     Prints each problem with its file, byte offset and spec rule; exits 1 if any is an error
-    (warnings, such as a torn WAL tail that recovery discards, exit 0).
+    (warnings, such as a torn WAL tail that recovery discards, exit 0). A URI whose scheme
+    keeps no files (memory://, model://) is an error (exit 2), not a check of this directory.
     """
     from tidelog.verify import verify_path
 
-    path = tidelog.parse_uri(target).location if "://" in target else target
-    report = verify_path(os.path.abspath(path))
+    report = verify_path(file_location(target))
     if as_json:
         click.echo(
             json.dumps(
@@ -484,7 +583,7 @@ def verify_cmd(target: str, as_json: bool) -> None:
         )
     else:
         for p in report.problems:
-            click.echo(str(p))
+            click.echo(fmt.escape(str(p)))
         verdict = "OK" if report.ok else "FAILED"
         click.echo(
             f"{verdict}: {report.files_checked} files checked, "

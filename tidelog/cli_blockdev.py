@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Any
 
 import click
 
 import tidelog
+from tidelog._cli_format import escape
 from tidelog.backends.blockdev import verify_image
 from tidelog.cli import EXIT_FAILED, main
+from tidelog.cli_open import file_location
+from tidelog.errors import BadArgument
 from tidelog.fsio import OsFS
 
 __all__ = ["blockdev_group"]
@@ -28,10 +30,6 @@ __all__ = ["blockdev_group"]
 @main.group("blockdev")
 def blockdev_group() -> None:
     """Flash page rings on raw block devices or image files (blockdev://)."""
-
-
-def _path(target: str) -> str:
-    return os.path.abspath(tidelog.parse_uri(target).location if "://" in target else target)
 
 
 @blockdev_group.command("format")
@@ -46,9 +44,9 @@ def format_cmd(
     """Format TARGET (an image file, created if missing, or a raw device) as an empty ring.
 
     Without --force, only a missing, empty or all-zero image is formatted (BDEV-11); anything
-    else is left untouched and reported.
+    else is left untouched and refused (exit 2).
     """
-    path = _path(target)
+    path = file_location(target)
     given = {"size": size, "page_size": page_size, "topic": topic}
     options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if force:
@@ -56,8 +54,7 @@ def format_cmd(
     with tidelog.open(f"blockdev://{path}", **options) as store:
         facts = store.describe()
     if not force and not facts.get("formatted"):
-        click.echo(f"{path} already holds a ring; nothing written (use --force to reformat)")
-        raise SystemExit(EXIT_FAILED)
+        raise BadArgument(f"{path} already holds a ring; nothing written (--force reformats it)")
     click.echo(
         f"formatted {path}: {facts['page_count']} pages of {facts['page_size']} bytes, "
         f"topic {facts['topic_binding']!r}, ring id {facts['ring_id']}"
@@ -73,7 +70,7 @@ def verify_cmd(target: str, as_json: bool) -> None:
     Exits 1 if any problem is an error (warnings, such as a torn last page that recovery
     skips, exit 0).
     """
-    report = verify_image(OsFS(), _path(target))
+    report = verify_image(OsFS(), file_location(target))
     if as_json:
         body = {
             "root": report.root,
@@ -84,7 +81,7 @@ def verify_cmd(target: str, as_json: bool) -> None:
         click.echo(json.dumps(body, indent=2))
     else:
         for p in report.problems:
-            click.echo(str(p))
+            click.echo(escape(str(p)))
         verdict = "OK" if report.ok else "FAILED"
         click.echo(f"{verdict}: {len(report.errors)} errors, {len(report.warnings)} warnings")
     if not report.ok:

@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
+import socket
 import sys
-import threading
+import time
 from typing import Any
 
 import click
 
-import tidelog
-from tidelog.cli import main
+from tidelog.cli import EXIT_FAILED, main, sigterm_as_interrupt
+from tidelog.cli_open import open_existing
+from tidelog.config import TopicConfig
+from tidelog.errors import BadArgument
 from tidelog.forward import Forwarder, Receiver
+from tidelog.forward.conf import _split, parse_conf
+from tidelog.fsio import storage_error
+from tidelog.names import check_topic_name
 
 __all__ = ["serve_cmd", "forward_cmd"]
 
@@ -35,8 +40,31 @@ def _option_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
+def check_listen(host: str, port: int) -> None:
+    """Resolve ``host`` and bind every address the receiver will listen on, then let go
+    (spec/CLI.md CLI-9): a busy port or a bad host is an error before anything is created.
+    Binds as asyncio's server does (SO_REUSEADDR; IPv6 sockets IPv6-only), so a port this
+    accepts is one the receiver can take, unless another process takes it in between."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise BadArgument(f"--host {host!r} does not resolve: {exc.strerror}") from None
+    held: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            held.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError as exc:
+        raise storage_error(exc, f"cannot listen on {host}:{port}") from None
+    finally:
+        for sock in held:
+            sock.close()
 
 
 @main.command("serve")
@@ -73,8 +101,16 @@ def serve_cmd(
     flush_interval_ms: int,
     topic_options: tuple[str, ...],
 ) -> None:
-    """Receive forwarded frames over WebSocket (/write/v4) into TOPIC of the store at URI."""
+    """Receive forwarded frames over WebSocket (/write/v4) into TOPIC of the store at URI.
+
+    The address is checked before the store is opened: a busy port or a host that does not
+    resolve is one error line (exit 2) and creates nothing. Ctrl-C or SIGTERM stops it cleanly.
+    """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    options = _option_pairs(topic_options)
+    check_topic_name(topic)  # the receiver would create the store before refusing these
+    TopicConfig.from_options(topic, options)
+    check_listen(host, port)
     receiver = Receiver.open(
         uri,
         topic,
@@ -82,17 +118,46 @@ def serve_cmd(
         port=port,
         durable_ack=durable_ack,
         flush_interval_ms=flush_interval_ms,
-        topic_options=_option_pairs(topic_options),
+        topic_options=options,
     )
-    # SIGTERM stops like Ctrl-C: a clean stop flushes and writes the de-dup checkpoint.
-    signal.signal(signal.SIGTERM, _interrupt)
-    receiver.start()
+    try:
+        receiver.start()
+    except OSError as exc:  # taken since check_listen: the same error, and the store closed
+        receiver.stop(abort=True)
+        raise storage_error(exc, f"cannot listen on {host}:{port}") from None
+    except BaseException:
+        receiver.stop(abort=True)
+        raise
     click.echo(f"listening on ws://{host}:{receiver.port}/write/v4 topic={topic}", nl=True)
     sys.stdout.flush()
-    try:
-        receiver.serve_forever()
-    finally:
-        click.echo(json.dumps({"receiver": receiver.stats}), err=True)
+    # SIGTERM stops like Ctrl-C: a clean stop flushes and writes the de-dup checkpoint.
+    with sigterm_as_interrupt():
+        try:
+            receiver.serve_forever()
+        finally:
+            click.echo(json.dumps({"receiver": receiver.stats}), err=True)
+
+
+def _given_keys(conf: str) -> set[str]:
+    return {key for key, _ in _split(conf.partition("::")[2])}
+
+
+def _overrides(conf: str, from_stdin: bool, timeout: float | None) -> dict[str, Any]:
+    """What the CLI changes in the connect string (spec/CLI.md CLI-8): with --stdin or
+    --timeout the forwarder connects in the background unless the string says how, and with
+    --timeout no single wait (a connect attempt, the final wait in close) outlasts it."""
+    parsed = parse_conf(conf)  # a bad connect string fails here, before any source is opened
+    out: dict[str, Any] = {}
+    explicit = "initial_connect_retry" in _given_keys(conf)
+    if timeout is not None:
+        budget = max(1, int(timeout * 1000))
+        out["tidelog_connect_timeout_millis"] = min(parsed.tidelog_connect_timeout_millis, budget)
+        out["close_flush_timeout_millis"] = 0  # the command waits for acks itself, in budget
+        if parsed.initial_connect_retry == "on":  # it would block in the constructor
+            out["initial_connect_retry"] = "async"
+    if (from_stdin or timeout is not None) and not explicit:
+        out["initial_connect_retry"] = "async"
+    return out
 
 
 @main.command("forward")
@@ -107,9 +172,22 @@ def serve_cmd(
     show_default=True,
     help="Where a new subscriber starts.",
 )
-@click.option("--stdin", "from_stdin", is_flag=True, help="Append each stdin line as a frame.")
-@click.option("--until-drained", is_flag=True, help="Exit once everything is acknowledged.")
-@click.option("--timeout", type=click.FloatRange(min=0.0), help="Give up after this many s.")
+@click.option(
+    "--stdin",
+    "from_stdin",
+    is_flag=True,
+    help="Store each stdin line as a frame first (also while the receiver is down), then send.",
+)
+@click.option(
+    "--until-drained",
+    is_flag=True,
+    help="Exit once everything is acknowledged (else exit 1 at --timeout or Ctrl-C).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.0),
+    help="Give up after this many seconds, connecting included.",
+)
 def forward_cmd(
     conf: str,
     from_uri: str | None,
@@ -121,20 +199,43 @@ def forward_cmd(
     timeout: float | None,
 ) -> None:
     """Forward an SF slot (sf_dir/sender_id of CONNECT_STRING), the memory ring, or a topic
-    (--from URI --topic NAME) to a receiver. Prints the counters as JSON at exit; a halted
-    forwarder exits with status 2 and a one-line sender_error."""
+    (--from URI --topic NAME) to a receiver. Prints the counters as JSON at exit.
+
+    Exit status: 0 done (with --until-drained: every frame acknowledged); 1 --until-drained
+    ended with frames unacknowledged (they stay in the slot or topic); 2 the forwarder halted
+    (one sender_error line) or another error. With --stdin or --timeout it connects in the
+    background (initial_connect_retry=async), so --stdin stores every line before the receiver
+    answers; initial_connect_retry=off in CONNECT_STRING fails at once instead.
+    """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    deadline = None if timeout is None else time.monotonic() + timeout
     if (from_uri is None) != (topic is None):
         raise click.UsageError("--from and --topic go together")
-    store = tidelog.open(from_uri) if from_uri is not None else None
+    if from_stdin and from_uri is not None:
+        raise click.UsageError("--stdin appends to the slot; with --from append to the topic")
+    sender = parse_conf(conf, **_overrides(conf, from_stdin, timeout))
+    if from_stdin and sender.sf_dir is None:
+        click.echo(
+            "tidelog: warning: no sf_dir in the connect string: the lines are kept in memory "
+            "and lost if they are not acknowledged before exit",
+            err=True,
+        )
+    store = open_existing(from_uri) if from_uri is not None else None
     try:
         if store is not None:
             assert topic is not None
-            fwd = Forwarder.for_topic(conf, store.topic(topic), subscriber=subscriber, start=start)
+            fwd = Forwarder.for_topic(
+                sender, store.topic(topic, create=False), subscriber=subscriber, start=start
+            )
         else:
-            fwd = Forwarder(conf)
+            fwd = Forwarder(sender)
+        drained = False
         try:
-            _run(fwd, from_stdin, until_drained, timeout)
+            if from_stdin:
+                for line in sys.stdin.buffer:
+                    fwd.append(line[:-1] if line.endswith(b"\n") else line)
+                fwd.flush()
+            drained = _wait(fwd, until_drained, deadline)
         finally:
             counters: dict[str, Any] = fwd.counters()
             try:
@@ -147,18 +248,37 @@ def forward_cmd(
             store.close()
     # A halt surfaces above as SenderFailed (from append/flush, or close()'s safety net): the
     # CLI turns it into one "tidelog: error: sender_error: ..." line and exit status 2.
+    if until_drained and not drained:
+        published, acked = counters["published_fsn"], counters["acked_fsn"]
+        where = (
+            "they are lost with this process (no sf_dir)"
+            if store is None and sender.sf_dir is None
+            else f"they stay in {fwd.source.name}"
+        )
+        after = "" if timeout is None else f" after {timeout:g} s"
+        click.echo(
+            f"tidelog: not drained: {published - acked} frames unacknowledged{after} "
+            f"(published FSN {published}, acknowledged FSN {acked}); {where}",
+            err=True,
+        )
+        raise SystemExit(EXIT_FAILED)
 
 
-def _run(fwd: Forwarder, from_stdin: bool, until_drained: bool, timeout: float | None) -> None:
-    if from_stdin:
-        for line in sys.stdin.buffer:
-            fwd.append(line[:-1] if line.endswith(b"\n") else line)
-        fwd.flush()
-    stop = threading.Event()
-    try:
-        if until_drained:
-            fwd.wait_acked(timeout=timeout if timeout is not None else 1e9)
-        else:
-            stop.wait(timeout)
-    except KeyboardInterrupt:
-        pass
+def _wait(fwd: Forwarder, until_drained: bool, deadline: float | None) -> bool:
+    """Wait until drained (with ``until_drained``), the deadline, a halt, or Ctrl-C/SIGTERM
+    (the normal end without ``until_drained``, CLI-1); True if everything was acknowledged."""
+    with sigterm_as_interrupt():
+        try:
+            while fwd.running and fwd.last_terminal_error is None:
+                step = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+                if step <= 0:
+                    break
+                if until_drained:
+                    if fwd.wait_acked(timeout=step):
+                        return True
+                else:
+                    time.sleep(step)
+        except KeyboardInterrupt:
+            if until_drained:
+                raise
+    return fwd.acked_fsn >= fwd.published_fsn

@@ -978,7 +978,9 @@ def test_BDEV_11_cli_format(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "60 pages of 1024 bytes" in result.output
     result = run.invoke(main, ["blockdev", "format", str(path)])
-    assert result.exit_code == 1 and "already holds a ring" in result.output
+    # a refusal is an error line on stderr, exit 2 (spec/CLI.md CLI-1, CLI-2)
+    assert result.exit_code == 2 and "already holds a ring" in result.stderr
+    assert "tidelog: error: bad_argument:" in result.stderr and not result.stdout
     result = run.invoke(main, ["blockdev", "format", str(path), "--force"])
     assert result.exit_code == 0 and "1024 bytes" in result.output
     assert run.invoke(main, ["blockdev", "verify", str(path)]).exit_code == 0

@@ -75,7 +75,8 @@ def test_inspect_json_has_stable_keys_and_numbers(uri: str) -> None:
     result = run("inspect", uri, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert set(report) == {"uri", "capabilities", "describe", "topics"}
+    assert set(report) == {"uri", "read_only_view", "capabilities", "describe", "topics"}
+    assert report["read_only_view"] is False  # memory:// has no read-only view (CLI-3)
     assert report["uri"] == uri
     assert sorted(report["topics"]) == ["empty", "events"]
     events = report["topics"]["events"]
@@ -118,7 +119,7 @@ def test_inspect_one_topic_and_missing_topic(uri: str) -> None:
         ("nosuchscheme://x", "unknown_scheme"),
         ("file://", "bad_uri"),
         ("file:///tmp/tidelog-cli-test?wal_shards=0", "bad_option"),
-        ("blockdev:///nonexistent-tidelog-dir/tidelog-cli-test.img", "bad_option"),
+        ("blockdev:///nonexistent-tidelog-dir/tidelog-cli-test.img", "io_error"),  # CLI-3
         ("memory://?bogus=1", "bad_option"),
         ("memory://../x", "bad_name"),
     ],
@@ -354,6 +355,7 @@ def test_inspect_and_tail_a_file_store(tmp_path: Path) -> None:
     result = run("inspect", uri, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
+    assert report["read_only_view"] is True  # CLI-3
     assert report["topics"]["events"]["state"]["head_seq"] == 3
     assert report["describe"]["backend"] == "file"
     result = run("tail", uri, "events", "--json")
