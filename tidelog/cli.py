@@ -610,6 +610,7 @@ for _module in (
     "tidelog.cli_spark",
     "tidelog.cli_conformance",
     "tidelog.cli_bench",
+    "tidelog.cli_repair",
 ):
     try:
         __import__(_module)

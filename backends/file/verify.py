@@ -161,8 +161,8 @@ def _check_root(ctx: _Ctx) -> bool:
 def _check_root_entries(ctx: _Ctx) -> None:
     for name in ctx.listdir(ctx.root):
         path = _join(ctx.root, name)
-        if name in (META_DIR, WAL_DIR, TOPICS_DIR, "requests") and ctx.is_dir(path):
-            continue  # requests/: cross-process requests (XPR-2)
+        if name in (META_DIR, WAL_DIR, TOPICS_DIR, "requests", "quarantine") and ctx.is_dir(path):
+            continue  # requests/: cross-process requests (XPR-2); quarantine/: REP-1, never read
         if name == LOCK_FILE:
             continue
         if name == LOCK_PID_FILE:
