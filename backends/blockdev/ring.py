@@ -73,9 +73,13 @@ class RingState:
         self.marks = {}
 
     def marks_to_carry(self, index: int) -> dict[str, int]:
-        """Producer marks whose only copy is in page ``index``: a page that replaces it must
-        carry them forward, or the ring would forget them (BDEV-9)."""
-        return {pid: n for pid, (n, where) in self.marks.items() if where == index}
+        """Producer marks whose newest copy is in page ``index`` (which the page written there
+        replaces) or in the page after it (which the next write replaces): the page written at
+        ``index`` carries them forward (BDEV-9). Carrying a page's marks one write before it is
+        replaced keeps a copy on the device when that write is torn (RING-4); each mark is
+        still carried once per lap."""
+        after = (index + 1) % self.geometry.page_count
+        return {pid: n for pid, (n, where) in self.marks.items() if where in (index, after)}
 
     def next_page_seq(self) -> int:
         return page_seq(self.lap, self.next_index, self.geometry.page_count)
