@@ -18,6 +18,7 @@ checked to be exactly that), and ``verify`` says what open does.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 from collections import Counter
@@ -30,7 +31,7 @@ import pytest
 import tidelog
 from tidelog.backends.blockdev import verify_image
 from tidelog.backends.blockdev.device import Geometry
-from tidelog.backends.blockdev.format import SLOT_BYTES, decode_slot, slot_index
+from tidelog.backends.blockdev.format import SLOT_BYTES, decode_slot, encode_slot, slot_index
 from tidelog.backends.blockdev.ring import page_reader, scan_ring
 from tidelog.backends.blockdev.verify import Problem
 from tidelog.clock import FakeClock
@@ -269,6 +270,38 @@ def test_BDEV_11_reformat_leaves_no_stale_slot(tmp_path: Path) -> None:
         assert store.describe()["topic_binding"] == "u"
         store.topic("u").append(b"x")
     assert verify_image(OsFS(), str(path)).problems == []
+
+
+def test_BDEV_4_BDEV_22_slot_without_a_position(tmp_path: Path) -> None:
+    """BDEV-4, BDEV-22: a slot written before slots recorded their ring position (no "next")
+    proves nothing by position: the ring opens and verifies clean, damage behind it is still
+    refused by the slot's durable head (BDEV-14), and the next slot written records "next"."""
+    path = tmp_path / "r.img"
+    with new_ring(path, 8) as store:
+        t = store.topic("t", durability="fsync")
+        for _ in range(5):
+            append(t)
+    image = bytearray(path.read_bytes())
+    gen, _ = newest_slot(bytes(image))
+    off = slot_index(gen) * SLOT_BYTES
+    slot = decode_slot(bytes(image[off : off + SLOT_BYTES]), slot_index(gen))
+    assert slot.body["next"] == 5 and slot.body["lap"] == 0
+    body = {k: v for k, v in slot.body.items() if k != "next"}
+    image[off : off + SLOT_BYTES] = encode_slot(dataclasses.replace(slot, body=body))
+    old = bytes(image)
+    path.write_bytes(old)
+    assert verify_image(OsFS(), str(path)).problems == []
+    path.write_bytes(flip(old, page_off(4) + 3))
+    with pytest.raises(Corrupt, match=rf"byte offset {page_off(4)}: .*seq 5 as written"):
+        tidelog.open(f"blockdev://{path}")
+    path.write_bytes(old)
+    with tidelog.open(f"blockdev://{path}") as store:
+        assert seqs(list(store.topic("t").read())) == [1, 2, 3, 4, 5]
+        store.topic("t").append(b"x")
+    image = path.read_bytes()
+    gen, _ = newest_slot(image)
+    off = slot_index(gen) * SLOT_BYTES
+    assert decode_slot(image[off : off + SLOT_BYTES], slot_index(gen)).body["next"] == 6
 
 
 # -- the seeded fuzzer -------------------------------------------------------------------------
