@@ -10,6 +10,7 @@ costly; the cache would only delay and merge them).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import mmap
@@ -175,6 +176,7 @@ class Attached:
     created: bool  # the image file did not exist: it holds nothing but zeros
     direct: bool
     commit: Callable[[], None] | None = None  # a new image: give it its name once formatted
+    discard: Callable[[], None] | None = None  # a new image: remove it if the open fails
 
 
 def is_block_device(fs: FS, path: str) -> bool:
@@ -194,7 +196,7 @@ def attach(fs: FS, path: str, *, size: int | None, direct: str) -> Attached:
     temporary name until ``Attached.commit``). Raises ``BadOption`` for a missing image without
     ``size``, for ``size`` on a raw device (its size is the device's, BDEV-12) and for
     ``direct=on`` where O_DIRECT is refused (BDEV-20); ``Locked`` if another store holds it,
-    ``OSError`` for I/O failures.
+    ``OSError`` for I/O failures (the caller types them, BDEV-23).
     """
     if is_block_device(fs, path):
         if size is not None:
@@ -217,19 +219,35 @@ def attach(fs: FS, path: str, *, size: int | None, direct: str) -> Attached:
         # Created under a temporary name and renamed once formatted (``commit``): a crash
         # leaves no image, or a complete one, never a half-formatted one (BDEV-11).
         tmp = path + ".tmp"
-        h = fs.open(tmp, create=True)
-        try:
-            h.truncate(0)  # a leftover of an interrupted creation
-            h.truncate(size)
-        except BaseException:
-            h.close()
-            raise
 
         def commit() -> None:
             fs.rename(tmp, path)
             fs.fsync_dir(parent)  # the image's entry survives a crash (CRASH-4, CRASH-5)
 
-        return _locked(Attached(h, "image", True, False, commit))
+        def discard() -> None:  # a failed open leaves nothing behind (BDEV-23)
+            with contextlib.suppress(OSError):
+                fs.unlink(tmp)
+
+        # locked before it is truncated: another process creating it at the same moment keeps
+        # its file (this one gets Locked); any other failure removes what this one created
+        h = fs.open(tmp, create=True)
+        try:
+            h.lock()
+        except Locked:
+            h.close()
+            raise
+        except BaseException:
+            h.close()
+            discard()
+            raise
+        try:
+            h.truncate(0)  # a leftover of an interrupted creation
+            h.truncate(size)
+        except BaseException:
+            h.close()
+            discard()
+            raise
+        return Attached(h, "image", True, False, commit, discard)
     if fs.is_dir(path):
         raise BadOption(f"blockdev path {path} is a directory, not an image or device")
     if direct == "on" and isinstance(fs, OsFS):

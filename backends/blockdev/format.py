@@ -55,6 +55,7 @@ __all__ = [
     "mark_size",
     "encode_page",
     "decode_trailer",
+    "unchecked_trailer",
     "decode_entries",
     "encode_slot",
     "decode_slot",
@@ -95,12 +96,14 @@ assert _SLOT_HEAD.size == SLOT_HEADER_BYTES and _TRAILER.size == TRAILER_BYTES
 
 class FormatCorrupt(Corrupt):
     """A ``Corrupt`` raised by a codec: ``rule`` is the BDEV rule the bytes break (``verify``
-    reports it), ``detail`` the message without the rule suffix."""
+    reports it), ``detail`` the message without the rule suffix, ``page`` the ring page it is
+    about when known (its byte offset goes into the message recovery raises)."""
 
-    def __init__(self, rule: str, detail: str) -> None:
+    def __init__(self, rule: str, detail: str, page: int | None = None) -> None:
         super().__init__(f"{detail} ({rule})")
         self.rule = rule
         self.detail = detail
+        self.page = page
 
 
 def checksum(*parts: bytes | bytearray | memoryview) -> int:
@@ -285,6 +288,17 @@ def decode_trailer(page: bytes | memoryview, ring_id: int) -> PageHeader | None:
     if checksum(ring_id.to_bytes(8, "little"), view[:used], view[t : size - 4]) != crc:
         return None
     return PageHeader(first, floor, min_hwm, gen, count, used, pseq, flags, lap)
+
+
+def unchecked_trailer(page: bytes | memoryview) -> PageHeader | None:
+    """The trailer's fields if its magic is in place, without any other check: what a page
+    that does not validate says it was meant to be (BDEV-22 tells whether a write of it began)."""
+    if len(page) < MIN_PAGE_SIZE:
+        return None
+    fields = _TRAILER.unpack_from(page, len(page) - TRAILER_BYTES)
+    if fields[9] != PAGE_MAGIC:
+        return None
+    return PageHeader(*fields[:9])
 
 
 def decode_entries(page: bytes | memoryview, header: PageHeader) -> list[Entry]:

@@ -5,7 +5,8 @@
   about to overwrite (BDEV-16), stamps the trailer with the topic's facts and queues the page.
 * ``produced``: a producer mark (TOP-11) goes after the op's records. The op's last entry gets
   BATCH_END at ``end_op``, so replay keeps the records and the mark together or not at all.
-  A page that will replace the only copy of a current mark starts with a carried copy (BDEV-9).
+  A page starts with a carried copy of each current mark whose newest copy is in the page it
+  replaces or in the next one to be replaced (BDEV-9).
 * ``fsync`` topics: the op's ``end_op`` ticket asks for its records on the device; the drain seals
   the partially filled page (padded, flag PARTIAL) and writes it (BDEV-15). ``memory`` topics only
   wait for pages that filled up during the op.
@@ -178,7 +179,7 @@ class RingJournal:
 
     def _start(self, seq: int) -> None:
         """Begin the open page if it is empty: fix its ring page and carry forward the marks
-        whose only copy that page is about to replace (BDEV-9)."""
+        whose newest copy is in the page it replaces or in the next one (BDEV-9)."""
         if self.open_index >= 0:
             return
         ring = self.b.ring
@@ -187,6 +188,7 @@ class RingJournal:
         for pid, n in sorted(ring.marks_to_carry(self.open_index).items()):
             added = self.open.add_mark(pid.encode(), n, carried=True)
             assert added, "the backend bounds producer marks to half a page (BDEV-9)"
+            ring.marks[pid] = (n, self.open_index)  # its newest copy from now on
 
     def evicted(self, t: EngineTopic, through: int, reason: str) -> None:
         """Nothing on the device: the floor travels in later page trailers and slots."""

@@ -83,17 +83,25 @@ def _subs(t: EngineTopic, without: set[str]) -> dict[str, Any]:
 
 
 def build_body(
-    bound: str, incarnations: int, t: EngineTopic | None, facts: dict[str, Any], lap: int
+    bound: str,
+    incarnations: int,
+    t: EngineTopic | None,
+    facts: dict[str, Any],
+    lap: int,
+    next_index: int,
 ) -> dict[str, Any]:
     """The slot body, degraded until it fits (BDEV-4): the out-of-order outcomes of the
     subscribers holding the most are left out first, one subscriber at a time, then the trimmed
-    ranges (both only cost redelivery or rereading after a restart, never a loss)."""
+    ranges (both only cost redelivery or rereading after a restart, never a loss). ``lap`` and
+    ``next_index`` are the ring position of the next page: every page before it was queued
+    before this slot, so a valid slot proves them durable (BDEV-22)."""
     base: dict[str, Any] = {
         "topic": bound,
         "incarnations": incarnations,
         "tid": t.tid if t is not None else 0,
         "config": t.config.to_dict() if t is not None else None,
         "lap": lap,
+        "next": next_index,
     }
     subs = t.progress.subs if t is not None else {}
     by_size = sorted(subs, key=lambda n: (-len(subs[n].outcomes), n))

@@ -14,6 +14,9 @@ that gives subscribers a gap for anything they may have missed (SUB-7):
 4. settle (hwm advance, ack-trim), then cap retention (RET-1): a crash can bring back records
    whose trim was not yet on the device; the cap then evicts the oldest, visibly.
 
+Before any of it, ``damage.examine`` tells torn from damaged (BDEV-22): damage is ``Corrupt``
+naming the device and byte offset, raised before anything is written.
+
 After a clean close the slot holds the exact state, so all of this reproduces it (DUR-1).
 After a crash the slot (or the head page's ``min_hwm``) may record progress past the recovered
 head: ``recover`` then returns True and the store writes the slot with the recovered state before
@@ -27,11 +30,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.config import TopicConfig
-from tidelog.errors import Corrupt
 from tidelog.fsio import storage_error
 
+from .damage import corrupt_from, examine
 from .format import RecordOut, Slot
-from .ring import Assembled, assemble, page_reader, scan_ring
+from .ring import Assembled, page_reader
 
 if TYPE_CHECKING:
     from .store import BlockdevBackend
@@ -46,7 +49,7 @@ def read_pages(b: BlockdevBackend) -> Callable[[int], bytes]:
         try:
             return handle.pread(size, offset)
         except OSError as exc:
-            raise storage_error(exc, f"reading ring pages of {b.path}") from None
+            raise storage_error(exc, f"reading {b.path} at offset {offset}") from None
 
     return page_reader(pread, b.ring.geometry)
 
@@ -54,9 +57,12 @@ def read_pages(b: BlockdevBackend) -> Callable[[int], bytes]:
 def recover(b: BlockdevBackend, slot: Slot) -> bool:
     """Rebuild the engine from the device; True when the slot's progress went past the
     recovered head and must be rewritten before new seqs are assigned (BDEV-17)."""
-    scan = scan_ring(read_pages(b), b.ring.geometry, slot.ring_id)
-    asm = assemble(scan)
-    b.warnings += asm.notes
+    ex = examine(b.path, b.ring.geometry, slot, read_pages(b))
+    if ex.errors:
+        raise corrupt_from(ex.errors[0])
+    b.warnings += [str(p) for p in ex.problems]
+    scan, asm = ex.scan, ex.asm
+    assert scan is not None and asm is not None
     ring = b.ring
     body = slot.body
     if scan.head is not None:
@@ -68,19 +74,12 @@ def recover(b: BlockdevBackend, slot: Slot) -> bool:
         ring.lap = lap + (1 if ring.next_index == 0 else 0)
     else:
         ring.next_index, ring.lap = 0, 0
-    if ring.num_pages >= 1 and scan.head is None:
-        raise Corrupt(
-            f"{b.path}: the metadata says pages were written (num_pages={ring.num_pages}) but "
-            "pages 0 and 1 are both invalid: not a state a crash leaves (seed 004, RING-5)"
-        )
     for i, rng in asm.ranges.items():
         ring.slots[i] = rng
     ring.marks = dict(asm.marks)
     b.incarnations = int(body.get("incarnations", 0))
     config = body.get("config")
-    if config is None:
-        if asm.records or asm.marks:
-            raise Corrupt(f"{b.path}: ring pages hold records but no topic exists (BDEV-4)")
+    if config is None:  # records with no topic are refused by examine (BDEV-4)
         return False
     t = b.apply_create(b.bound, TopicConfig(**config), int(body["tid"]))
     _replay(b, t, asm)
@@ -119,11 +118,6 @@ def _apply_facts(b: BlockdevBackend, t: Any, slot: Slot, asm: Assembled) -> bool
     log = t.log
     head = log.head
     facts = slot.body.get("state") or {}
-    if int(facts.get("head", 0)) > head:
-        raise Corrupt(
-            f"{b.path}: the metadata records seq {facts['head']} as written, but the ring ends "
-            f"at seq {head} (BDEV-14)"
-        )
     log.last_ts = log.last_ts if log.last_ts is not None else facts.get("last_ts")
     newest = asm.newest
     same_gen = newest is not None and newest.meta_gen == slot.generation

@@ -8,8 +8,8 @@ the retained pages into one run of records (BDEV-10):
 * a page whose ``first_seq`` is at or below what came before supersedes the tail it overlaps:
   that tail was an op that never completed (no BATCH_END) and whose seqs were reused after a
   crash (memory class, DUR-4); if the overlapped tail holds a completed op it is corruption;
-* a page whose ``first_seq`` skips seqs starts a new run: everything older is dropped and
-  recovery puts the floor above it (tombstone; never a silent hole);
+* a page whose ``first_seq`` skips seqs: records are missing between two pages, which per-page
+  syncs never leave (a damaged page, BDEV-22): ``FormatCorrupt``, never a shorter log;
 * records after the last BATCH_END are an op whose last page never reached the device: dropped.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tidelog.errors import Corrupt
 from tidelog.model.ring import RingHead, find_head, page_seq, retained_pages
 
 from .device import Geometry
@@ -29,6 +30,7 @@ from .format import (
     RecordOut,
     decode_entries,
     decode_trailer,
+    unchecked_trailer,
 )
 
 __all__ = [
@@ -71,9 +73,13 @@ class RingState:
         self.marks = {}
 
     def marks_to_carry(self, index: int) -> dict[str, int]:
-        """Producer marks whose only copy is in page ``index``: a page that replaces it must
-        carry them forward, or the ring would forget them (BDEV-9)."""
-        return {pid: n for pid, (n, where) in self.marks.items() if where == index}
+        """Producer marks whose newest copy is in page ``index`` (which the page written there
+        replaces) or in the page after it (which the next write replaces): the page written at
+        ``index`` carries them forward (BDEV-9). Carrying a page's marks one write before it is
+        replaced keeps a copy on the device when that write is torn (RING-4); each mark is
+        still carried once per lap."""
+        after = (index + 1) % self.geometry.page_count
+        return {pid: n for pid, (n, where) in self.marks.items() if where in (index, after)}
 
     def next_page_seq(self) -> int:
         return page_seq(self.lap, self.next_index, self.geometry.page_count)
@@ -99,7 +105,19 @@ class ScannedPage:
 class RingScan:
     head: RingHead | None
     pages: list[ScannedPage]  # retained, oldest first
-    valid: int  # pages that validated at all (for verify and describe)
+    headers: dict[int, PageHeader]  # every page that validates, by index (BDEV-22's proofs)
+    seqs: list[int | None]  # every page's number (RING-1), None where it does not validate
+    after_head: PageHeader | None = None  # what the invalid page after the head was meant to be
+
+    @property
+    def valid(self) -> int:
+        """Pages that validated at all (for verify and describe)."""
+        return len(self.headers)
+
+    @property
+    def next_index(self) -> int:
+        """The page after the head: the only one a power loss may have left torn (RING-4)."""
+        return 0 if self.head is None else (self.head.index + 1) % len(self.seqs)
 
 
 def page_reader(pread: Callable[[int, int], bytes], geometry: Geometry) -> Callable[[int], bytes]:
@@ -124,12 +142,13 @@ def page_reader(pread: Callable[[int, int], bytes], geometry: Geometry) -> Calla
 def scan_ring(read_page: Callable[[int], bytes], geometry: Geometry, ring_id: int) -> RingScan:
     """Find the head (binary search, RING-3) and decode the retained pages (RING-6).
 
-    Raises ``Corrupt`` for rings no crash can leave (RING-4) and ``FormatCorrupt`` for a page
-    whose checksum matches but whose records do not parse (BDEV-8).
+    Every page is read once (in chunks). Raises ``FormatCorrupt`` naming the page for rings no
+    crash can leave (RING-4) and for a page whose checksum matches but whose records do not parse
+    (BDEV-8).
     """
     n = geometry.page_count
     seen: dict[int, tuple[PageHeader, bytes] | None] = {}
-    valid: set[int] = set()
+    headers: dict[int, PageHeader] = {}
 
     def load(i: int) -> tuple[PageHeader, bytes] | None:
         if i not in seen:
@@ -137,15 +156,19 @@ def scan_ring(read_page: Callable[[int], bytes], geometry: Geometry, ring_id: in
             h = decode_trailer(raw, ring_id)
             seen[i] = None if h is None else (h, raw)
             if h is not None:
-                valid.add(i)
+                headers[i] = h
         return seen[i]
 
     def read_seq(i: int) -> int | None:
         got = load(i)
         return None if got is None else got[0].page_seq
 
-    head = find_head(n, read_seq)
+    try:
+        head = find_head(n, read_seq)
+    except Corrupt as exc:
+        raise FormatCorrupt("RING-4", exc.message, page=0) from None
     order = retained_pages(n, head, read_seq)
+    seqs = [read_seq(i) for i in range(n)]  # BDEV-22 looks at every page, retained or not
     pages = []
     for i in order:
         got = load(i)
@@ -154,10 +177,13 @@ def scan_ring(read_page: Callable[[int], bytes], geometry: Geometry, ring_id: in
         try:
             entries = decode_entries(raw, h)
         except FormatCorrupt as exc:
-            raise FormatCorrupt(exc.rule, f"page {i}: {exc.detail}") from None
+            raise FormatCorrupt(exc.rule, f"page {i}: {exc.detail}", page=i) from None
         pages.append(ScannedPage(i, h, entries))
         seen[i] = (h, b"")  # the raw bytes are no longer needed
-    return RingScan(head, pages, len(valid))
+    scan = RingScan(head, pages, headers, seqs)
+    if scan.next_index not in headers:
+        scan.after_head = unchecked_trailer(read_page(scan.next_index))
+    return scan
 
 
 @dataclass
@@ -169,7 +195,6 @@ class Assembled:
     newest: PageHeader | None  # trailer of the head page: the freshest facts (BDEV-7)
     ranges: dict[int, tuple[int, int]]  # page -> (first, last) seq it still holds
     marks: dict[str, tuple[int, int]]  # producer -> (sequence, page of its newest copy)
-    dropped: int = 0  # records before a seq discontinuity
     abandoned: int = 0  # records of an op that never completed
     notes: list[str] = field(default_factory=list)
 
@@ -182,7 +207,6 @@ def assemble(scan: RingScan) -> Assembled:
     kept: list[tuple[int, Entry]] = []  # (page index, entry), oldest first
     facts: list[tuple[int, MarkOut]] = []  # carried marks removed from ``kept``: still facts
     next_seq: int | None = None
-    dropped = 0
     notes: list[str] = []
     for page in scan.pages:
         first = page.header.first_seq
@@ -197,18 +221,17 @@ def assemble(scan: RingScan) -> Assembled:
                     "BDEV-10",
                     f"page {page.index} starts at seq {first}, but a completed op already wrote "
                     "records from that seq on: two different records with one seq",
+                    page=page.index,
                 )
             facts += [(i, e) for i, e in kept[cut:] if isinstance(e, MarkOut)]
             del kept[cut:]
         elif next_seq is not None and first > next_seq:
-            lost = [e for _, e in kept if isinstance(e, RecordOut)]
-            dropped += len(lost)
-            notes.append(
-                f"page {page.index}: seqs {next_seq}..{first - 1} are missing; "
-                f"{len(lost)} older records dropped below the floor"
+            raise FormatCorrupt(
+                "BDEV-10",
+                f"page {page.index} starts at seq {first}, but the page before it ends at seq "
+                f"{next_seq - 1}: seqs {next_seq}..{first - 1} are in no page (BDEV-22)",
+                page=page.index,
             )
-            facts += [(i, e) for i, e in kept if isinstance(e, MarkOut)]
-            kept = []
         kept += [(page.index, e) for e in page.entries]
         next_seq = first + page.header.count
     last_end = max((k for k, (_, e) in enumerate(kept) if _ends_op(e)), default=-1)
@@ -237,7 +260,7 @@ def assemble(scan: RingScan) -> Assembled:
             marks[m.pid] = (m.n, i) if have is None or m.n > have[0] else (m.n, have[1])
     _newest_copies(marks, scan)
     newest = scan.pages[-1].header if scan.pages else None
-    return Assembled(records, head_seq, newest, ranges, marks, dropped, abandoned, notes)
+    return Assembled(records, head_seq, newest, ranges, marks, abandoned, notes)
 
 
 def _newest_copies(marks: dict[str, tuple[int, int]], scan: RingScan) -> None:

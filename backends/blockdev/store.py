@@ -4,7 +4,8 @@ Lifecycle: attach the device or image (device.py), load its metadata slot or for
 (BDEV-11..13), find the head and rebuild the engine from the retained pages (recovery.py), then
 serve ops through the engine with a ``RingJournal`` turning appends into pages. ``close`` writes
 the partially filled page and the metadata slot, so a clean reopen restores everything exactly
-(DUR-1). An I/O failure poisons the store: every later op raises it until it is reopened.
+(DUR-1). Every I/O failure is an ``io_error``; a failed write or sync poisons the store: every
+later op raises it, and ``close`` releases the device before raising it (BDEV-23).
 
 One topic per device (``multi_topic=False``): the ring is bound to one topic name at format time.
 """
@@ -27,7 +28,6 @@ from tidelog.errors import (
     NoSuchTopic,
     NotAvailable,
     StorageError,
-    TidelogError,
     TooLarge,
 )
 from tidelog.fsio import FS, storage_error
@@ -36,6 +36,7 @@ from tidelog.records import Lease
 from ..common.engine import Engine, EngineTopic
 from ..common.progress import SubState
 from . import meta as metamod
+from .damage import read_slots, slot_warnings
 from .device import Attached, DeviceHandle, Geometry, attach, geometry_for
 from .format import (
     META_BYTES,
@@ -102,13 +103,23 @@ class BlockdevBackend(Engine):
         self._slots = [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
         self.formatted = False
         self.io_base = IoStats()  # device writes from format until this open (from the slot)
-        self.dev: Attached = attach(fs, path, size=bopts.size, direct=bopts.direct)
-        self.io = IoQueue(self.dev.handle)
+        try:
+            self.dev: Attached = attach(fs, path, size=bopts.size, direct=bopts.direct)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise storage_error(exc, f"opening blockdev {path}") from None
+        self.io = IoQueue(self.dev.handle, path)
         try:
             with self.lock:
                 self._open()
-        except BaseException:
-            self.dev.handle.close()
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                self.dev.handle.close()
+            if self.dev.commit is not None and self.dev.discard is not None:
+                self.dev.discard()  # the image was being created: leave nothing (BDEV-23)
+            if isinstance(exc, OSError) and not isinstance(exc, StorageError):
+                raise storage_error(exc, f"opening blockdev {path}") from None
             raise
 
     # -- opening -----------------------------------------------------------------------------
@@ -116,13 +127,13 @@ class BlockdevBackend(Engine):
         h = self.dev.handle
         try:
             device_bytes = h.size()
-            block = h.pread(META_BYTES, 0) if device_bytes >= META_BYTES else b""
         except OSError as exc:
-            raise storage_error(exc, f"reading {self.path}") from None
+            raise storage_error(exc, f"reading the size of {self.path}") from None
+        block = self._pread(META_BYTES, 0) if device_bytes >= META_BYTES else b""
         slot = None if self.bopts.format or self.dev.created else self._load_slot(block)
         past = False
         if slot is None:
-            self._format(device_bytes, _stored_page_size(block))
+            self._format(device_bytes, block)
         else:
             self._adopt(slot, device_bytes)
             past = recover(self, slot)  # journal off: replay writes nothing
@@ -140,14 +151,8 @@ class BlockdevBackend(Engine):
             if self.bopts.size is None:
                 raise BadOption(f"{where} is empty; pass size=... to format it")
             return None
-        found: list[Slot] = []
-        errors: list[str] = []
-        for i in (0, 1):
-            raw = block[i * SLOT_BYTES : (i + 1) * SLOT_BYTES]
-            try:
-                found.append(decode_slot(raw, i))
-            except FormatCorrupt as exc:
-                errors.append(f"slot {i}: {exc.message}")
+        found, bad = read_slots(block)
+        errors = [f"slot {i} at byte offset {i * SLOT_BYTES}: {exc.message}" for i, exc in bad]
         if not found and self.dev.kind == "image" and self._all_zero():
             # a new image, or one whose format never reached the disk: nothing to overwrite
             if self.bopts.size is None and len(block) < META_BYTES:
@@ -159,8 +164,7 @@ class BlockdevBackend(Engine):
                 "format it, destroying its contents (BDEV-11)"
             )
         slot = max(found, key=lambda s: s.generation)
-        if len(found) == 1 and any("all zeros" not in e for e in errors):
-            self.warnings.append(f"metadata {errors[0]}: using the other slot (torn write)")
+        self.warnings += [str(p) for p in slot_warnings(self.path, found, bad)]
         for s in found:
             self._slots[slot_index(s.generation)] = encode_slot(s)
         return slot
@@ -168,10 +172,13 @@ class BlockdevBackend(Engine):
     def _all_zero(self) -> bool:
         """Whether every byte of the image is zero (read in 1 MiB steps, stops at the first
         non-zero byte): only then may an image without a valid slot be formatted unasked."""
-        h = self.dev.handle
-        size, pos, step = h.size(), 0, 1 << 20
+        try:
+            size = self.dev.handle.size()
+        except OSError as exc:
+            raise storage_error(exc, f"reading the size of {self.path}") from None
+        pos, step = 0, 1 << 20
         while pos < size:
-            chunk = h.pread(min(step, size - pos), pos)
+            chunk = self._pread(min(step, size - pos), pos)
             if not chunk or chunk.count(0) != len(chunk):
                 return not chunk
             pos += len(chunk)
@@ -235,11 +242,20 @@ class BlockdevBackend(Engine):
         limit = min(self.options.max_record_bytes, max_payload(geom.page_size))
         self.options = dataclasses.replace(self.options, max_record_bytes=limit)
 
-    def _format(self, device_bytes: int, stored_page_size: int | None) -> None:
+    def _pread(self, size: int, offset: int) -> bytes:
+        try:
+            return self.dev.handle.pread(size, offset)
+        except OSError as exc:
+            raise storage_error(exc, f"reading {self.path} at offset {offset}") from None
+
+    def _format(self, device_bytes: int, block: bytes) -> None:
         """Format (BDEV-11): zero pages 0 and 1 unless the image is new (seed 004, RING-5), then
-        write the metadata block: slot 0 generation 1, slot 1 zeros."""
+        write the metadata slot one generation above any valid slot there, the other slot
+        zeroed (so no slot of the old ring outranks the new one)."""
         o = self.bopts
         h = self.dev.handle
+        stored_page_size = _stored_page_size(block)
+        found, _ = read_slots(block)
         resize = self.dev.kind == "image" and o.size is not None and o.size != device_bytes
         if resize and o.size is not None:
             device_bytes = o.size
@@ -256,17 +272,22 @@ class BlockdevBackend(Engine):
         if not self.dev.created and not self._zero_pages(geom):
             for i in (0, 1):  # one whole page per write, like every other write (BDEV-1)
                 self.io.write_now(Item("zero", geom.offset(i), bytes(geom.page_size)))
-        self.meta_gen = 0
+        self.meta_gen = max((s.generation for s in found), default=0)
         self.io_base = IoStats()
         self._slots = [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
-        body = metamod.build_body(self.bound, 0, None, self.facts, 0)
-        self._put_slot(body, write_now=True)
+        other = (1 - slot_index(self.meta_gen + 1)) * SLOT_BYTES
+        stale = any(block[other : other + SLOT_BYTES])
+        body = metamod.build_body(self.bound, 0, None, self.facts, 0, 0)
+        self._put_slot(body, write_now=True, whole=stale)
         if self.dev.commit is not None:
-            self.dev.commit()
+            try:
+                self.dev.commit()
+            except OSError as exc:
+                raise storage_error(exc, f"creating {self.path}") from None
             self.dev.commit = None
 
     def _zero_pages(self, geom: Geometry) -> bool:
-        data = self.dev.handle.pread(2 * geom.page_size, geom.offset(0))
+        data = self._pread(2 * geom.page_size, geom.offset(0))
         return data.count(0) == len(data)
 
     # -- metadata ----------------------------------------------------------------------------
@@ -298,13 +319,17 @@ class BlockdevBackend(Engine):
             # evicted seqs): what it puts below the floor was evicted for good, and recovery
             # clamps it to the head it finds (BDEV-14, BDEV-17).
             self.facts = {**self.facts, "floor": t.log.evict_floor}
-        body = metamod.build_body(self.bound, self.incarnations, t, self.facts, self.ring.lap)
+        ring = self.ring
+        body = metamod.build_body(
+            self.bound, self.incarnations, t, self.facts, ring.lap, ring.next_index
+        )
         self._put_slot(body, write_now=write_now)
 
-    def _put_slot(self, body: dict[str, Any], *, write_now: bool) -> None:
+    def _put_slot(self, body: dict[str, Any], *, write_now: bool, whole: bool = False) -> None:
         """Queue (or write) the slot unless nothing it records changed. It also carries the
         device's write counters since format (BDEV-19): as of this slot, itself included; they
-        alone are never a reason to write it."""
+        alone are never a reason to write it. ``whole``: write the whole metadata block (the
+        other slot as this store knows it: zeros after a format, BDEV-11)."""
         ring = self.ring
         key = (body, ring.ring_id, ring.num_pages, ring.looped)
         if key == self._last_meta:
@@ -313,7 +338,7 @@ class BlockdevBackend(Engine):
         self.meta_gen += 1
         handle = self.dev.handle
         align = handle.align if isinstance(handle, DeviceHandle) else 1
-        whole = SLOT_BYTES % align != 0  # 4 KiB-sector device: rewrite the whole block
+        whole = whole or SLOT_BYTES % align != 0  # 4 KiB-sector device: the whole block
         own = IoStats(meta_writes=1, device_bytes=META_BYTES if whole else SLOT_BYTES, syncs=1)
         body = {**body, "io": self.io_base.plus(self.io.queued).plus(own).compact()}
         slot = Slot(
@@ -364,7 +389,15 @@ class BlockdevBackend(Engine):
         if self.closed:
             raise Closed("store is closed")
         if self.io.failed is not None:
-            raise StorageError(f"store {self.path} failed and must be reopened: {self.io.failed}")
+            raise self._poisoned()
+
+    def _poisoned(self) -> StorageError:
+        """BDEV-23: after a failed write or sync nothing more is written until a reopen."""
+        first = self.io.failed
+        assert first is not None
+        err = StorageError(f"store {self.path} failed and must be reopened: {first} (BDEV-23)")
+        err.errno = first.errno
+        return err
 
     # -- store ops: one topic per device (CAP multi_topic=False) ---------------------------------
     def open_topic(self, name: str, options: Mapping[str, object], create: bool) -> TopicRef:
@@ -501,7 +534,11 @@ class BlockdevBackend(Engine):
             if not failed:
                 self.io.drain(self.lock, target, need, lambda: None)
         finally:
-            self._release()
+            closing = self._release()
+        if failed:
+            raise self._poisoned()  # after releasing the device: the process may reopen it
+        if closing is not None:
+            raise closing
 
     def abandon(self) -> None:
         """Drop everything without writing: what a killed process leaves (crash tests)."""
@@ -509,9 +546,15 @@ class BlockdevBackend(Engine):
             self.closed = True
         self._release()
 
-    def _release(self) -> None:
-        with self.io.io_lock, contextlib.suppress(OSError, TidelogError):
-            self.dev.handle.close()
+    def _release(self) -> StorageError | None:
+        """Close the device (its lock goes with the descriptor); a failed close(2) is returned
+        for ``close`` to raise once everything is released (BDEV-23)."""
+        with self.io.io_lock:
+            try:
+                self.dev.handle.close()
+            except OSError as exc:
+                return storage_error(exc, f"closing {self.path}")
+        return None
 
     # -- introspection -----------------------------------------------------------------------
     @property
@@ -564,6 +607,7 @@ class BlockdevBackend(Engine):
                     "write_amplification_since_format": lifetime.write_amplification,
                     "ring_evictions": len(self.ring_evictions),
                     "warnings": list(self.warnings),
+                    "failed": None if self.io.failed is None else str(self.io.failed),
                 }
             )
         return out

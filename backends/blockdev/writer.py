@@ -99,8 +99,9 @@ class IoStats:
 
 
 class IoQueue:
-    def __init__(self, handle: Handle) -> None:
+    def __init__(self, handle: Handle, path: str) -> None:
         self.handle = handle
+        self.path = path  # the device or image (a new image's handle still has its temporary name)
         self.io_lock = threading.Lock()
         self.items: list[Item] = []
         self.enqueued = 0  # items ever queued
@@ -149,11 +150,15 @@ class IoQueue:
             self._write(item)
 
     def _write(self, item: Item) -> None:
+        """Write and sync one item. A failure poisons the queue (BDEV-23): nothing is written
+        after it, since after a failed sync the kernel may have dropped the pages already."""
+        what = f"writing {item.kind} at offset {item.offset} of {self.path}"
         try:
             self.handle.pwrite(item.data, item.offset)
+            what = f"syncing {item.kind} at offset {item.offset} of {self.path}"
             self.handle.fdatasync()
         except OSError as exc:
-            self.failed = storage_error(exc, f"writing {item.kind} at offset {item.offset}")
+            self.failed = storage_error(exc, what)
             raise self.failed from None
         self.stats.count(item)
         if item.kind == "page":
