@@ -26,6 +26,8 @@ __all__ = [
     "OsFS",
     "storage_error",
     "make_dirs",
+    "read_whole",
+    "write_whole",
     "whole_object",
     "written_prefix",
     "zero_after",
@@ -113,6 +115,27 @@ def make_dirs(fs: FS, path: str) -> None:
         make_dirs(fs, parent)
     fs.mkdir(path)
     fs.fsync_dir(parent)
+
+
+def read_whole(fs: FS, path: str) -> bytes:
+    """Every byte of the file at ``path``."""
+    h = fs.open_read(path)
+    try:
+        return h.pread(h.size(), 0)
+    finally:
+        h.close()
+
+
+def write_whole(fs: FS, path: str, data: bytes) -> None:
+    """Replace the content of the file at ``path`` (created if missing) with ``data`` and
+    fsync it; its directory entry is the caller's to sync."""
+    h = fs.open(path)
+    try:
+        h.truncate(0)
+        h.pwrite(data, 0)
+        h.fsync()
+    finally:
+        h.close()
 
 
 def whole_object(view: memoryview) -> Any:

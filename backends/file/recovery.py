@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidelog.config import TopicConfig
 from tidelog.errors import Corrupt
-from tidelog.fsio import whole_object, zero_after
+from tidelog.fsio import FS, read_whole, whole_object, zero_after
 
 from ..common.engine import EngineTopic
 from .chunk import SegChunk
@@ -46,28 +46,33 @@ _MARKS = (int(FrameType.CHECKPOINT), int(FrameType.SYNCED))  # frames without an
 
 # -- snapshot --------------------------------------------------------------------------------
 def load_snapshot(b: FileBackend) -> tuple[int, dict[str, Any]] | None:
-    meta = os.path.join(b.root, "meta")
+    found = newest_snapshot(b.fs, b.root)
+    if found is None:
+        return None
+    n, body, skipped = found
+    b.warnings += skipped
+    return n, body
+
+
+def newest_snapshot(fs: FS, root: str) -> tuple[int, dict[str, Any], list[str]] | None:
+    """The newest valid snapshot (n, body, what was wrong with newer ones), None if there is
+    none at all; ``Corrupt`` if there are snapshots but none is valid (SNAP)."""
+    meta = os.path.join(root, "meta")
     found = sorted(
-        (n, name) for name in b.fs.listdir(meta) if (n := snapfmt.parse_file_name(name)) is not None
+        (n, name) for name in fs.listdir(meta) if (n := snapfmt.parse_file_name(name)) is not None
     )
     errors = []
     for n, name in reversed(found):
         path = os.path.join(meta, name)
-        h = b.fs.open_read(path)
         try:
-            data = h.pread(h.size(), 0)
-        finally:
-            h.close()
-        try:
-            got, body = snapfmt.decode_snapshot(data)
+            got, body = snapfmt.decode_snapshot(read_whole(fs, path))
         except Corrupt as exc:
             errors.append(f"{path}: {exc.message}")
             continue
         if got != n:
             errors.append(f"{path}: header says snapshot {got}")
             continue
-        b.warnings += errors
-        return n, body
+        return n, body, errors
     if errors:
         raise Corrupt("no valid snapshot: " + "; ".join(errors) + " (SNAP)")
     return None

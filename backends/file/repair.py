@@ -29,7 +29,7 @@ from typing import Any
 import xxhash
 
 from tidelog.errors import Corrupt
-from tidelog.fsio import FS, make_dirs
+from tidelog.fsio import FS, make_dirs, read_whole, write_whole
 
 from .checkpoint import write_snapshot
 from .format import qseg_name
@@ -38,6 +38,7 @@ from .format import snapshot as snapfmt
 from .format import wal as walfmt
 from .lockfile import acquire
 from .progressfiles import read_progress, topic_dir
+from .recovery import list_streams, newest_snapshot
 
 __all__ = ["RepairReport", "repair_store"]
 
@@ -72,18 +73,7 @@ class _Ctx:
         rel = os.path.relpath(path, self.root)
         dest = os.path.join(self.root, "quarantine", self.stamp, rel)
         make_dirs(self.fs, os.path.dirname(dest))
-        src = self.fs.open_read(path)
-        try:
-            data = src.pread(src.size(), 0)
-        finally:
-            src.close()
-        out = self.fs.open(dest)
-        try:
-            out.truncate(0)
-            out.pwrite(data, 0)
-            out.fsync()
-        finally:
-            out.close()
+        write_whole(self.fs, dest, read_whole(self.fs, path))
         self.fs.fsync_dir(os.path.dirname(dest))
         self.report.quarantine = os.path.join(self.root, "quarantine", self.stamp)
 
@@ -123,29 +113,20 @@ class _Writer:
 def _snapshot(ctx: _Ctx) -> tuple[int, dict[str, Any]]:
     """The newest valid snapshot (REP-5: without one, topic names and configs are gone and
     repair refuses)."""
-    meta = os.path.join(ctx.root, "meta")
-    if not ctx.fs.is_dir(meta):
+    if not ctx.fs.is_dir(os.path.join(ctx.root, "meta")):
         raise Corrupt(f"{ctx.root}: not a tidelog store (no meta/ directory)")
-    found = sorted(
-        (n, name)
-        for name in ctx.fs.listdir(meta)
-        if (n := snapfmt.parse_file_name(name)) is not None
-    )
-    for n, name in reversed(found):
-        h = ctx.fs.open_read(os.path.join(meta, name))
-        try:
-            data = h.pread(h.size(), 0)
-        finally:
-            h.close()
-        try:
-            got, body = snapfmt.decode_snapshot(data)
-        except Corrupt:
-            continue
-        if got == n:
-            return n, body
-    raise Corrupt(
-        f"{meta}: no valid snapshot: repair cannot rebuild topic names and configs (REP-5)"
-    )
+    try:
+        found = newest_snapshot(ctx.fs, ctx.root)
+    except Corrupt as exc:
+        found, why = None, exc.message
+    else:
+        why = "none in meta/"
+    if found is None:
+        raise Corrupt(
+            f"{ctx.root}: no valid snapshot ({why}): repair cannot rebuild topic names and "
+            "configs (REP-5)"
+        )
+    return found[0], found[1]
 
 
 # -- segments (REP-2) --------------------------------------------------------------------------
@@ -294,14 +275,7 @@ def _runs(
 def _write_segment(ctx: _Ctx, directory: str, tid: int, run: list[_Rec]) -> None:
     data, idx = segfmt.build_segment(tid, run[0][0], run)
     for name, content in ((segfmt.data_name(run[0][0]), data), (segfmt.idx_name(run[0][0]), idx)):
-        path = os.path.join(directory, name)
-        h = ctx.fs.open(path)
-        try:
-            h.truncate(0)
-            h.pwrite(content, 0)
-            h.fsync()
-        finally:
-            h.close()
+        write_whole(ctx.fs, os.path.join(directory, name), content)
     ctx.fs.fsync_dir(directory)
 
 
@@ -325,8 +299,6 @@ def _repair_progress(ctx: _Ctx, entry: dict[str, Any]) -> None:
 
 # -- WAL (REP-4) -------------------------------------------------------------------------------
 def _repair_wal(ctx: _Ctx, body: dict[str, Any]) -> None:
-    from .recovery import list_streams
-
     replay_from = body["wal"]["replay_from"]
     store_id = bytes.fromhex(body["store_id"])
     for key, directory in list_streams(ctx):  # type: ignore[arg-type]
@@ -518,13 +490,7 @@ def _older_gen(data: bytes, pos: int, frame_len: int, gen: int) -> bool:
 
 # -- small helpers -----------------------------------------------------------------------------
 def _read(ctx: _Ctx, path: str) -> bytes | None:
-    if not ctx.fs.exists(path):
-        return None
-    h = ctx.fs.open_read(path)
-    try:
-        return h.pread(h.size(), 0)
-    finally:
-        h.close()
+    return read_whole(ctx.fs, path) if ctx.fs.exists(path) else None
 
 
 def _ranges(seqs: list[int]) -> list[tuple[int, int]]:
