@@ -420,3 +420,28 @@ def test_SF_19_recovery_read_errors_are_io_errors_and_unlock() -> None:
             assert exc.errno == errno.EIO and "SF-19" in str(exc), (kind, exc)
         assert fs.arm.fired, kind
         open_slot(fs, "append").close()
+
+
+def test_SF_19_the_sf_store_surfaces_the_poison() -> None:
+    """SF-15, SF-19, FLT-3: through the sf:// store: a failed sync of an append is io_error,
+    describe() names the poison, flush and close raise it, and the slot reopens."""
+    from tidelog.sf.backend import TOPIC, SfBackend
+
+    fs = FaultFS(RecordingFS(dirs=[SF_DIR]))
+    backend = SfBackend(open_slot(fs, "append", 4096), max_record_bytes=1024, deadline_ms=0)
+    ref = backend.open_topic(TOPIC, {}, create=True)
+    assert backend.append(ref, [b"a"], None, None) == [1]
+    fs.calls.clear()
+    fs.arm = Arm("fdatasync", 1, errno.EIO, "drop")
+    with pytest.raises(StorageError) as info:
+        backend.append(ref, [b"b"], None, None)
+    assert info.value.errno == errno.EIO
+    assert "SF-19" in str(backend.describe()["poisoned"])
+    for call in (backend.flush, lambda: backend.read(ref, 0, 10, None), backend.close):
+        with pytest.raises(StorageError):
+            call()
+    again = open_slot(fs, "append", 4096)
+    try:
+        assert again.read(0, 10) == [b"a"]
+    finally:
+        again.close()
