@@ -7,7 +7,7 @@ problem comes back as a ``Problem`` (path, byte offset, rule id, severity, messa
 
 * a directory with ``meta/``: a file-backend store (spec/FORMATS.md; ``backends.file.verify``);
 * a directory holding ``sf-*.sfa`` segments or an ``.ack-watermark``: a store-and-forward slot
-  (spec/FORWARD.md SF-1..SF-16, checked here); a directory of such slots: each of them;
+  (spec/FORWARD.md SF-1..SF-20, with recovery's own findings); a directory of such slots: each;
 * a ``.qseg`` file (or any file ending in the Quiver trailer): a bundle segment
   (spec/BUNDLES.md QSEG-1..QSEG-8, checked here by decoding every bundle);
 * a file or block device whose metadata block holds a ring slot: a blockdev ring
@@ -20,11 +20,8 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from collections.abc import Callable
-from itertools import pairwise
 
 from tidelog.backends.file.verify import ERROR, WARNING, Problem, Report
-from tidelog.errors import Corrupt
 from tidelog.fsio import FS, OsFS
 
 __all__ = ["verify_path", "verify_slot", "verify_qseg", "detect", "KINDS", "Problem", "Report"]
@@ -118,91 +115,41 @@ def verify_path(path: str, *, kind: str | None = None, fs: FS | None = None) -> 
 
 # -- store-and-forward slots (spec/FORWARD.md) -----------------------------------------------------
 def verify_slot(fs: FS, slot_dir: str) -> Report:
-    """SF-1..SF-16 over one slot directory: what recovery would refuse is an error, what it
-    repairs or ignores (torn tails, unborn or leftover segments, an unusable watermark) a
-    warning."""
+    """SF-1..SF-20 over one slot directory. Recovery's own ``examine`` classifies everything
+    recovery reads (SF-18: what recovery refuses is an error, what it repairs or ignores a
+    warning, from the same code); the lock files, ``.failed`` and unknown entries are checked
+    here."""
     from tidelog.sf import format as sff
-    from tidelog.sf.recovery import FAILED_FILE, TMP_SUFFIX, WATERMARK_FILE
+    from tidelog.sf.recovery import FAILED_FILE, SYNC_FILE, TMP_SUFFIX, WATERMARK_FILE, examine
 
     report = Report(slot_dir)
 
-    def add(severity: str, name: str, offset: int | None, rule: str, message: str) -> None:
-        report.problems.append(
-            Problem(posixpath.join(slot_dir, name), offset, rule, severity, message)
-        )
+    def add(severity: str, name: str | None, offset: int | None, rule: str, msg: str) -> None:
+        path = posixpath.join(slot_dir, name) if name else slot_dir
+        report.problems.append(Problem(path, offset, rule, severity, msg))
 
-    segments: list[tuple[int, int, str]] = []  # (base, frames, name)
-    watermark: int | None = None
-    for name in fs.listdir(slot_dir):
-        path = posixpath.join(slot_dir, name)
-        if name in (".lock",):
-            continue
-        if name == ".lock.pid":
-            data = _read(fs, path)
-            if data and not _PID.fullmatch(data.decode("utf-8", "replace")):
-                add(WARNING, name, 0, "SF-2", f"expected '<pid>\\n', found {data[:40]!r}")
-            continue
-        if name == FAILED_FILE:
-            add(WARNING, name, None, "SF-16", "slot is marked failed: orphan drainers skip it")
-            continue
-        if name == WATERMARK_FILE:
-            report.files_checked += 1
-            raw = _read(fs, path)
-            watermark = sff.decode_watermark(raw)
-            if watermark is None:
-                add(WARNING, name, 0, "SF-6", "not a valid watermark record (magic 'AKW1', "
-                    "reserved 0, fsn >= 0): recovery ignores it and replays from the lowest "
-                    "segment")
-            continue
-        if name.endswith(TMP_SUFFIX) and sff.is_segment_name(name[: -len(TMP_SUFFIX)]):
-            add(WARNING, name, None, "SF-5", "an interrupted segment creation: recovery deletes it")
-            continue
-        if not sff.is_segment_name(name):
-            add(WARNING, name, None, "SF-1", "unknown entry in an SF slot")
-            continue
-        report.files_checked += 1
-        found = _check_segment(_read(fs, path), lambda *a, n=name: add(a[0], n, *a[1:]))
-        if found is not None:
-            segments.append((found[0], found[1], name))
-    segments.sort()
-    for (base, count, name), (nbase, _, nname) in pairwise(segments):
-        if base + count != nbase:
-            add(ERROR, nname, 8, "SF-10",
-                f"baseSeq {nbase} does not follow {name} ({base} + {count} frames): a gap "
-                "between segments; recovery refuses the slot")
-    if segments and watermark is not None:
-        published = segments[-1][0] + segments[-1][1] - 1
-        if watermark > published:
-            add(WARNING, WATERMARK_FILE, 8, "SF-10",
-                f"watermark {watermark} above publishedFsn {published}: recovery ignores it")
-    return report
-
-
-def _check_segment(data: bytes, add: Callable[..., None]) -> tuple[int, int] | None:
-    """(baseSeq, frames) of a valid segment, else None (problems reported through ``add``)."""
-    from tidelog.sf import format as sff
-
-    if data.count(0) == len(data):
-        add(WARNING, None, "SF-8", "unborn segment (all zeros, no frame): recovery deletes it")
-        return None
-    if len(data) < sff.HEADER_SIZE:
-        add(ERROR, 0, "SF-8", f"{len(data)} bytes, shorter than the 24-byte header: recovery "
-            "refuses the slot")
-        return None
     try:
-        header = sff.decode_header(data, "segment")
-    except Corrupt as exc:
-        add(ERROR, 0, "SF-3", f"{exc.message}: recovery refuses the slot (SF-8)")
-        return None
-    scan = sff.scan_frames(data)
-    if scan.torn_tail:
-        add(WARNING, scan.last_good, "SF-7",
-            f"torn tail: {scan.torn_tail} non-zero bytes after the last good frame; recovery "
-            "zeroes them (SF-9), nothing acknowledged is lost")
-    elif any(data[scan.last_good :]):
-        add(WARNING, scan.last_good, "SF-9",
-            "non-zero bytes after the last good frame: recovery zeroes them before appending")
-    return header.base_seq, len(scan.offsets)
+        names = fs.listdir(slot_dir)
+        for name in names:
+            if name == ".lock.pid":
+                data = _read(fs, posixpath.join(slot_dir, name))
+                if data and not _PID.fullmatch(data.decode("utf-8", "replace")):
+                    add(WARNING, name, 0, "SF-2", f"expected '<pid>\\n', found {data[:40]!r}")
+            elif name == FAILED_FILE:
+                add(WARNING, name, None, "SF-16", "slot is marked failed: orphan drainers skip it")
+            elif sff.is_segment_name(name) or name in (WATERMARK_FILE, SYNC_FILE):
+                report.files_checked += 1
+            elif name != ".lock" and not (
+                name.endswith(TMP_SUFFIX) and sff.is_segment_name(name[: -len(TMP_SUFFIX)])
+            ):
+                add(WARNING, name, None, "SF-1", "unknown entry in an SF slot")
+        _, findings = examine(fs, slot_dir)
+    except OSError as exc:  # io_error included: verify reports, never raises
+        add(ERROR, None, None, "SF-19", f"cannot read: {exc}")
+        return report
+    for f in findings:
+        add(f.severity, f.name, f.offset, f.rule, f.message)
+    return report
 
 
 # -- Quiver bundle segments (spec/BUNDLES.md) ------------------------------------------------------

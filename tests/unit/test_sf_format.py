@@ -482,7 +482,8 @@ def test_SF_4_sealed_segments_are_read_through_a_map(tmp_path: Path) -> None:
 
 
 def test_SF_5_enospc_at_creation_unlinks_the_file(tmp_path: Path) -> None:
-    """SF-5: block reservation fails cleanly at create time, leaving no partial segment."""
+    """SF-5, SF-19: block reservation fails cleanly at create time, leaving no partial segment;
+    the slot is poisoned until reopened."""
 
     class Full:
         """A handle whose block reservation fails as on a full disk."""
@@ -501,10 +502,18 @@ def test_SF_5_enospc_at_creation_unlinks_the_file(tmp_path: Path) -> None:
             h = super().open(path, create=create)
             return Full(h) if ".sfa" in path else h
 
-    with Slot.open(str(tmp_path), "a", fs=FullFS()) as s:
-        with pytest.raises(StorageError, match="disk full"):
-            s.append(b"x")
-        assert not [n for n in os.listdir(tmp_path / "a") if ".sfa" in n]
+    s = Slot.open(str(tmp_path), "a", fs=FullFS())
+    with pytest.raises(StorageError, match="disk full") as info:
+        s.append(b"x")
+    assert info.value.errno == errno.ENOSPC
+    assert not [n for n in os.listdir(tmp_path / "a") if ".sfa" in n]
+    # SF-19: the failure poisons the slot; close releases it and raises; reopening works.
+    with pytest.raises(StorageError, match="poisoned"):
+        s.append(b"x")
+    with pytest.raises(StorageError, match="poisoned"):
+        s.close()
+    with Slot.open(str(tmp_path), "a") as again:
+        assert again.append(b"x") == 0
 
 
 def test_SF_12_SF_13_trim_keeps_the_active_segment(tmp_path: Path) -> None:

@@ -783,10 +783,14 @@ def _sf_slot_vectors(out: str, add_dir: Callable[..., None]) -> None:
 
     variant("torn-tail", "torn: garbage after the active segment's last frame (SF-7)",
             lambda r: rewrite(os.path.join(r, segs[-1]), torn), _verify(True, (), ("SF-7",)))
-    variant("bad-checksum-sealed", "bad CRC in a sealed segment's first frame: its frames are "
-            "lost, a gap opens (SF-10)",
+    variant("bad-checksum-sealed", "bad CRC in a sealed segment's first frame: a gap opens, the "
+            "next segment's baseSeq proves the frames were written: damage (SF-18)",
             lambda r: rewrite(os.path.join(r, segs[0]), lambda d: _flip(d, 24 + 10)),
-            _verify(False, ("SF-10",), ("SF-7",)))
+            _verify(False, ("SF-18",)))
+    variant("bad-checksum-active", "bad CRC in the active segment's first frame: the sync record "
+            "proves it durable: damage, never a torn tail (SF-18)",
+            lambda r: rewrite(os.path.join(r, segs[-1]), lambda d: _flip(d, 24 + 10)),
+            _verify(False, ("SF-18",)))
     variant("bad-magic", "bad magic in a segment header (SF-3)",
             lambda r: rewrite(os.path.join(r, segs[0]), lambda d: b"XXXX" + d[4:]),
             _verify(False, ("SF-3",)))
@@ -795,20 +799,32 @@ def _sf_slot_vectors(out: str, add_dir: Callable[..., None]) -> None:
                               lambda d: d[:8] + struct.pack("<q", -2) + d[16:]),
             _verify(False, ("SF-3",)))
     variant("overflowing-length", "payloadLen of the active segment's first frame overflows "
-            "the file (a torn tail, SF-7)",
+            "the file: the sync record proves the frame durable: damage (SF-18)",
             lambda r: rewrite(os.path.join(r, segs[-1]),
                               lambda d: d[:28] + struct.pack("<i", 1 << 30) + d[32:]),
+            _verify(False, ("SF-18",)))
+    def unsynced_overflow(r: str) -> None:
+        rewrite(os.path.join(r, segs[-1]), lambda d: d[:28] + struct.pack("<i", 1 << 30) + d[32:])
+        os.unlink(os.path.join(r, ".tidelog-sync"))
+
+    variant("overflowing-length-unsynced", "payloadLen of the active segment's first frame "
+            "overflows the file, no sync record: a torn tail (SF-7)", unsynced_overflow,
             _verify(True, (), ("SF-7",)))
+    variant("sync-record-damaged", "both copies of the sync record damaged (SF-17, SF-18)",
+            lambda r: rewrite(os.path.join(r, ".tidelog-sync"),
+                              lambda d: _flip(_flip(d, 40), 4096 + 40)),
+            _verify(False, ("SF-18",)))
     if len(segs) >= 3:
         variant("gap", "a gap: a middle segment deleted (SF-10)",
                 lambda r: os.unlink(os.path.join(r, segs[1])), _verify(False, ("SF-10",)))
     variant("watermark-garbage", "garbage watermark: unusable, recovery replays (SF-6)",
             lambda r: rewrite(os.path.join(r, ".ack-watermark"), lambda d: b"\xff" * 16),
             _verify(True, (), ("SF-6",)))
-    variant("watermark-above-published", "watermark above publishedFsn: ignored (SF-10)",
+    variant("watermark-above-published", "watermark above publishedFsn: ignored (SF-10); it "
+            "differs from its check, the smaller is trusted (SF-17)",
             lambda r: rewrite(os.path.join(r, ".ack-watermark"),
                               lambda d: sff.encode_watermark(500)),
-            _verify(True, (), ("SF-10",)))
+            _verify(True, (), ("SF-10", "SF-17")))
     variant("unborn-segment", "an all-zero segment file: deleted at open (SF-8)",
             lambda r: _write(os.path.join(r, "sf-00000000000000ff.sfa"), bytes(96)),
             _verify(True, (), ("SF-8",)))

@@ -198,10 +198,12 @@ class SfBackend(Backend):
 
     def describe(self) -> dict[str, object]:
         stats = self.slot.stats()
+        poisoned = self.slot.poisoned
         return {
             "backend": "sf",
             "slot": self.slot.dir,
             "durability": self.slot.durability,
+            "poisoned": str(poisoned) if poisoned is not None else None,  # SF-19, FLT-3
             "segment_files": self.slot.segment_names(),
             **{k: v for k, v in vars(stats).items()},
         }

@@ -7,6 +7,9 @@ on native order; portable clients must not).
 
 ``scan_frames`` is on the recovery path and must survive anything a crash leaves behind: it never
 raises and never yields a frame whose checksum fails.
+
+The sync record and the watermark check (spec/FORWARD.md SF-17) are tidelog's own, in
+``.tidelog-sync``: the segment and watermark bytes stay exactly the seed's.
 """
 
 from __future__ import annotations
@@ -41,6 +44,17 @@ __all__ = [
     "segment_name",
     "is_segment_name",
     "segment_generation",
+    "frame_end",
+    "SYNC_MAGIC",
+    "SYNC_RECORD_SIZE",
+    "SYNC_COPY_OFFSETS",
+    "WMCHECK_OFFSET",
+    "WMCHECK_SIZE",
+    "SyncRecord",
+    "encode_sync_record",
+    "decode_sync_record",
+    "encode_watermark_check",
+    "decode_watermark_check",
 ]
 
 SEGMENT_MAGIC: Final = 0x31304653  # b"SF01" read as a little-endian uint32
@@ -60,7 +74,23 @@ _LEN: Final = struct.Struct("<i")
 _WATERMARK: Final = struct.Struct("<IIq")
 _SEGMENT_RE: Final = re.compile(r"sf-([0-9a-f]{16})\.sfa")
 
+# SF-17: .tidelog-sync. Two copies of the sync record (in separate 4 KiB blocks, so a torn write
+# of one never touches the other), then the watermark check in a block of its own.
+SYNC_MAGIC: Final = 0x31534C54  # b"TLS1" little-endian
+SYNC_RECORD_SIZE: Final = 64
+SYNC_COPY_OFFSETS: Final = (0, 4096)
+SYNC_APPEND: Final = 1  # flags bit 0: every frame from syncedEnd on was synced before the next
+SYNC_LEGACY: Final = 2  # flags bit 1: the segment is sf-initial.sfa
+WMCHECK_MAGIC: Final = 0x31574C54  # b"TLW1" little-endian
+WMCHECK_OFFSET: Final = 8192
+WMCHECK_SIZE: Final = 16
+# magic u32 | flags u8 | 3 reserved | counter u64 | generation u64 | baseSeq i64 |
+# createdMicros i64 | syncedEnd i64 | syncedFrames i64 | reserved u32 ; then crc32c u32
+_SYNC: Final = struct.Struct("<IB3xQQqqqq4x")
+_WMCHECK: Final = struct.Struct("<IIq")
+
 assert _HEADER.size == HEADER_SIZE and _WATERMARK.size == WATERMARK_SIZE
+assert _SYNC.size + 4 == SYNC_RECORD_SIZE and _WMCHECK.size == WMCHECK_SIZE
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
@@ -116,20 +146,30 @@ class FrameScan(NamedTuple):
     torn_tail: int  # non-zero bytes in the 8 bytes after last_good (0 = clean)
 
 
+def frame_end(data: bytes | bytearray | memoryview, pos: int, *, check: bool = True) -> int | None:
+    """The end of the frame at ``pos``, or None when its length is negative or overruns the data
+    (seed §6.2: a torn-tail boundary) or, with ``check``, its CRC does not match. Never raises."""
+    view = memoryview(data)
+    size = len(view)
+    if pos < 0 or pos + FRAME_HEADER_SIZE > size:
+        return None
+    crc, n = _FRAME_HEAD.unpack_from(view, pos)
+    if n < 0 or n > size - pos - FRAME_HEADER_SIZE:
+        return None
+    if check and crc32c(view[pos + 4 : pos + FRAME_HEADER_SIZE + n]) != crc:
+        return None
+    return pos + FRAME_HEADER_SIZE + int(n)
+
+
 def scan_frames(data: bytes | bytearray | memoryview) -> FrameScan:
     """Walk frames from offset 24 until one overruns the file or fails its CRC. Never raises."""
     view = memoryview(data)
     size = len(view)
     offsets = array("q")
     pos = HEADER_SIZE
-    while pos + FRAME_HEADER_SIZE <= size:
-        crc, n = _FRAME_HEAD.unpack_from(view, pos)
-        if n < 0 or n > size - pos - FRAME_HEADER_SIZE:
-            break  # a negative or overflowing length is a torn-tail boundary (seed §6.2)
-        if crc32c(view[pos + 4 : pos + FRAME_HEADER_SIZE + n]) != crc:
-            break
+    while (end := frame_end(view, pos)) is not None:
         offsets.append(pos)
-        pos += FRAME_HEADER_SIZE + n
+        pos = end
     last_good = min(pos, size) if size >= HEADER_SIZE else size
     return FrameScan(offsets, last_good, torn_tail_bytes(view, last_good))
 
@@ -179,3 +219,60 @@ def segment_generation(name: str) -> int | None:
             return None
         raise BadArgument(f"{name!r} is not a segment file name")
     return int(m.group(1), 16)
+
+
+class SyncRecord(NamedTuple):
+    """What a slot made durable in one segment (SF-17): every byte below ``synced_end`` (a frame
+    boundary, ``synced_frames`` frames above the header) was durable when it was written."""
+
+    counter: int
+    generation: int | None  # None: the legacy sf-initial.sfa
+    base_seq: int
+    created_micros: int
+    synced_end: int
+    synced_frames: int
+    append: bool  # every later frame of the segment was synced before the next was written
+
+
+def encode_sync_record(rec: SyncRecord) -> bytes:
+    """The 64-byte sync record: fields, then CRC-32C over them (SF-17)."""
+    flags = (SYNC_APPEND if rec.append else 0) | (SYNC_LEGACY if rec.generation is None else 0)
+    body = _SYNC.pack(
+        SYNC_MAGIC, flags, rec.counter, rec.generation or 0, rec.base_seq, rec.created_micros,
+        rec.synced_end, rec.synced_frames,
+    )  # fmt: skip
+    return body + crc32c(body).to_bytes(4, "little")
+
+
+def decode_sync_record(data: bytes | bytearray | memoryview) -> SyncRecord | None:
+    """A sync record, or None when short, of another magic, or its CRC fails (never raises)."""
+    if len(data) < SYNC_RECORD_SIZE:
+        return None
+    body = bytes(data[: _SYNC.size])
+    magic, flags, counter, gen, base, created, end, frames = _SYNC.unpack(body)
+    stored = int.from_bytes(data[_SYNC.size : SYNC_RECORD_SIZE], "little")
+    if magic != SYNC_MAGIC or crc32c(body) != stored:
+        return None
+    legacy = bool(flags & SYNC_LEGACY)
+    return SyncRecord(counter, None if legacy else gen, base, created, end, frames,
+                      bool(flags & SYNC_APPEND))  # fmt: skip
+
+
+def _wmcheck_crc(fsn_bytes: bytes) -> int:
+    return crc32c(WMCHECK_MAGIC.to_bytes(4, "little") + fsn_bytes)
+
+
+def encode_watermark_check(fsn: int) -> bytes:
+    """The 16-byte watermark check (SF-17): magic, CRC-32C over magic and fsn, fsn."""
+    raw = fsn.to_bytes(8, "little", signed=True)
+    return _WMCHECK.pack(WMCHECK_MAGIC, _wmcheck_crc(raw), fsn)
+
+
+def decode_watermark_check(data: bytes | bytearray | memoryview) -> int | None:
+    """The checked FSN, or None when short, of another magic or its CRC fails."""
+    if len(data) < WMCHECK_SIZE:
+        return None
+    magic, crc, fsn = _WMCHECK.unpack_from(data, 0)
+    if magic != WMCHECK_MAGIC or crc != _wmcheck_crc(bytes(data[8:16])) or fsn < 0:
+        return None
+    return int(fsn)

@@ -34,12 +34,16 @@ def acquire(fs: FS, slot_dir: str) -> Handle:
     except BaseException:
         handle.close()
         raise
-    pid = fs.open(os.path.join(slot_dir, PID_FILE))
     try:
-        pid.truncate(0)
-        pid.pwrite(f"{os.getpid()}\n".encode(), 0)
-    finally:
-        pid.close()
+        pid = fs.open(os.path.join(slot_dir, PID_FILE))
+        try:
+            pid.truncate(0)
+            pid.pwrite(f"{os.getpid()}\n".encode(), 0)
+        finally:
+            pid.close()
+    except BaseException:
+        handle.close()  # SF-19: a failed .lock.pid write must not leave the slot locked
+        raise
     return handle
 
 

@@ -1,44 +1,91 @@
-"""The recovery scan of a slot directory (seed 003 §6.5, §18.1; spec/FORWARD.md SF-7..SF-10).
+"""The recovery scan of a slot directory (seed 003 §6.5, §18.1; spec/FORWARD.md SF-7..SF-10,
+SF-17, SF-18).
 
-Read-only: it reports what is on disk and the ``(ackedFsn, publishedFsn)`` seed; the slot then
-acts on it (removes unborn files, zeroes a torn tail before appending). The seed arithmetic and
-the contiguity check are the model's (``tidelog.model.fsn.recovery_seed``, FSN-5), so the code
-and the oracle cannot drift apart.
+Read-only: ``examine`` reports what is on disk as findings (errors: recovery refuses; warnings:
+recovery repairs or ignores) and the ``(ackedFsn, publishedFsn)`` seed; ``recover`` raises on
+the first error; ``tidelog verify`` prints the same findings (SF-18: verify says exactly what
+recovery does). The slot then acts on a clean result (removes unborn files, zeroes a torn tail
+before appending). The seed arithmetic and the contiguity check are the model's
+(``tidelog.model.fsn.recovery_seed``, FSN-5), so the code and the oracle cannot drift apart.
 
-Fail closed (anchors B, JQ #73): a segment file that cannot be read or whose header is invalid
-refuses recovery rather than being skipped, because skipping it would silently drop whatever
-unacknowledged frames it holds. The one exception is a file that is entirely zero: a crash
-between creating a segment and writing its header leaves exactly that, and such a file holds no
-frame (frames are written only after the header), so it is reported as unborn.
+Fail closed (anchors B, JQ #73): a segment whose header is invalid refuses recovery rather than
+being skipped, because skipping it would silently drop whatever unacknowledged frames it holds.
+A defect after the last good frame is a torn tail unless surviving bytes prove it was durable
+(SF-18): a later segment's baseSeq, or the sync record in ``.tidelog-sync`` (SF-17). A file
+that is entirely zero is an unborn segment (a crash between creating it and writing its
+header), unless something proves it held frames.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
-from tidelog.errors import Corrupt
-from tidelog.fsio import FS
+from tidelog.errors import Corrupt, StorageError
+from tidelog.fsio import FS, storage_error
 from tidelog.model.fsn import recovery_seed
 
 from .format import (
     HEADER_SIZE,
+    LEGACY_SEGMENT,
+    SYNC_COPY_OFFSETS,
+    SYNC_RECORD_SIZE,
+    WMCHECK_OFFSET,
+    WMCHECK_SIZE,
+    SyncRecord,
     decode_header,
+    decode_sync_record,
     decode_watermark,
+    decode_watermark_check,
+    frame_end,
     is_segment_name,
     scan_frames,
     segment_generation,
 )
 
-__all__ = ["WATERMARK_FILE", "FAILED_FILE", "TMP_SUFFIX", "RecoveredSegment", "Recovery", "recover"]
+__all__ = [
+    "WATERMARK_FILE",
+    "FAILED_FILE",
+    "SYNC_FILE",
+    "TMP_SUFFIX",
+    "ERROR",
+    "WARNING",
+    "Finding",
+    "SyncState",
+    "RecoveredSegment",
+    "Recovery",
+    "examine",
+    "recover",
+    "read_sync",
+    "read_watermark",
+]
 
 log = logging.getLogger("tidelog.sf")
 
 WATERMARK_FILE = ".ack-watermark"
+SYNC_FILE = ".tidelog-sync"  # SF-17: tidelog's evidence of what the slot made durable
 TMP_SUFFIX = ".tmp"  # a segment under construction: sf-<gen>.sfa.tmp (SF-5)
 FAILED_FILE = ".failed"
+ERROR, WARNING = "error", "warning"
+_SYNC_READ = WMCHECK_OFFSET + WMCHECK_SIZE
+_Add = Callable[[str, "str | None", "int | None", str, str], None]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing recovery found: an ``error`` refuses the slot, a ``warning`` is repaired or
+    ignored without losing anything acknowledged (SF-18; CNF-31)."""
+
+    severity: str
+    name: str | None  # a file in the slot directory
+    offset: int | None
+    rule: str
+    message: str
 
 
 @dataclass
@@ -52,6 +99,8 @@ class RecoveredSegment:
     append_cursor: int  # end of the last verified frame
     torn_tail: int  # non-zero bytes right after append_cursor (seed §6.5 step 5)
     dirty_end: int  # end of the last non-zero byte at or after append_cursor (0 when clean)
+    # A CRC-valid frame right after the bad one at append_cursor (SF-18 item 3), or None.
+    valid_after_defect: int | None = None
 
     @property
     def frame_count(self) -> int:
@@ -61,49 +110,82 @@ class RecoveredSegment:
     def last_seq(self) -> int:
         return self.base_seq + len(self.offsets) - 1
 
+    @property
+    def defect(self) -> bool:
+        return self.dirty_end > self.append_cursor
+
+
+@dataclass
+class SyncState:
+    """The two copies of the sync record in ``.tidelog-sync`` (SF-17) and the watermark check."""
+
+    exists: bool = False
+    copies: tuple[SyncRecord | None, SyncRecord | None] = (None, None)
+    nonzero: tuple[bool, bool] = (False, False)
+    watermark_check: int | None = None
+
+    @property
+    def newest_index(self) -> int | None:
+        valid = [i for i, c in enumerate(self.copies) if c is not None]
+        return max(valid, key=lambda i: self.copies[i].counter) if valid else None  # type: ignore[union-attr]
+
+    @property
+    def newest(self) -> SyncRecord | None:
+        i = self.newest_index
+        return None if i is None else self.copies[i]
+
 
 @dataclass
 class Recovery:
     segments: list[RecoveredSegment]  # sorted by (base_seq, frame_count): the last is active
     acked_fsn: int
     published_fsn: int
-    watermark: int | None  # the decoded .ack-watermark, before the bound check
+    watermark: int | None  # the watermark recovery trusts (SF-10, SF-17), before the bound check
     watermark_used: bool  # it raised the seed above lowestBaseSeq - 1
     next_generation: int  # max(existing generation) + 1 (seed §5.3)
     unborn: list[str] = field(default_factory=list)  # all-zero segment files (no frames)
     leftovers: list[str] = field(default_factory=list)  # *.sfa.tmp: creations cut short
+    sync: SyncState = field(default_factory=SyncState)
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def torn_tails(self) -> int:
         return sum(1 for s in self.segments if s.torn_tail)
 
 
-def _read_all(fs: FS, path: str) -> bytes:
+class _Invalid(Exception):
+    """A segment recovery must refuse (SF-8), with the rule its header or size breaks."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule, self.message = rule, message
+
+
+def _read_all(fs: FS, path: str, limit: int | None = None) -> bytes:
     h = fs.open_read(path)
     try:
-        return h.pread(h.size(), 0)
+        return h.pread(h.size() if limit is None else limit, 0)
     finally:
         h.close()
 
 
 def _scan_segment(fs: FS, slot_dir: str, name: str) -> RecoveredSegment | None:
-    """Map the segment read-only and walk it (seed §6.5 steps 1-5)."""
+    """Map the segment read-only and walk it (seed §6.5 steps 1-5); None when unborn."""
     path = os.path.join(slot_dir, name)
     try:
         h = fs.open_read(path)
-    except OSError as exc:
-        raise Corrupt(f"{path}: unreadable ({exc}); refusing recovery") from None
-    try:
         try:
             data = h.map()
-        except OSError as exc:
-            raise Corrupt(f"{path}: cannot be mapped ({exc}); refusing recovery") from None
-        try:
-            return _scan_mapped(path, name, data)
+            try:
+                return _scan_mapped(path, name, data)
+            finally:
+                data.release()  # the map itself goes with the handle
         finally:
-            data.release()  # the map itself goes with the handle
-    finally:
-        h.close()
+            h.close()
+    except StorageError:
+        raise
+    except OSError as exc:  # SF-8, SF-19: a failed read is io_error, not damage
+        raise storage_error(exc, f"reading SF segment {path} (SF-19)") from None
 
 
 def _scan_mapped(path: str, name: str, data: memoryview) -> RecoveredSegment | None:
@@ -112,10 +194,18 @@ def _scan_mapped(path: str, name: str, data: memoryview) -> RecoveredSegment | N
     if not any(data[:HEADER_SIZE]) and data == bytes(size):
         return None
     if size < HEADER_SIZE:
-        raise Corrupt(f"{path}: {size} bytes, shorter than a segment header; refusing")
-    header = decode_header(data, path)
+        raise _Invalid("SF-8", f"{size} bytes, shorter than a segment header (24 bytes)")
+    try:
+        header = decode_header(data, "segment header")
+    except Corrupt as exc:
+        raise _Invalid("SF-3", exc.message) from None
     scan = scan_frames(data)
     tail = bytes(data[scan.last_good :]).rstrip(b"\0")
+    after = None
+    if tail:  # SF-18 item 3: the frame after the bad one, when its length can be trusted
+        end = frame_end(data, scan.last_good, check=False)
+        if end is not None and frame_end(data, end) is not None:
+            after = end
     return RecoveredSegment(
         name=name,
         generation=segment_generation(name),
@@ -126,64 +216,276 @@ def _scan_mapped(path: str, name: str, data: memoryview) -> RecoveredSegment | N
         append_cursor=scan.last_good,
         torn_tail=scan.torn_tail,
         dirty_end=scan.last_good + len(tail) if tail else 0,
+        valid_after_defect=after,
     )
 
 
 def read_watermark(fs: FS, slot_dir: str) -> int | None:
-    path = os.path.join(slot_dir, WATERMARK_FILE)
-    if not fs.exists(path):
-        return None
-    try:
-        return decode_watermark(_read_all(fs, path))
-    except OSError:
-        return None  # unreadable: "no usable watermark" (seed §18.1 step 3)
+    """The watermark recovery trusts (SF-10, SF-17): the ``.ack-watermark`` FSN (None when
+    absent or unusable, SF-6), lowered to its check in ``.tidelog-sync`` when that is smaller.
 
-
-def recover(fs: FS, slot_dir: str) -> Recovery:
-    """Scan every ``*.sfa`` of ``slot_dir`` and seed the FSN counters (seed §6.5, FSN-5).
-
-    raises: Corrupt (an invalid segment, or a gap between segments)
+    raises: StorageError (SF-19)
     """
+    wm = _read_watermark_file(fs, slot_dir)[1]
+    check = read_sync(fs, slot_dir).watermark_check
+    return wm if wm is None or check is None else min(wm, check)
+
+
+def _read_watermark_file(fs: FS, slot_dir: str) -> tuple[bool, int | None]:
+    """(whether ``.ack-watermark`` exists, its FSN or None when unusable: SF-6)."""
+    path = os.path.join(slot_dir, WATERMARK_FILE)
+    try:
+        if not fs.exists(path):
+            return False, None
+        return True, decode_watermark(_read_all(fs, path))
+    except OSError as exc:
+        raise storage_error(exc, f"reading {path} (SF-19)") from None
+
+
+def read_sync(fs: FS, slot_dir: str) -> SyncState:
+    """Both copies of the sync record and the watermark check (SF-17)."""
+    path = os.path.join(slot_dir, SYNC_FILE)
+    try:
+        if not fs.exists(path):
+            return SyncState()
+        data = _read_all(fs, path, _SYNC_READ)
+    except OSError as exc:
+        raise storage_error(exc, f"reading {path} (SF-19)") from None
+    raw = [data[o : o + SYNC_RECORD_SIZE] for o in SYNC_COPY_OFFSETS]
+    return SyncState(
+        exists=True,
+        copies=(decode_sync_record(raw[0]), decode_sync_record(raw[1])),
+        nonzero=(any(raw[0]), any(raw[1])),
+        watermark_check=decode_watermark_check(data[WMCHECK_OFFSET:_SYNC_READ]),
+    )
+
+
+def _names_segment(rec: SyncRecord, name: str) -> bool:
+    if rec.generation is None:
+        return name == LEGACY_SEGMENT
+    return name != LEGACY_SEGMENT and segment_generation(name) == rec.generation
+
+
+def examine(fs: FS, slot_dir: str) -> tuple[Recovery | None, list[Finding]]:
+    """Scan every file of ``slot_dir`` (read-only) and classify what is found (SF-7..SF-10,
+    SF-17, SF-18). Returns the recovery (None when an error finding refuses it) and every
+    finding, errors first in file order.
+
+    raises: StorageError (a read failed: SF-19)
+    """
+    findings: list[Finding] = []
+
+    def add(severity: str, name: str | None, offset: int | None, rule: str, msg: str) -> None:
+        findings.append(Finding(severity, name, offset, rule, msg))
+
+    try:
+        names = fs.listdir(slot_dir)
+    except OSError as exc:
+        raise storage_error(exc, f"listing SF slot {slot_dir} (SF-19)") from None
     segments: list[RecoveredSegment] = []
-    unborn: list[str] = []
+    unborn: list[tuple[str, int | None]] = []
     generations: list[int] = []
     leftovers: list[str] = []
-    for name in fs.listdir(slot_dir):
+    for name in names:
         if name.endswith(TMP_SUFFIX) and is_segment_name(name[: -len(TMP_SUFFIX)]):
             leftovers.append(name)  # never renamed into place: holds no frame
+            add(WARNING, name, None, "SF-5", "an interrupted segment creation: recovery deletes it")
             continue
         if not is_segment_name(name):
             continue
         gen = segment_generation(name)
         if gen is not None:
             generations.append(gen)
-        seg = _scan_segment(fs, slot_dir, name)
-        if seg is None:
-            unborn.append(name)
+        try:
+            seg = _scan_segment(fs, slot_dir, name)
+        except _Invalid as exc:
+            add(ERROR, name, 0, exc.rule, f"{exc.message}: recovery refuses the slot")
             continue
-        if seg.torn_tail:
-            log.warning(
-                "SF segment %s: torn tail (%d non-zero bytes after the last good frame at "
-                "offset %d): a frame write was interrupted",
-                os.path.join(slot_dir, name),
-                seg.torn_tail,
-                seg.append_cursor,
-            )
-        segments.append(seg)
+        if seg is None:
+            unborn.append((name, gen))
+        else:
+            segments.append(seg)
     segments.sort(key=lambda s: (s.base_seq, s.frame_count))
-    watermark = read_watermark(fs, slot_dir)
-    try:
-        acked, published = recovery_seed([(s.base_seq, s.frame_count) for s in segments], watermark)
-    except Corrupt as exc:
-        raise Corrupt(f"SF slot {slot_dir}: {exc.message}") from None
+    sync = read_sync(fs, slot_dir)
+    record = _check_sync_file(sync, add)
+    _check_unborn(segments, unborn, record, add)
+    _check_order(segments, add)
+    if record is not None:
+        _check_claim(segments, record, add)
+    if (
+        segments
+        and segments[-1].defect
+        and not any(f.severity == ERROR and f.name == segments[-1].name for f in findings)
+    ):
+        last = segments[-1]
+        add(WARNING, last.name, last.append_cursor, "SF-7",
+            f"torn tail: {last.dirty_end - last.append_cursor} bytes after the last good frame "
+            f"are not zero ({last.torn_tail} non-zero bytes in the next 8): a frame write was "
+            "interrupted; recovery zeroes them before appending (SF-9), nothing acknowledged "
+            "as durable is in them")  # fmt: skip
+    watermark = _check_watermark(fs, slot_dir, sync, segments, add)
+    errors = [f for f in findings if f.severity == ERROR]
+    if errors:
+        return None, errors + [f for f in findings if f.severity != ERROR]
+    acked, published = recovery_seed([(s.base_seq, s.frame_count) for s in segments], watermark)
     lowest = segments[0].base_seq - 1 if segments else -1
-    return Recovery(
+    rec = Recovery(
         segments=segments,
         acked_fsn=acked,
         published_fsn=published,
         watermark=watermark,
         watermark_used=acked > lowest,
         next_generation=max(generations) + 1 if generations else 0,
-        unborn=unborn,
+        unborn=[n for n, _ in unborn],
         leftovers=leftovers,
+        sync=sync,
+        findings=findings,
     )
+    return rec, findings
+
+
+def _check_sync_file(sync: SyncState, add: _Add) -> SyncRecord | None:
+    """SF-17: a torn copy is a warning (the other holds the previous sync point); two non-zero
+    invalid copies cannot come from a power loss (only the copy being written can tear)."""
+    if not sync.exists:
+        return None
+    bad = [i for i in (0, 1) if sync.nonzero[i] and sync.copies[i] is None]
+    if len(bad) == 2:
+        add(ERROR, SYNC_FILE, 0, "SF-18",
+            "both copies of the sync record are damaged (a power loss tears at most the copy "
+            "being written): what the slot made durable is unknown; removing the file accepts "
+            "that (SF-18)")  # fmt: skip
+    elif bad and sync.newest is not None:
+        add(WARNING, SYNC_FILE, SYNC_COPY_OFFSETS[bad[0]], "SF-17",
+            "one copy of the sync record is unreadable (a torn write, or damage to the older "
+            "copy): recovery uses the other")  # fmt: skip
+    return sync.newest
+
+
+def _check_unborn(
+    segments: list[RecoveredSegment],
+    unborn: list[tuple[str, int | None]],
+    record: SyncRecord | None,
+    add: _Add,
+) -> None:
+    """SF-8: only the newest segment can be unborn; one the sync record names held frames."""
+    live = [s.generation for s in segments if s.generation is not None]
+    top = max(live) if live else -1
+    for name, gen in unborn:
+        if record is not None and _names_segment(record, name):
+            add(ERROR, name, 0, "SF-18",
+                f"all zero, but the sync record proves {record.synced_frames} frames from FSN "
+                f"{record.base_seq} were durable in it: damage (truncated or zeroed)")  # fmt: skip
+        elif gen is not None and gen < top:
+            add(ERROR, name, 0, "SF-18",
+                f"all zero, below a live segment of generation {top} (segments are created in "
+                "generation order, so a crash leaves only the newest unborn): damage")  # fmt: skip
+        else:
+            add(
+                WARNING,
+                name,
+                None,
+                "SF-8",
+                "unborn segment (all zeros, no frame): recovery deletes it",
+            )
+
+
+def _check_order(segments: list[RecoveredSegment], add: _Add) -> None:
+    """SF-10, SF-18 item 1: a gap, named at the defect that explains it when there is one."""
+    for prev, nxt in pairwise(segments):
+        end = prev.base_seq + prev.frame_count
+        if end != nxt.base_seq and prev.defect and nxt.base_seq > end:
+            add(ERROR, prev.name, prev.append_cursor, "SF-18",
+                f"segments not contiguous: the frame at offset {prev.append_cursor} is damaged: "
+                f"{nxt.name} starts at baseSeq {nxt.base_seq}, so FSNs {end}..{nxt.base_seq - 1} "
+                "were written here")  # fmt: skip
+        elif end != nxt.base_seq:
+            add(ERROR, nxt.name, 8, "SF-10",
+                f"segments not contiguous: baseSeq {nxt.base_seq} does not follow {prev.name} "
+                f"({prev.base_seq} + {prev.frame_count} frames): a gap")  # fmt: skip
+        elif prev.defect:
+            add(WARNING, prev.name, prev.append_cursor, "SF-7",
+                f"{prev.dirty_end - prev.append_cursor} bytes after the last frame of a sealed "
+                "segment are not zero; no frame is missing (the next segment's baseSeq "
+                "follows): recovery leaves them")  # fmt: skip
+
+
+def _check_claim(segments: list[RecoveredSegment], rec: SyncRecord, add: _Add) -> None:
+    """SF-18 items 2-3: what the sync record proves about the segment it names."""
+    named = [s for s in segments if _names_segment(rec, s.name)]
+    if not named:
+        return  # trimmed, or another client's slot since: no claim
+    seg = named[0]
+    recreated = ""
+    if seg.created_micros != rec.created_micros:
+        add(WARNING, seg.name, 16, "SF-17",
+            f"createdMicros {seg.created_micros} differs from the sync record's "
+            f"{rec.created_micros}: damage to this informational field (the records' ts), or "
+            "another client recreated the segment under this name")  # fmt: skip
+        recreated = " (if another SF client rewrote this slot, remove .tidelog-sync)"
+    if seg.base_seq != rec.base_seq:
+        add(ERROR, seg.name, 8, "SF-18",
+            f"header baseSeq {seg.base_seq}, but the sync record says {rec.base_seq} for this "
+            "segment: damage (every frame would be renumbered)")  # fmt: skip
+        return
+    end, frames = rec.synced_end, rec.synced_frames
+    below = bisect.bisect_left(seg.offsets, end)
+    boundary = end == seg.append_cursor or (below < seg.frame_count and seg.offsets[below] == end)
+    if seg.append_cursor < end or below != frames or not boundary:
+        at = seg.append_cursor if seg.append_cursor < end else end
+        add(ERROR, seg.name, at, "SF-18",
+            f"the frame at offset {at} is damaged: the sync record proves {frames} frames "
+            f"through offset {end} (FSN {rec.base_seq + frames - 1}) were durable, the walk "
+            f"finds {below} valid frames below it{recreated}")  # fmt: skip
+    elif rec.append and seg is segments[-1] and seg.valid_after_defect is not None:
+        add(ERROR, seg.name, seg.append_cursor, "SF-18",
+            f"the frame at offset {seg.append_cursor} is damaged: a valid frame follows at "
+            f"offset {seg.valid_after_defect}, and under sf_durability=append (sync record) "
+            f"every frame was synced before the next one was written{recreated}")  # fmt: skip
+
+
+def _check_watermark(
+    fs: FS, slot_dir: str, sync: SyncState, segments: list[RecoveredSegment], add: _Add
+) -> int | None:
+    """SF-6, SF-10, SF-17: the watermark recovery trusts (None: none)."""
+    exists, wm = _read_watermark_file(fs, slot_dir)
+    raw = wm
+    if exists and wm is None:
+        add(WARNING, WATERMARK_FILE, 0, "SF-6",
+            "not a valid watermark record (magic 'AKW1', reserved 0, fsn >= 0): recovery "
+            "ignores it and replays from the lowest segment")  # fmt: skip
+    check = sync.watermark_check
+    if wm is not None and check is not None and check != wm:
+        add(WARNING, SYNC_FILE, WMCHECK_OFFSET, "SF-17",
+            f"the watermark says {wm}, its check {check} (a crash kept one write, another "
+            "client advanced the watermark, or damage): recovery trusts the smaller")  # fmt: skip
+        wm = min(wm, check)
+    if segments and raw is not None:
+        published = segments[-1].base_seq + segments[-1].frame_count - 1
+        if raw > published:
+            add(WARNING, WATERMARK_FILE, 8, "SF-10",
+                f"watermark {raw} above publishedFsn {published}: recovery ignores it (frames "
+                f"the receiver acknowledged were lost from an unsynced tail, or damage); FSNs "
+                f"{published + 1}..{raw} may be handed out again (SF-20)")  # fmt: skip
+    return wm
+
+
+def recover(fs: FS, slot_dir: str) -> Recovery:
+    """Scan every ``*.sfa`` of ``slot_dir`` and seed the FSN counters (seed §6.5, FSN-5);
+    warnings are logged.
+
+    raises: Corrupt (the first error finding: file, offset, rule), StorageError (SF-19)
+    """
+    rec, findings = examine(fs, slot_dir)
+    if rec is None:
+        first = findings[0]
+        where = os.path.join(slot_dir, first.name) if first.name else slot_dir
+        at = f" at offset {first.offset}" if first.offset is not None else ""
+        more = sum(1 for f in findings if f.severity == ERROR) - 1
+        extra = f" (and {more} more error(s): tidelog verify lists them)" if more else ""
+        raise Corrupt(f"SF slot {slot_dir}: {where}{at}: {first.message} ({first.rule}){extra}")
+    for f in findings:
+        where = os.path.join(slot_dir, f.name) if f.name else slot_dir
+        at = f" at offset {f.offset}" if f.offset is not None else ""
+        log.warning("SF %s%s: %s (%s)", where, at, f.message, f.rule)
+    return rec

@@ -15,6 +15,11 @@ active segment is read with ``pread`` too (the seam's maps are only defined for 
 writes any more). Block reservation at create time (``Handle.allocate`` = posix_fallocate) is
 done as the seed demands, so a full disk fails the segment's creation, cleanly, never a later
 append.
+
+Every sync point is recorded in ``.tidelog-sync`` (SF-17), so recovery can tell a torn tail from
+damage (SF-18). A failed I/O call raises ``io_error``; a failed write or sync poisons the slot
+(SF-19): after a failed fdatasync the kernel may have dropped the dirty pages and marked them
+clean, so no later write or sync of this slot object is trusted until it is reopened.
 """
 
 from __future__ import annotations
@@ -26,24 +31,34 @@ import os
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
 from tidelog.clock import Clock
-from tidelog.errors import Backpressure, BadArgument, Closed, Corrupt, StorageError, TooLarge
+from tidelog.errors import (
+    Backpressure,
+    BadArgument,
+    Closed,
+    Corrupt,
+    StorageError,
+    TidelogError,
+    TooLarge,
+)
 from tidelog.fsio import FS, Handle, OsFS, make_dirs, storage_error
 
 from . import lock
 from .format import (
     FRAME_HEADER_SIZE,
     HEADER_SIZE,
+    SyncRecord,
     encode_frame,
     encode_header,
     encode_watermark,
     segment_name,
 )
-from .recovery import FAILED_FILE, TMP_SUFFIX, WATERMARK_FILE, Recovery, recover
+from .recovery import FAILED_FILE, SYNC_FILE, TMP_SUFFIX, WATERMARK_FILE, Recovery, recover
+from .syncfile import SyncFile
 
 __all__ = ["DURABILITIES", "Slot", "SlotStats", "check_sender_id", "write_failed"]
 
@@ -55,6 +70,25 @@ DURABILITIES: Final = ("memory", "flush", "append")
 _ZERO_CHUNK: Final = bytes(1 << 16)
 
 
+@contextlib.contextmanager
+def _typed(what: str, fail: Callable[[StorageError], None] | None = None) -> Iterator[None]:
+    """SF-19: an ``OSError`` inside leaves as ``io_error`` naming ``what``; ``fail`` (the
+    slot's poisoning) sees every I/O failure, typed here or deeper."""
+    try:
+        yield
+    except StorageError as exc:
+        if fail is not None:
+            fail(exc)
+        raise
+    except TidelogError:
+        raise
+    except OSError as exc:
+        err = storage_error(exc, f"{what} (SF-19)")
+        if fail is not None:
+            fail(err)
+        raise err from None
+
+
 @dataclass
 class _Segment:
     name: str
@@ -64,6 +98,7 @@ class _Segment:
     size: int
     offsets: array[int]
     cursor: int  # append cursor = published cursor (one writer, under the slot lock)
+    generation: int | None  # None: the legacy sf-initial.sfa
     synced: bool = True  # every byte written is covered by an fdatasync
     view: memoryview | None = None  # read-only map of a sealed segment (None while active)
 
@@ -130,6 +165,10 @@ class Slot:
         self.acked_fsn = recovery.acked_fsn
         self._persisted = recovery.acked_fsn if recovery.watermark_used else -1
         self._watermark: Handle | None = None
+        self._sync = SyncFile(fs, slot_dir, recovery.sync)
+        self._recorded: SyncRecord | None = None  # the last sync record this slot wrote
+        self._poisoned: StorageError | None = None  # SF-19: the first failed write or sync
+        self._closing = False  # close is writing its sync record (no append claim any more)
         self._closed = False
         self._torn_at_open = recovery.torn_tails
         self._watermark_used = recovery.watermark_used
@@ -140,10 +179,14 @@ class Slot:
         self.backpressure_reason: Callable[[], str] = lambda: "backpressure: SF slot is full"
         self.backpressure_stalls = 0
         try:
-            self._adopt(recovery)
+            with _typed(f"recovering SF slot {slot_dir}"):
+                self._adopt(recovery)
         except BaseException:
             for seg in self._segments:
-                seg.close()
+                with contextlib.suppress(OSError):
+                    seg.close()
+            with contextlib.suppress(OSError):
+                self._sync.close()
             raise
 
     # -- opening ---------------------------------------------------------------------------
@@ -185,17 +228,20 @@ class Slot:
         try:
             make_dirs(fs, slot_dir)
         except OSError as exc:
-            raise storage_error(exc, f"creating SF slot {slot_dir}") from None
+            raise storage_error(exc, f"creating SF slot {slot_dir} (SF-19)") from None
         try:
             handle = lock.acquire(fs, slot_dir)
         except OSError as exc:
-            raise storage_error(exc, f"locking SF slot {slot_dir}") from None
+            raise storage_error(exc, f"locking SF slot {slot_dir} (SF-19)") from None
         try:
             try:
                 recovery = recover(fs, slot_dir)
             except Corrupt as exc:
                 if fail_marker:
-                    write_failed(fs, slot_dir, f"recovery refused: {exc.message}")
+                    try:
+                        write_failed(fs, slot_dir, f"recovery refused: {exc.message}")
+                    except StorageError as err:  # the refusal is the news; say why no marker
+                        log.warning("SF slot %s: cannot write %s: %s", slot_dir, FAILED_FILE, err)
                 raise
             return cls(
                 fs,
@@ -208,9 +254,10 @@ class Slot:
                 clock=clock,
             )
         except BaseException as exc:
-            handle.close()  # never keep a slot locked that we failed to open
+            with contextlib.suppress(OSError):
+                handle.close()  # never keep a slot locked that we failed to open
             if isinstance(exc, OSError) and not isinstance(exc, StorageError):
-                raise storage_error(exc, f"opening SF slot {slot_dir}") from None
+                raise storage_error(exc, f"opening SF slot {slot_dir} (SF-19)") from None
             raise
 
     def _adopt(self, rec: Recovery) -> None:
@@ -225,6 +272,7 @@ class Slot:
             h = self.fs.open(path, create=False) if active else self.fs.open_read(path)
             seg = _Segment(
                 r.name, h, r.base_seq, r.created_micros, r.size, r.offsets, r.append_cursor,
+                r.generation,
                 # Recovered bytes may still be only in the page cache (a previous session
                 # under the memory durability): the first sync covers them too.
                 synced=False,
@@ -243,9 +291,25 @@ class Slot:
                     h.pwrite(_ZERO_CHUNK[:n], pos)
                     pos += n
                 h.fdatasync()
-        if not self._segments and self.fs.exists(os.path.join(self.dir, WATERMARK_FILE)):
-            # A fully drained slot starts fresh: a stale watermark would only confuse (§18.1).
-            self.fs.unlink(os.path.join(self.dir, WATERMARK_FILE))
+        if not self._segments:
+            # A fully drained slot starts fresh: a stale watermark would only confuse (§18.1),
+            # and a stale sync record could name a segment another client recreates (SF-17).
+            stale = [n for n in (WATERMARK_FILE, SYNC_FILE) if self.fs.exists(self._join(n))]
+            for name in stale:
+                self.fs.unlink(self._join(name))
+            if stale:
+                self.fs.fsync_dir(self.dir)  # before a new segment could reuse a generation
+            return
+        if self.durability != "memory":
+            # SF-17: record at open what is durable, after making it so; an append session
+            # sets its flag from here on (every later frame is synced before the next).
+            head = self._segments[-1]
+            head.handle.fdatasync()
+            head.synced = True
+            self._write_record(head)
+        elif self._sync.flagged() and self._sync.newest is not None:
+            # A memory session must not leave an append session's claim behind it (SF-17).
+            self._sync.write_unflagged(self._sync.newest)
 
     # -- producer ----------------------------------------------------------------------------
     def add_listener(self, callback: Callable[[], None]) -> None:
@@ -269,18 +333,16 @@ class Slot:
                 f"{self.max_bytes} (at most {self.max_payload()} payload bytes)"
             )
         with self._cond:
-            self._check_open()
+            self._check_writable()
             seg = self._segments[-1] if self._segments else None
             if seg is None or seg.cursor + len(frame) > seg.size:
                 seg = self._rotate(deadline_ms)
-            try:
+            with self._io(f"appending to SF segment {self._path(seg)}"):
+                seg.synced = False
                 seg.handle.pwrite(frame, seg.cursor)
                 if self.durability == "append":
                     seg.handle.fdatasync()
-                else:
-                    seg.synced = False
-            except OSError as exc:
-                raise storage_error(exc, f"appending to {seg.name}") from None
+                    seg.synced = True
             seg.offsets.append(seg.cursor)
             seg.cursor += len(frame)
             self.published_fsn += 1
@@ -300,9 +362,10 @@ class Slot:
                 if left <= 0:
                     raise Backpressure(self.backpressure_reason())
                 self._cond.wait(left)
-                self._check_open()
+                self._check_writable()
         if self._segments:
-            self._seal(self._segments[-1])
+            with self._io(f"sealing SF segment {self._path(self._segments[-1])}"):
+                self._seal(self._segments[-1])
         gen = self._next_gen
         self._next_gen += 1
         name = segment_name(gen)
@@ -312,25 +375,30 @@ class Slot:
         # creation leaves either a complete header under the segment name or a *.sfa.tmp
         # that recovery deletes -- never a half-written header that would refuse recovery.
         tmp = path + TMP_SUFFIX
-        h = self.fs.open(tmp)
-        try:
-            h.allocate(size)  # real blocks: ENOSPC here, never on a later append (seed §6)
-            h.pwrite(encode_header(self.published_fsn + 1, created), 0)
-            if self.durability != "memory":
-                h.fdatasync()
-            self.fs.rename(tmp, path)
-            if self.durability != "memory":
-                self.fs.fsync_dir(self.dir)
-        except OSError as exc:
-            h.close()
-            for leftover in (tmp, path):
+        with self._io(f"creating SF segment {path}"):
+            h = self.fs.open(tmp)
+            try:
+                h.allocate(size)  # real blocks: ENOSPC here, never on a later append (seed §6)
+                h.pwrite(encode_header(self.published_fsn + 1, created), 0)
+                if self.durability != "memory":
+                    h.fdatasync()
+                self.fs.rename(tmp, path)
+                if self.durability != "memory":
+                    self.fs.fsync_dir(self.dir)
+            except OSError:
                 with contextlib.suppress(OSError):
-                    self.fs.unlink(leftover)
-            raise storage_error(exc, f"creating SF segment {path}") from None
-        seg = _Segment(name, h, self.published_fsn + 1, created, size, array("q"), HEADER_SIZE)
+                    h.close()
+                for leftover in (tmp, path):  # SF-19: no partial segment left behind
+                    with contextlib.suppress(OSError):
+                        self.fs.unlink(leftover)
+                raise
+        seg = _Segment(name, h, self.published_fsn + 1, created, size, array("q"), HEADER_SIZE, gen)
         self._segments.append(seg)
         self._bases.append(seg.base_seq)
         self._created += 1
+        if self.durability != "memory":
+            with self._io(f"recording SF segment {path} in {SYNC_FILE}"):
+                self._write_record(seg)  # SF-17: before the segment takes a frame
         return seg
 
     def _seal(self, seg: _Segment) -> None:
@@ -342,6 +410,27 @@ class Slot:
             seg.synced = True
         seg.map_sealed()
 
+    def _path(self, seg: _Segment) -> str:
+        return os.path.join(self.dir, seg.name)
+
+    def _join(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def _write_record(self, seg: _Segment) -> None:
+        """Record in ``.tidelog-sync`` that ``seg`` is durable through its cursor (SF-17); the
+        caller has synced it. Without the append flag, no copy keeps one."""
+        rec = SyncRecord(
+            0, seg.generation, seg.base_seq, seg.created_micros, seg.cursor, seg.count,
+            self.durability == "append" and not self._closing,
+        )  # fmt: skip
+        if rec == self._recorded:
+            return
+        if rec.append:
+            self._sync.write(rec)
+        else:
+            self._sync.write_unflagged(rec)
+        self._recorded = rec
+
     def _now_micros(self) -> int:
         if self._clock is not None:
             return self._clock.now_ms() * 1000
@@ -352,13 +441,17 @@ class Slot:
 
     # -- durability ------------------------------------------------------------------------
     def sync(self) -> None:
-        """fdatasync every segment holding unsynced frames (whatever the durability)."""
+        """fdatasync every segment holding unsynced frames (whatever the durability), then
+        record the sync point (SF-17)."""
         with self._cond:
-            self._check_open()
-            for seg in self._segments:
-                if not seg.synced:
-                    seg.handle.fdatasync()
-                    seg.synced = True
+            self._check_writable()
+            with self._io(f"syncing SF slot {self.dir}"):
+                for seg in self._segments:
+                    if not seg.synced:
+                        seg.handle.fdatasync()
+                        seg.synced = True
+                if self._segments:
+                    self._write_record(self._segments[-1])
 
     def flush(self) -> None:
         """The producer's flush (seed §1: published into the substrate; §21 flush mode)."""
@@ -371,7 +464,8 @@ class Slot:
         out: list[bytes] = []
         size = 0
         with self._cond:
-            self._check_open()
+            # SF-19: after a failed sync the page cache may no longer hold what was published.
+            self._check_writable()
             if fsn > self.published_fsn or not self._segments:
                 return out
             i = bisect.bisect_right(self._bases, fsn) - 1
@@ -392,7 +486,9 @@ class Slot:
                 if seg.view is not None:
                     view, base = seg.view, 0  # sealed: straight from the mapping
                 else:
-                    view, base = memoryview(seg.handle.pread(end - start, start)), start
+                    with _typed(f"reading SF segment {self._path(seg)}"):
+                        data = seg.handle.pread(end - start, start)
+                    view, base = memoryview(data), start
                 for j in range(k, p):
                     off = seg.offsets[j] - base
                     n = int.from_bytes(view[off + 4 : off + 8], "little")
@@ -441,18 +537,22 @@ class Slot:
         with self._cond:
             if self._closed:
                 return 0
+            self._check_writable()
             acked = self.acked_fsn
-            self._persist_watermark(acked)
+            with self._io(f"persisting the watermark of SF slot {self.dir}"):
+                self._persist_watermark(acked)
             trimmed = 0
             while len(self._segments) > 1 and self._segments[0].last_seq <= acked:
                 seg = self._segments.pop(0)
                 self._bases.pop(0)
-                seg.close()
-                self.fs.unlink(os.path.join(self.dir, seg.name))
-                if self.durability != "memory":
-                    # One unlink per directory sync: segments vanish lowest first even on a
-                    # file system that reorders directory operations (no gap after a crash).
-                    self.fs.fsync_dir(self.dir)
+                with self._io(f"trimming SF segment {self._path(seg)}"):
+                    seg.close()
+                    self.fs.unlink(self._path(seg))
+                    if self.durability != "memory":
+                        # One unlink per directory sync: segments vanish lowest first even on
+                        # a file system that reorders directory operations (no gap after a
+                        # crash).
+                        self.fs.fsync_dir(self.dir)
                 trimmed += 1
             self._trimmed += trimmed
             if trimmed:
@@ -468,6 +568,7 @@ class Slot:
         # a torn or garbage sector then also spoils the magic or the reserved word, so recovery
         # rejects it instead of trusting a random FSN. Not fsynced (seed §5.4).
         self._watermark.pwrite(encode_watermark(acked), 0)
+        self._sync.write_check(acked)  # SF-17: lets recovery catch a raised watermark
         self._persisted = acked
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -475,32 +576,80 @@ class Slot:
         if self._closed:
             raise Closed(f"SF slot {self.dir} is closed")
 
+    def _check_writable(self) -> None:
+        """SF-19: a poisoned slot refuses every op that writes or reads frames."""
+        self._check_open()
+        first = self._poisoned
+        if first is not None:
+            err = StorageError(
+                f"SF slot {self.dir} is poisoned by an earlier I/O failure ({first}); close "
+                "and reopen it (SF-19)"
+            )
+            err.errno = first.errno
+            raise err
+
+    def _poison(self, err: StorageError) -> None:
+        if self._poisoned is None:
+            self._poisoned = err
+            log.error("SF slot %s poisoned: %s", self.dir, err)
+
+    def _io(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """A write path: an I/O failure is typed and poisons the slot (SF-19)."""
+        return _typed(what, self._poison)
+
+    @property
+    def poisoned(self) -> StorageError | None:
+        """The I/O failure that poisoned this slot (SF-19), or None."""
+        return self._poisoned
+
     @property
     def closed(self) -> bool:
         return self._closed
 
     def close(self) -> None:
-        """Flush per durability, persist the watermark, close files, release the lock last.
-        Idempotent. Nothing is unlinked (seed §5.1; SF-13)."""
+        """Flush per durability, record the sync point, persist the watermark, close files,
+        release the lock last. Idempotent. Nothing is unlinked (seed §5.1; SF-13). A poisoned
+        slot writes nothing, still releases everything, then raises (SF-19)."""
         with self._cond:
             if self._closed:
                 return
-            try:
-                if self.durability != "memory":
-                    for seg in self._segments:
-                        if not seg.synced:
-                            seg.handle.fdatasync()
-                self._persist_watermark(self.acked_fsn)
-            finally:
-                self._closed = True
-                for seg in self._segments:
-                    seg.close()
-                if self._watermark is not None:
-                    self._watermark.close()
-                if self._lock_handle is not None:
-                    self._lock_handle.close()
-                    self._lock_handle = None
-                self._cond.notify_all()
+            error: StorageError | None = None
+            if self._poisoned is None:
+                try:
+                    with self._io(f"closing SF slot {self.dir}"):
+                        if self.durability != "memory" and self._segments:
+                            for seg in self._segments:
+                                if not seg.synced:
+                                    seg.handle.fdatasync()
+                                    seg.synced = True
+                            self._closing = True  # the record claims no append session now
+                            self._write_record(self._segments[-1])
+                        self._persist_watermark(self.acked_fsn)
+                except StorageError as exc:
+                    error = exc
+            self._closed = True
+            handles: list[Callable[[], None]] = [seg.close for seg in self._segments]
+            if self._watermark is not None:
+                handles.append(self._watermark.close)
+            handles.append(self._sync.close)
+            if self._lock_handle is not None:
+                handles.append(self._lock_handle.close)  # the lock goes last
+                self._lock_handle = None
+            for release in handles:
+                try:
+                    with _typed(f"closing SF slot {self.dir}"):
+                        release()
+                except StorageError as exc:
+                    error = error or exc
+            self._cond.notify_all()
+            if error is None and self._poisoned is not None:
+                error = StorageError(
+                    f"SF slot {self.dir} was poisoned by an I/O failure ({self._poisoned}); "
+                    "closed, reopen it to recover what is on disk (SF-19)"
+                )
+                error.errno = self._poisoned.errno
+            if error is not None:
+                raise error
 
     def stats(self) -> SlotStats:
         with self._cond:
@@ -541,12 +690,17 @@ def check_sender_id(sender_id: object) -> str:
 
 def write_failed(fs: FS, slot_dir: str, reason: str) -> None:
     """Drop the ``.failed`` sentinel (UTF-8 reason; its presence is the signal, seed §5.2). The
-    caller still holds the slot lock: a drainer writes it before releasing the slot."""
-    h = fs.open(os.path.join(slot_dir, FAILED_FILE))
-    try:
-        h.truncate(0)
-        h.pwrite((reason.rstrip() + "\n").encode("utf-8"), 0)
-        h.fsync()
-    finally:
-        h.close()
-    fs.fsync_dir(slot_dir)
+    caller still holds the slot lock: a drainer writes it before releasing the slot.
+
+    raises: StorageError (SF-19)
+    """
+    path = os.path.join(slot_dir, FAILED_FILE)
+    with _typed(f"writing {path}"):
+        h = fs.open(path)
+        try:
+            h.truncate(0)
+            h.pwrite((reason.rstrip() + "\n").encode("utf-8"), 0)
+            h.fsync()
+        finally:
+            h.close()
+        fs.fsync_dir(slot_dir)
