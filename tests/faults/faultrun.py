@@ -121,6 +121,29 @@ def run_steps(
     return Run(results, marks, fault_step, diverged)
 
 
+def encode(step: Step) -> Any:
+    """A step as JSON (bytes as {"$b": hex}), for a worker process (fault_worker.py)."""
+    if isinstance(step, bytes):
+        return {"$b": step.hex()}
+    if isinstance(step, (list, tuple)):
+        return [encode(x) for x in step]
+    if isinstance(step, dict):
+        return {k: encode(v) for k, v in step.items()}
+    return step
+
+
+def decode(data: Any, top: bool = True) -> Any:
+    """``encode`` undone (the step itself is a tuple again)."""
+    if isinstance(data, dict):
+        if set(data) == {"$b"}:
+            return bytes.fromhex(data["$b"])
+        return {k: decode(v, False) for k, v in data.items()}
+    if isinstance(data, list):
+        items = [decode(x, False) for x in data]
+        return tuple(items) if top else items
+    return data
+
+
 def model_ops(steps: Sequence[Step]) -> list[Step]:
     """The ops the model runs for ``steps``: a close is a flush (DUR-8), an open nothing."""
     return [("flush",) if s[0] == "close" else s for s in steps if s[0] != "open"]
