@@ -259,12 +259,17 @@ def _pytest(session: nox.Session, seed: str, *args: str, **extra_env: str) -> No
     )  # fmt: skip
 
 
-def _forward_report(session: nox.Session) -> str:
-    """A fresh file the store-and-forward fault tests append one JSON line per scenario to."""
-    report = os.path.join(session.create_tmp(), "forward-faults.jsonl")
+def _report_file(session: nox.Session, name: str) -> str:
+    """A fresh file in the session's tmp dir that tests append their counts to."""
+    report = os.path.join(session.create_tmp(), name)
     if os.path.exists(report):
         os.unlink(report)
     return report
+
+
+def _forward_report(session: nox.Session) -> str:
+    """A fresh file the store-and-forward fault tests append one JSON line per scenario to."""
+    return _report_file(session, "forward-faults.jsonl")
 
 
 def _log_forward_faults(session: nox.Session, report: str, seed: str) -> None:
@@ -292,10 +297,7 @@ def _log_forward_faults(session: nox.Session, report: str, seed: str) -> None:
 
 def _fault_report(session: nox.Session) -> str:
     """A fresh file the I/O-fault tests (tests/faults) append one line per campaign to."""
-    report = os.path.join(session.create_tmp(), "fault-report.tsv")
-    if os.path.exists(report):
-        os.unlink(report)
-    return report
+    return _report_file(session, "fault-report.tsv")
 
 
 def _log_fault_campaign(session: nox.Session, report: str, what: str) -> None:

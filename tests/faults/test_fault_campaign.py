@@ -112,11 +112,18 @@ def test_FLT_seeded_random_workloads_every_call_every_fault(
 
 
 # -- real mechanisms ---------------------------------------------------------------------------
-def _tool(name: str, package: str) -> str | None:
-    """Why ``name`` cannot be used (the nox session installs it when it can), or None."""
-    if shutil.which(name):
-        return None
-    return f"{name} is missing (apt-get install {package} failed or was not possible)"
+def _real_campaign(
+    tool: str, package: str, name: str, request: pytest.FixtureRequest
+) -> tuple[Campaign, random.Random]:
+    """Workload ``name``'s campaign and a seeded choice of faults for runs under ``tool``;
+    skipped, with the reason printed, when the tool is missing (the nox session installs it
+    when it can)."""
+    if not shutil.which(tool):
+        reason = f"{tool} is missing (apt-get install {package} failed or was not possible)"
+        print(f"real faults by {tool}: NOT RUN: {reason}")
+        pytest.skip(reason)
+    steps, options = WORKLOADS[name]
+    return Campaign(steps, options), random.Random(f"{_seed(request)}:{tool}:{name}")
 
 
 def _run(cmd: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
@@ -235,15 +242,9 @@ def test_FLT_real_faults_by_strace_inject(
 ) -> None:
     """FLT-3, FLT-4, FLT-5 through strace's syscall fault injection on an unmodified process:
     EIO or ENOSPC at a seeded choice of the calls that touch the store."""
-    reason = _tool("strace", "strace")
-    if reason:
-        print(f"real faults by strace: NOT RUN: {reason}")
-        pytest.skip(reason)
-    steps, options = WORKLOADS[name]
-    campaign = Campaign(steps, options)
+    campaign, rng = _real_campaign("strace", "strace", name, request)
     targets = _strace_targets(campaign, tmp_path)
     assert targets, "strace saw no call on the store"
-    rng = random.Random(_seed(request) + hash(name) % 1000)
     tally = Tally()
     for _ in range(min(REAL_N, len(targets) * 2)):
         call, n = rng.choice(targets)
@@ -275,18 +276,12 @@ def test_FLT_real_faults_by_libfiu(
 ) -> None:
     """FLT-3, FLT-4, FLT-5 through libfiu's POSIX wrappers (fiu-run -x) on an unmodified
     process: the n-th call of a wrapper fails (EIO, ENOSPC) or a pwrite comes back short."""
-    reason = _tool("fiu-run", "fiu-utils")
-    if reason:
-        print(f"real faults by libfiu: NOT RUN: {reason}")
-        pytest.skip(reason)
-    steps, options = WORKLOADS[name]
-    campaign = Campaign(steps, options)
+    campaign, rng = _real_campaign("fiu-run", "fiu-utils", name, request)
     counts: dict[str, int] = {}
     for point in _FIU_POINTS:  # how many calls each point sees in a run without faults
         results = _worker(campaign, tmp_path, ["fiu-run", "-x"], fiu=[point, 0, 0])
         last = json.loads(results.read_text().splitlines()[-1])
         counts[point] = last["fiu_calls"]
-    rng = random.Random(_seed(request) + hash(name) % 1000)
     points = [p for p in _FIU_POINTS if counts[p]]
     tally = Tally()
     for _ in range(REAL_N):
