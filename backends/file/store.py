@@ -313,7 +313,10 @@ class FileBackend(Engine):
         """The first failure that poisoned the store (its own or a WAL shard's), if any."""
         if self.failed is not None:
             return self.failed
-        return next((s.failed for s in self.shards if s.failed is not None), None)
+        for shard in self.shards:  # (a loop, not a generator: every op checks this)
+            if shard.failed is not None:
+                return shard.failed
+        return None
 
     def poison(self, error: StorageError) -> StorageError:
         """FLT-4: the first failure sticks and no shard writes again; returns it (to raise)."""
