@@ -4,6 +4,7 @@
   crash      a long crash campaign (many workloads, sampled states, SIGKILLs), seeded
   blockdev_device  the blockdev backend on loop devices (root + losetup; tests/device)
   forward    a long store-and-forward fault campaign (proxy faults, SIGKILLs), seeded
+  faults     a long I/O-fault campaign (tests/faults: fault-injecting FS, strace, libfiu), seeded
   conformance  a long conformance campaign: backends through the driver, mutants over seeds
   stateful   a long stateful campaign (TIDELOG_STATEFUL_EXAMPLES, default 20000), seeded
   crosshair  CrossHair (PEP 316 contracts) over every module of tidelog.model, bounded in time
@@ -258,12 +259,17 @@ def _pytest(session: nox.Session, seed: str, *args: str, **extra_env: str) -> No
     )  # fmt: skip
 
 
-def _forward_report(session: nox.Session) -> str:
-    """A fresh file the store-and-forward fault tests append one JSON line per scenario to."""
-    report = os.path.join(session.create_tmp(), "forward-faults.jsonl")
+def _report_file(session: nox.Session, name: str) -> str:
+    """A fresh file in the session's tmp dir that tests append their counts to."""
+    report = os.path.join(session.create_tmp(), name)
     if os.path.exists(report):
         os.unlink(report)
     return report
+
+
+def _forward_report(session: nox.Session) -> str:
+    """A fresh file the store-and-forward fault tests append one JSON line per scenario to."""
+    return _report_file(session, "forward-faults.jsonl")
 
 
 def _log_forward_faults(session: nox.Session, report: str, seed: str) -> None:
@@ -289,6 +295,24 @@ def _log_forward_faults(session: nox.Session, report: str, seed: str) -> None:
     )
 
 
+def _fault_report(session: nox.Session) -> str:
+    """A fresh file the I/O-fault tests (tests/faults) append one line per campaign to."""
+    return _report_file(session, "fault-report.tsv")
+
+
+def _log_fault_campaign(session: nox.Session, report: str, what: str) -> None:
+    """Sum what tests/faults checked (spec/SPEC.md FLT): cases, faults, recovered states."""
+    if not os.path.exists(report):
+        return
+    with open(report, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if "\t" in line]
+    cases, injected, states, failing = (sum(int(r[i]) for r in rows) for i in range(1, 5))
+    session.log(
+        f"{what}: {cases} cases over {len(rows)} workloads, {injected} faults injected, "
+        f"{states} recovered states checked, {failing} failing (lost, reused or untyped)"
+    )
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Full suite from the installed wheel, then a short bounded CrossHair pass (CI runs this)."""
@@ -299,10 +323,13 @@ def tests(session: nox.Session) -> None:
         flush=True,
     )
     report = _forward_report(session)
+    faults = _fault_report(session)
     _pytest(
-        session, seed, *session.posargs, TIDELOG_FORWARD_REPORT=report, TIDELOG_FORBID_SKIPS="1"
-    )
+        session, seed, *session.posargs, TIDELOG_FORWARD_REPORT=report, TIDELOG_FORBID_SKIPS="1",
+        TIDELOG_FAULT_REPORT=faults,
+    )  # fmt: skip
     _log_forward_faults(session, report, seed)
+    _log_fault_campaign(session, faults, "I/O fault enumeration (tests/faults)")
     if session.posargs:
         session.log("crosshair pass skipped: pytest was given arguments (a partial run)")
     elif os.environ.get("TIDELOG_SKIP_CROSSHAIR") == "1":
@@ -389,6 +416,52 @@ def forward(session: nox.Session) -> None:
         TIDELOG_FORWARD_REPORT=report, **sizes,
     )  # fmt: skip
     _log_forward_faults(session, report, sizes["TIDELOG_FORWARD_SEED"])
+
+
+def _ensure_tool(session: nox.Session, tool: str, package: str) -> None:
+    """Install Debian's ``package`` when ``tool`` is missing (root only); the tests that need a
+    tool still missing skip that part and print why."""
+    if shutil.which(tool):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        session.warn(f"{tool} missing and not installable here (apt-get install {package})")
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
+        got = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        if got.returncode != 0:
+            session.warn(f"{' '.join(cmd)} failed: {got.stderr.strip()[-300:]}")
+            return
+    session.log(f"installed {package} ({tool})")
+
+
+@nox.session
+def faults(session: nox.Session) -> None:
+    """A long I/O-fault campaign (tests/faults, spec/SPEC.md FLT): seeded random file://
+    workloads with every I/O call x every fault and random faults through the fault-injecting FS
+    (TIDELOG_FAULT_WORKLOADS, default 24; TIDELOG_FAULT_RANDOM, 40; TIDELOG_FAULT_SAMPLES crash
+    states each, 4), then the same checks through strace's --inject and libfiu (fiu-run) around
+    an unmodified process (TIDELOG_FAULT_REAL runs each, 60; installed with apt-get if missing,
+    else that part is skipped with the reason printed). TIDELOG_FAULT_SEED defaults to the
+    printed run seed."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    _ensure_tool(session, "strace", "strace")
+    _ensure_tool(session, "fiu-run", "fiu-utils")
+    report = _fault_report(session)
+    sizes = {
+        "TIDELOG_FAULT_WORKLOADS": os.environ.get("TIDELOG_FAULT_WORKLOADS", "24"),
+        "TIDELOG_FAULT_RANDOM": os.environ.get("TIDELOG_FAULT_RANDOM", "40"),
+        "TIDELOG_FAULT_SAMPLES": os.environ.get("TIDELOG_FAULT_SAMPLES", "4"),
+        "TIDELOG_FAULT_REAL": os.environ.get("TIDELOG_FAULT_REAL", "60"),
+        "TIDELOG_FAULT_SEED": os.environ.get("TIDELOG_FAULT_SEED", seed),
+    }
+    session.log(f"fault campaign: {sizes}")
+    _pytest(
+        session, seed, "tests/faults", *session.posargs, TIDELOG_FAULT_CAMPAIGN="1",
+        TIDELOG_FAULT_REPORT=report, **sizes,
+    )  # fmt: skip
+    _log_fault_campaign(session, report, f"fault campaign (seed {sizes['TIDELOG_FAULT_SEED']})")
 
 
 @nox.session

@@ -6,7 +6,13 @@ produce every disk state a power loss may leave (spec/CRASH.md). Keeping the sea
 makes that possible: positional reads/writes, explicit syncs, directory syncs, renames, and a
 read-only map of a file's current bytes.
 
-Paths are plain strings; the seam never changes the working directory.
+Paths are plain strings; the seam never changes the working directory. A failed call raises
+``OSError`` with the path in ``filename`` (descriptor calls too); backends turn it into the typed
+``io_error`` (``storage_error``, ``io_errors``: spec/SPEC.md FLT-3).
+
+``OsFS(mmap=False)`` never maps a file (SPEC.md FLT-9): ``Handle.map`` copies the file into
+anonymous memory by ``pread`` instead, so a media error is an ``OSError`` (EIO) at that read,
+never a SIGBUS later, at the cost of holding the bytes in memory.
 """
 
 from __future__ import annotations
@@ -16,15 +22,17 @@ import errno
 import fcntl
 import mmap
 import os
+from collections.abc import Iterator
 from typing import Any, Protocol
 
-from .errors import Locked, StorageError
+from .errors import Locked, StorageError, TidelogError
 
 __all__ = [
     "FS",
     "Handle",
     "OsFS",
     "storage_error",
+    "io_errors",
     "make_dirs",
     "read_whole",
     "write_whole",
@@ -172,36 +180,73 @@ def zero_after(h: Handle, offset: int) -> bool:
 
 
 def storage_error(exc: OSError, what: str) -> StorageError:
-    """A typed error for an OS failure, naming what was being done (ERR-1: io_error)."""
+    """A typed error for an OS failure, naming what was being done and the file (ERR-1,
+    FLT-3: io_error with the call's errno; ENOSPC reads "disk full")."""
+    if isinstance(exc, StorageError):
+        return exc
     detail = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-    err = StorageError(f"{what}: {detail}")
-    err.errno = exc.errno
+    path = exc.filename
+    where = f" ({path})" if path is not None and str(path) not in what else ""
+    err = StorageError(f"{what}: {detail}{where}")
+    err.errno = exc.errno  # (no filename: OSError.__str__ would then replace the message)
     return err
 
 
-class _OsHandle:
-    __slots__ = ("path", "fd", "_maps")
+@contextlib.contextmanager
+def io_errors(what: str) -> Iterator[None]:
+    """FLT-3 at an entry point: an ``OSError`` raised inside leaves as ``io_error`` naming
+    ``what``; tidelog's own errors pass unchanged."""
+    try:
+        yield
+    except TidelogError:
+        raise
+    except OSError as exc:
+        raise storage_error(exc, what) from None
 
-    def __init__(self, path: str, fd: int) -> None:
+
+def _named(exc: OSError, path: str) -> OSError:
+    """``exc`` with the file's path, for calls on a descriptor (os.pwrite etc. carry none)."""
+    if exc.filename is None:
+        exc.filename = path
+    return exc
+
+
+class _OsHandle:
+    __slots__ = ("path", "fd", "_maps", "_mmap")
+
+    def __init__(self, path: str, fd: int, use_mmap: bool = True) -> None:
         self.path = path
         self.fd = fd
         self._maps: list[mmap.mmap] = []
+        self._mmap = use_mmap
 
     def pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
         view = memoryview(data)
-        while view:
-            n = os.pwrite(self.fd, view, offset)
-            view = view[n:]
-            offset += n
+        try:
+            while view:
+                n = os.pwrite(self.fd, view, offset)
+                view = view[n:]
+                offset += n
+        except OSError as exc:
+            raise _named(exc, self.path) from None
 
     def pread(self, size: int, offset: int) -> bytes:
-        return os.pread(self.fd, size, offset)
+        try:
+            return os.pread(self.fd, size, offset)
+        except OSError as exc:
+            raise _named(exc, self.path) from None
 
     def size(self) -> int:
-        return os.fstat(self.fd).st_size
+        try:
+            return os.fstat(self.fd).st_size
+        except OSError as exc:
+            raise _named(exc, self.path) from None
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)
+        try:
+            os.ftruncate(self.fd, size)
+        except OSError as exc:
+            raise _named(exc, self.path) from None
 
     def allocate(self, size: int) -> None:
         current = self.size()
@@ -211,7 +256,7 @@ class _OsHandle:
             os.posix_fallocate(self.fd, current, size - current)
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                raise
+                raise _named(exc, self.path) from None
             # No fallocate on this file system: write the zeros, so the blocks are still real
             # (a sparse tail would fail a later write with ENOSPC, or SIGBUS an mmap store).
             zeros = bytes(1 << 20)
@@ -239,23 +284,54 @@ class _OsHandle:
         return out
 
     def fdatasync(self) -> None:
-        os.fdatasync(self.fd)
+        try:
+            os.fdatasync(self.fd)
+        except OSError as exc:
+            raise _named(exc, self.path) from None
 
     def fsync(self) -> None:
-        os.fsync(self.fd)
+        try:
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise _named(exc, self.path) from None
 
     def map(self) -> memoryview:
-        if self.size() == 0:
+        size = self.size()
+        if size == 0:
             return memoryview(b"")
+        if not self._mmap:
+            return self._copy(size)
         m = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
         self._maps.append(m)
         return memoryview(m)
+
+    def _copy(self, size: int) -> memoryview:
+        """``map`` without mapping the file (FLT-9): its data regions read by ``pread`` into a
+        shared anonymous map, where pages never written (holes, preallocated extents) cost
+        nothing, and which ``MADV_DONTNEED`` may drop from the resident set without losing
+        them (walchunk.WalFile.drop_resident)."""
+        m = mmap.mmap(-1, size)
+        try:
+            for a, b in self.data_regions(0):
+                while a < b:
+                    chunk = self.pread(min(1 << 20, b - a), a)
+                    if not chunk:
+                        break
+                    m[a : a + len(chunk)] = chunk
+                    a += len(chunk)
+        except BaseException:
+            m.close()
+            raise
+        self._maps.append(m)
+        return memoryview(m).toreadonly()
 
     def lock(self) -> None:
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Locked(f"{self.path} is locked by another process") from None
+        except OSError as exc:
+            raise _named(exc, self.path) from None
 
     def close(self) -> None:
         for m in self._maps:
@@ -263,19 +339,27 @@ class _OsHandle:
                 m.close()
         self._maps.clear()
         if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+            fd, self.fd = self.fd, -1
+            try:
+                os.close(fd)
+            except OSError as exc:
+                raise _named(exc, self.path) from None
 
 
 class OsFS:
-    """The real file system."""
+    """The real file system; ``mmap=False``: ``Handle.map`` copies instead (FLT-9)."""
+
+    mmap = True  # (a class default too: subclasses need not call __init__)
+
+    def __init__(self, *, mmap: bool = True) -> None:
+        self.mmap = mmap
 
     def open(self, path: str, *, create: bool = True) -> Handle:
         flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
-        return _OsHandle(path, os.open(path, flags, 0o644))
+        return _OsHandle(path, os.open(path, flags, 0o644), self.mmap)
 
     def open_read(self, path: str) -> Handle:
-        return _OsHandle(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        return _OsHandle(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC), self.mmap)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

@@ -25,7 +25,8 @@ def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> FileB
     if not uri.location:
         raise BadURI("file:// needs a directory, e.g. file:///var/lib/app/buf or file://./buf")
     store_options, file_options = parse_file_options(options)
-    return FileBackend(OsFS(), os.path.abspath(uri.location), clock, store_options, file_options)
+    fs = OsFS(mmap=file_options.mmap)
+    return FileBackend(fs, os.path.abspath(uri.location), clock, store_options, file_options)
 
 
 def open_store(fs: FS, root: str, clock: Clock | None = None, **options: object) -> Store:

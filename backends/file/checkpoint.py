@@ -13,6 +13,10 @@
 
 A crash anywhere leaves either the old snapshot (whose WAL and segments are all still there) or
 the new one (whose segments were durable before it was written).
+
+A checkpoint that fails poisons the store (spec/SPEC.md FLT-6): after a failed rename or
+directory sync the new snapshot may or may not survive a crash, and the next checkpoint would
+rewrite in place the segment files it names; so none runs again in this process.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
-from tidelog.errors import BadArgument, Corrupt
-from tidelog.fsio import make_dirs
+from tidelog.errors import BadArgument, Corrupt, StorageError
+from tidelog.fsio import make_dirs, storage_error
 
 from ..common.engine import EngineTopic
 from .chunk import SegChunk
@@ -89,35 +93,55 @@ class _Capture:
 
 
 def checkpoint(b: FileBackend) -> int:
-    """Run one checkpoint; returns the new snapshot number."""
+    """Run one checkpoint; returns the new snapshot number. A poisoned store refuses; a
+    failure poisons it (FLT-6) and leaves as io_error."""
     with b.checkpoint_lock:
-        with b.lock:
-            cap = _capture(b)
-        # cut into segments outside the store lock: a copy of the tail is all it reads, and
-        # appenders would wait for its per-record passes (tens of ms per checkpoint)
-        for tail in cap.tails:
-            tail.splits = _split(b, tail)
-            cap.segments[tail.tid] += [lo for lo, _ in tail.splits]
+        b._check_open()
+        try:
+            return _checkpoint(b)
+        except OSError as exc:  # StorageError too (a WAL shard failed)
+            raise b.poison(storage_error(exc, f"checkpoint of {b.root}")) from None
+        except Exception as exc:
+            b.poison(StorageError(f"checkpoint of {b.root} failed: {exc!r}"))
+            raise
+
+
+def _checkpoint(b: FileBackend) -> int:
+    with b.lock:
+        cap = _capture(b)
+        submitted = sum(s.submitted for s in b.shards)
+    # cut into segments outside the store lock: a copy of the tail is all it reads, and
+    # appenders would wait for its per-record passes (tens of ms per checkpoint)
+    for tail in cap.tails:
+        tail.splits = _split(b, tail)
+        cap.segments[tail.tid] += [lo for lo, _ in tail.splits]
+    n = b.snapshot_n + 1
+    try:
         for tail in cap.tails:
             _write_segments(b, tail)
-        n = b.snapshot_n + 1
         write_snapshot(b, n, cap.body)
-        gone: list[list[bytes | None]] = []
-        with b.lock:
-            for tail in cap.tails:
-                t = b.by_id.get(tail.tid)
-                if tail.source is not None:
-                    _reseal(t, tail)
-                    continue
-                for chunk in tail.chunks:
-                    if t is not None:
-                        gone.append(t.log.seal(chunk))
-                    else:  # dropped meanwhile: its directory goes at the next checkpoint
-                        chunk.close()
-            b.snapshot_n = n
-        del gone  # the sealed payloads are freed here, not under the store lock
-        _retire(b, n, cap)
-        return n
+    except BaseException:
+        for tail in cap.tails:  # never swapped in: their maps go now
+            for chunk in tail.chunks:
+                chunk.close()
+        raise
+    gone: list[list[bytes | None]] = []
+    with b.lock:
+        for tail in cap.tails:
+            t = b.by_id.get(tail.tid)
+            if tail.source is not None:
+                _reseal(t, tail)
+                continue
+            for chunk in tail.chunks:
+                if t is not None:
+                    gone.append(t.log.seal(chunk))
+                else:  # dropped meanwhile: its directory goes at the next checkpoint
+                    chunk.close()
+        b.snapshot_n = n
+    del gone  # the sealed payloads are freed here, not under the store lock
+    _retire(b, n, cap)
+    b.wal_checkpointed = submitted
+    return n
 
 
 def _reseal(t: EngineTopic | None, tail: _Tail) -> None:

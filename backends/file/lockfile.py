@@ -19,14 +19,16 @@ def acquire(fs: FS, root: str) -> Handle:
     except Locked:
         handle.close()
         raise Locked(f"store {root} is locked by {_holder(fs, root)}") from None
-    pid_path = os.path.join(root, ".lock.pid")
-    pid = fs.open(pid_path)
-    try:
-        text = f"{os.getpid()}\n".encode()
-        pid.truncate(0)
-        pid.pwrite(text, 0)
-    finally:
-        pid.close()
+    try:  # a failure here must not leave the lock held (FLT-7)
+        pid = fs.open(os.path.join(root, ".lock.pid"))
+        try:
+            pid.truncate(0)
+            pid.pwrite(f"{os.getpid()}\n".encode(), 0)
+        finally:
+            pid.close()
+    except BaseException:
+        handle.close()
+        raise
     return handle
 
 

@@ -27,6 +27,7 @@ class FileOptions:
     create: bool = True
     background: bool = True  # false: no maintenance thread (deterministic I/O for crash tests)
     readonly: bool = False  # a read-only view: no lock, never writes (XPR-1)
+    mmap: bool = True  # false: files are read by pread, never mapped (FLT-9)
 
 
 def _segment_bytes(key: str, value: object) -> int:
@@ -50,6 +51,7 @@ _FILE_OPTIONS = {
     "create": parse_bool,
     "background": parse_bool,
     "readonly": parse_bool,
+    "mmap": parse_bool,
 }
 
 

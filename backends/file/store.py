@@ -2,8 +2,11 @@
 
 Lifecycle: lock the directory (LOCK-1), recover (recovery.py), start the WAL shards and a
 maintenance thread (progress files, checkpoints). ``close`` applies the ephemeral restart rule,
-writes a final checkpoint (so reopening is fast and exact) and releases everything. Any I/O
-failure poisons the store: every later op raises the StorageError until it is reopened.
+writes a final checkpoint (so reopening is fast and exact) and releases everything. A failed
+write or sync of durable state (WAL, progress files, checkpoints) poisons the store (spec/SPEC.md
+FLT-4, FLT-6): every later op that would write raises the StorageError until it is reopened, and
+``close`` still releases everything before it raises. Every ``OSError`` leaves an entry point as
+``io_error`` (FLT-3).
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from tidelog.api import Store
 from tidelog.backend import Capabilities, StoreOptions
 from tidelog.clock import Clock
 from tidelog.errors import BadArgument, Closed, Corrupt, StorageError, TidelogError
-from tidelog.fsio import FS, Handle, make_dirs, storage_error
+from tidelog.fsio import FS, Handle, io_errors, make_dirs, storage_error
 
 from ..common.engine import Engine, EngineTopic
 from ..common.progress import SubState
@@ -61,7 +65,9 @@ class FileBackend(Engine):
         self.closing = False
         self.clean_open = False
         self.replayed_batches = 0
-        self._wal_at_checkpoint = 0
+        self._wal_at_checkpoint = 0  # WAL volume when the last checkpoint started (trigger)
+        self.wal_checkpointed = 0  # ... that the last good checkpoint absorbed (describe)
+        self.failed: StorageError | None = None  # FLT-4: the first failure, sticks until reopen
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self._lock_handle: Handle | None = None
@@ -73,20 +79,22 @@ class FileBackend(Engine):
         if self.fopts.readonly:
             if not fs.is_dir(os.path.join(root, "meta")):
                 raise StorageError(f"{root} is not a tidelog store (no meta/ directory)")
-            with self.lock:
+            with self.lock, io_errors(f"opening store {root} read-only"):
                 self._recover_readonly()
             return
-        if not fs.is_dir(root):
-            if not self.fopts.create:
-                raise StorageError(f"store directory {root} does not exist (create=false)")
-            make_dirs(fs, root)
-        self._lock_handle = lockfile.acquire(fs, root)
-        try:
-            with self.lock:  # recovery applies effects like ops do: under the engine lock
-                self._recover()
-        except BaseException:
-            self._release()
-            raise
+        # FLT-3, FLT-7: any I/O failure while opening is io_error, and leaves nothing held
+        with io_errors(f"opening store {root}"):
+            if not fs.is_dir(root):
+                if not self.fopts.create:
+                    raise StorageError(f"store directory {root} does not exist (create=false)")
+                make_dirs(fs, root)
+            self._lock_handle = lockfile.acquire(fs, root)
+            try:
+                with self.lock:  # recovery applies effects like ops do: under the engine lock
+                    self._recover()
+            except BaseException:
+                self._release()
+                raise
         if self.fopts.background:
             self._maintenance = threading.Thread(
                 target=self._maintain, daemon=True, name="tidelog-maintenance"
@@ -169,7 +177,7 @@ class FileBackend(Engine):
         a checkpoint replaced the snapshot (its WAL and segments may be gone)."""
         if not self.readonly:
             return
-        with self.lock:
+        with self.lock, io_errors(f"refreshing the view of {self.root}"):
             self._check_open()
             meta = os.path.join(self.root, "meta")
             newest = max(
@@ -270,7 +278,8 @@ class FileBackend(Engine):
     def apply_unregister(self, t: EngineTopic, name: str) -> None:
         super().apply_unregister(t, name)
         if self.journal is not None:  # live op, not replay: the file goes too
-            remove_progress(self.fs, self.root, t.tid, name)
+            with self.writing(f"removing the progress file of {t.name}/{name}"):
+                remove_progress(self.fs, self.root, t.tid, name)
         self.progress_written.pop((t.tid, name), None)
 
     @staticmethod
@@ -290,15 +299,43 @@ class FileBackend(Engine):
                     self.fs.unlink(os.path.join(directory, name))
             self.fs.fsync_dir(directory)
 
-    # -- checks ------------------------------------------------------------------------------
+    # -- checks and poisoning (FLT-4) ---------------------------------------------------------
     def _check_open(self) -> None:
         if self.closed:
             raise Closed("store is closed")
-        for shard in self.shards:
+        failed = self.failure()
+        if failed is not None:
+            err = StorageError(f"store {self.root} failed and must be reopened: {failed.message}")
+            err.errno = failed.errno
+            raise err
+
+    def failure(self) -> StorageError | None:
+        """The first failure that poisoned the store (its own or a WAL shard's), if any."""
+        if self.failed is not None:
+            return self.failed
+        for shard in self.shards:  # (a loop, not a generator: every op checks this)
             if shard.failed is not None:
-                raise StorageError(
-                    f"store {self.root} failed and must be reopened: {shard.failed.message}"
-                )
+                return shard.failed
+        return None
+
+    def poison(self, error: StorageError) -> StorageError:
+        """FLT-4: the first failure sticks and no shard writes again; returns it (to raise)."""
+        if self.failed is None:
+            self.failed = error
+        for shard in self.shards:
+            shard.poison(self.failed)
+        return error
+
+    @contextlib.contextmanager
+    def writing(self, what: str) -> Iterator[None]:
+        """A write of durable state (FLT-4, FLT-6): if it fails, the store is poisoned and the
+        failure leaves as io_error naming ``what``."""
+        try:
+            yield
+        except StorageError as exc:
+            raise self.poison(exc) from None
+        except OSError as exc:
+            raise self.poison(storage_error(exc, what)) from None
 
     # -- progress files (DUR-9) ----------------------------------------------------------------
     @staticmethod
@@ -312,10 +349,8 @@ class FileBackend(Engine):
             # durable before it is; a no-op when the WAL is synced already
             for shard in self.shards:
                 shard.flush(sync=True)
-            try:
+            with self.writing(f"progress file of {t.name}/{name}"):
                 write_progress(self.fs, self.root, t.tid, name, s)
-            except OSError as exc:
-                raise storage_error(exc, f"progress file of {t.name}/{name}") from None
             self.progress_written[(t.tid, name)] = key
 
     def _write_all_progress(self) -> None:
@@ -338,10 +373,12 @@ class FileBackend(Engine):
         """Apply every pending request, oldest first; each outcome is durable before its
         ``.done`` file is written. Returns how many were applied."""
         done = 0
-        for rid, body in requests.pending(self.fs, self.root):
-            result = self._apply_request(body)
-            requests.finish(self.fs, self.root, rid, result)
-            done += 1
+        with self.writing(f"applying requests to {self.root}"):
+            for rid, body in requests.pending(self.fs, self.root):
+                result = self._apply_request(body)
+                self._check_open()  # a request that failed the store: no .done is written
+                requests.finish(self.fs, self.root, rid, result)
+                done += 1
         return done
 
     def _apply_request(self, body: dict[str, Any] | None) -> dict[str, Any]:
@@ -379,6 +416,8 @@ class FileBackend(Engine):
     def _maintain(self) -> None:
         interval = max(self.fopts.progress_flush_ms, 10) / 1000.0
         while not self._stop.wait(interval):
+            if self.failure() is not None:
+                return  # FLT-4: nothing more is written; the next op, flush or close says why
             try:
                 self.apply_requests()
                 self._write_all_progress()
@@ -386,10 +425,10 @@ class FileBackend(Engine):
                 if submitted - self._wal_at_checkpoint >= self.fopts.checkpoint_bytes:
                     self._wal_at_checkpoint = submitted
                     checkpoint(self)
+            except OSError as exc:  # StorageError too: poisoned (FLT-3: surfaced at next op)
+                self.poison(storage_error(exc, f"maintenance of {self.root}"))
             except TidelogError as exc:
                 self.warnings.append(f"maintenance: {exc}")
-            except OSError as exc:
-                self.warnings.append(f"maintenance: {storage_error(exc, 'checkpoint')}")
 
     def checkpoint(self) -> int:
         """Run a checkpoint now (the maintenance thread does this by WAL volume, counted from
@@ -428,30 +467,53 @@ class FileBackend(Engine):
         self._stop.set()
         if self._maintenance is not None:
             self._maintenance.join()
+        error: TidelogError | None = None
         try:
-            if all(s.failed is None for s in self.shards):
-                checkpoint(self)
-                self._write_all_progress()
-        finally:
+            self._check_open()  # poisoned: nothing more is written (FLT-4)
+            checkpoint(self)
+            self._write_all_progress()
             with self.lock:
                 super().close()
-            self._release()
+        except TidelogError as exc:
+            error = exc
+        except OSError as exc:
+            error = self.poison(storage_error(exc, f"closing store {self.root}"))
+        finally:
+            # FLT-4: threads, descriptors and the lock are released whatever failed, so the
+            # same process can reopen the store
+            with self.lock:
+                self.closed = True
+                self.changed.notify_all()
+            released = self._release()
+        if error is not None or released is not None:
+            raise error or released  # type: ignore[misc]
 
-    def _release(self) -> None:
+    def _release(self) -> StorageError | None:
+        """Close every shard (stopping its committer), chunk and the lock, even when some of
+        them fail; returns the first failure."""
+        first: StorageError | None = None
         for shard in self.shards:
-            with contextlib.suppress(TidelogError):
+            try:
                 shard.close()
+            except StorageError as exc:
+                first = first or exc
         self.shards = []
         for t in self.by_id.values():
             for c in t.log.chunks:
                 c.close()  # type: ignore[attr-defined]
         if self._lock_handle is not None:
-            self._lock_handle.close()
-            self._lock_handle = None
+            handle, self._lock_handle = self._lock_handle, None
+            try:
+                handle.close()
+            except OSError as exc:
+                first = first or storage_error(exc, f"releasing the lock of {self.root}")
+        return first
 
     def describe(self) -> dict[str, object]:
         out = super().describe()
         with self.lock:
+            failure = self.failure()
+            submitted = sum(s.submitted for s in self.shards)
             out.update(
                 {
                     "backend": "file",
@@ -459,13 +521,20 @@ class FileBackend(Engine):
                     "snapshot": self.snapshot_n,
                     "wal": {
                         "shards": len(self.shards),
-                        "submitted_bytes": sum(s.submitted for s in self.shards),
+                        "submitted_bytes": submitted,
                         "writes": sum(s.stats["writes"] for s in self.shards),
                         "fdatasyncs": sum(s.stats["fdatasyncs"] for s in self.shards),
                         "zeroed_bytes": sum(s.stats["zeroed"] for s in self.shards),
                         "recycled_files": sum(s.stats["recycled"] for s in self.shards),
                     },
                     "segments": {t.name: len(t.log.chunks) for t in self.by_id.values()},
+                    # FLT-6: a failed store says why; the WAL a crash would replay is visible
+                    "failed": None if failure is None else failure.message,
+                    "checkpoint": {
+                        "snapshot": self.snapshot_n,
+                        "wal_bytes_since": submitted - self.wal_checkpointed,
+                        "every_bytes": self.fopts.checkpoint_bytes,
+                    },
                     "warnings": list(self.warnings),
                 }
             )

@@ -57,6 +57,8 @@ writer moves on and at a clean close.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import threading
 import time
@@ -94,6 +96,7 @@ _ZEROS = bytes(ZERO_AHEAD)
 # kept free at the end of every file: the SYNCED and FILE_END frames that close it (WAL-15, WAL-16)
 _END_ROOM = walfmt.SYNCED_SIZE + walfmt.FILE_END_SIZE
 _PAGE = 4096  # a far SYNCED frame lands on a later page than what it proves (WAL-16)
+MIN_PREALLOC = 1 << 20  # a full disk halves a new file's preallocation down to this (FLT-8)
 
 
 @dataclass(frozen=True)
@@ -213,30 +216,58 @@ class WalShard:
         if spare is not None:
             return self._recycle(spare, path, gen, header)
         h = self.fs.open(path)
-        h.pwrite(header, 0)
-        size = self.options.file_bytes
-        if self.options.prealloc == "zero":
-            zero = bytes(1 << 20)
-            for off in range(HEADER_SIZE, size, len(zero)):
-                h.pwrite(zero[: min(len(zero), size - off)], off)
-        elif self.options.prealloc == "fallocate":
-            h.allocate(size)
-        h.fsync()
-        self.fs.fsync_dir(self.dir)
+        try:
+            h.pwrite(header, 0)
+            self._preallocate(h)
+            h.fsync()
+            self.fs.fsync_dir(self.dir)
+        except BaseException:
+            # FLT-8: a file that could not be made ready is removed, not left behind
+            with contextlib.suppress(OSError):
+                h.close()
+            with contextlib.suppress(OSError):
+                self.fs.unlink(path)
+                self.fs.fsync_dir(self.dir)
+            raise
         self.files[gen] = h
         return h
+
+    def _preallocate(self, h: Handle) -> None:
+        """Reserve the file's blocks (``prealloc``): ``file_bytes``, or on a full disk the
+        largest halving of it that fits, down to ``MIN_PREALLOC`` (FLT-8); below that the
+        ENOSPC is raised. A file reserved short grows past its reservation as frames come."""
+        size = self.options.file_bytes
+        while self.options.prealloc != "none":
+            try:
+                if self.options.prealloc == "zero":
+                    zero = bytes(1 << 20)
+                    for off in range(max(HEADER_SIZE, h.size()), size, len(zero)):
+                        h.pwrite(zero[: min(len(zero), size - off)], off)
+                else:
+                    h.allocate(size)
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC or size <= MIN_PREALLOC:
+                    raise
+            size = max(MIN_PREALLOC, size // 2)
 
     def _recycle(self, spare: str, path: str, gen: int, header: bytes) -> Handle:
         """WAL-15: the new header over the spare's, synced, then the file takes its new name
         (directory synced) before any frame is written to it. Its blocks up to the first hole
-        were written in its earlier life: zero-ahead starts there."""
+        were written in its earlier life: zero-ahead starts there. If that fails, the file
+        stays a spare (or, renamed, an empty newest file): nothing to remove (FLT-8)."""
         h = self.fs.open(spare, create=False)
-        h.pwrite(header, 0)
-        if self.options.prealloc == "fallocate":
-            h.allocate(self.options.file_bytes)  # only if the option grew since
-        h.fdatasync()
-        self.fs.rename(spare, path)
-        self.fs.fsync_dir(self.dir)
+        try:
+            h.pwrite(header, 0)
+            if self.options.prealloc == "fallocate" and h.size() < self.options.file_bytes:
+                self._preallocate(h)  # only if the option grew since
+            h.fdatasync()
+            self.fs.rename(spare, path)
+            self.fs.fsync_dir(self.dir)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                h.close()
+            raise
         if self._zero_ahead:
             self._zeroed[gen] = max(HEADER_SIZE, written_prefix(h))
         self.stats["recycled"] += 1
@@ -564,6 +595,18 @@ class WalShard:
                 if self.pending or self.synced < self.written:
                     self._lead(sync=True)
 
+    def poison(self, error: StorageError) -> None:
+        """FLT-4: the store failed elsewhere (a checkpoint, a progress file): nothing more is
+        written; every later submit, wait or flush raises ``error`` (or the shard's own)."""
+        with self.lock:
+            if self.failed is None:
+                self.failed = error
+            if not self.leading:  # else the leader wakes them when its write ends
+                for _, gate in self._waiters:
+                    gate.open()
+                self._waiters = []
+            self.cond.notify_all()
+
     def close(self) -> None:
         try:
             if self.failed is None:
@@ -577,14 +620,26 @@ class WalShard:
                     self._place_end(self.ops_placed)
             self.flush(sync=True)
         finally:
-            with self.lock:
-                self._stop = True
-                self.cond.notify_all()
-                self._tick.notify_all()
-            self._thread.join(timeout=5)
-            for h in self.files.values():
+            error = self._shutdown()
+        if error is not None:
+            raise error
+
+    def _shutdown(self) -> StorageError | None:
+        """Stop the committer and close every file, even if closing one fails (FLT-4: a
+        failed store still releases everything); returns the first failure."""
+        with self.lock:
+            self._stop = True
+            self.cond.notify_all()
+            self._tick.notify_all()
+        self._thread.join(timeout=5)
+        error = None
+        for h in self.files.values():
+            try:
                 h.close()
-            self.files.clear()
+            except OSError as exc:
+                error = error or storage_error(exc, f"closing WAL shard {self.shard}")
+        self.files.clear()
+        return error
 
     def abandon(self) -> None:
         """Stop the committer and close files without writing what is pending (crash tests)."""
@@ -597,12 +652,7 @@ class WalShard:
                 for _, gate in self._waiters:
                     gate.open()
                 self._waiters = []
-            self.cond.notify_all()
-            self._tick.notify_all()
-        self._thread.join(timeout=5)
-        for h in self.files.values():
-            h.close()
-        self.files.clear()
+        self._shutdown()  # what it fails to close, a killed process would not have closed either
 
     def retire_before(self, gen: int) -> list[int]:
         """Retire files older than ``gen`` (a durable checkpoint absorbed them): the newest

@@ -16,7 +16,7 @@ import pytest
 
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.errors import Locked, StorageError
-from tidelog.fsio import FS, OsFS, storage_error
+from tidelog.fsio import FS, OsFS, io_errors, storage_error
 
 
 @pytest.fixture(params=["os", "recording"])
@@ -168,3 +168,51 @@ def test_storage_error_names_disk_full() -> None:
     assert str(err) == "append to wal: disk full"
     other = storage_error(OSError(errno.EIO, os.strerror(errno.EIO)), "read segment")
     assert str(other) == f"read segment: {os.strerror(errno.EIO)}" and other.errno == errno.EIO
+
+
+def test_FLT_3_descriptor_call_errors_name_the_file(tmp_path: Path) -> None:
+    """FLT-3: an OSError from a call on a descriptor (which carries no path) names the file, and
+    storage_error keeps the name in its message."""
+    path = str(tmp_path / "f")
+    OsFS().open(path).close()
+    h = OsFS().open_read(path)
+    try:
+        with pytest.raises(OSError) as failed:
+            h.pwrite(b"x", 0)
+    finally:
+        h.close()
+    assert failed.value.errno == errno.EBADF and failed.value.filename == path
+    err = storage_error(failed.value, "writing")
+    assert str(err) == f"writing: {os.strerror(errno.EBADF)} ({path})"
+    assert storage_error(err, "again") is err  # already typed: unchanged
+
+
+def test_FLT_3_io_errors_types_os_errors_and_passes_tidelog_errors() -> None:
+    with pytest.raises(StorageError) as typed, io_errors("opening x"):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/x/y")
+    assert typed.value.code == "io_error" and typed.value.errno == errno.ENOENT
+    assert str(typed.value) == "opening x: No such file or directory (/x/y)"
+    with pytest.raises(Locked), io_errors("opening x"):
+        raise Locked("held")
+
+
+def test_FLT_9_map_without_mmap_reads_a_copy(tmp_path: Path) -> None:
+    """FLT-9: OsFS(mmap=False).map gives the file's bytes read by pread (holes read as zeros),
+    read-only, and maps nothing of the file."""
+    path = str(tmp_path / "sparse")
+    h = OsFS().open(path)
+    h.pwrite(b"head", 0)
+    h.pwrite(b"tail", 3 << 20)
+    h.close()
+    fs = OsFS(mmap=False)
+    r = fs.open_read(path)
+    try:
+        view = r.map()
+        assert len(view) == (3 << 20) + 4 and view.readonly
+        assert bytes(view[:4]) == b"head" and bytes(view[-4:]) == b"tail"
+        assert bytes(view[4 : 3 << 20]).count(0) == (3 << 20) - 4
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            assert path not in f.read()
+        view.release()
+    finally:
+        r.close()

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RecordingFS", "RecordingHandle", "FSStats", "StateSpaceTooLarge", "SECTOR", "DEFAULT_LIMIT",
-    "Data", "Size", "Link", "Unlink", "Rename", "Sync", "SyncDir", "Op", "Torn", "DirOps", "Mode"
+    "Data", "Size", "Link", "Unlink", "Rename", "Sync", "SyncDir", "Drop", "Op", "Torn", "DirOps",
+    "Mode",
 ]  # fmt: skip
 
 SECTOR = 512  # CRASH-1: the unit a device writes atomically-or-torn
@@ -133,9 +134,22 @@ class SyncDir:
         return f"fsync_dir {self.path}"
 
 
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """A failed sync after which the kernel dropped the file's unsynced pages (Linux marks them
+    clean after a writeback error): its pending writes never reach the disk, and reads see its
+    durable bytes again (``RecordingHandle.drop_unsynced``; the fault-injecting FS uses it)."""
+
+    ino: int
+    path: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return f"drop unsynced {self.path}"
+
+
 FileOp: TypeAlias = Data | Size
 EntryOp: TypeAlias = Link | Unlink | Rename
-Op: TypeAlias = Data | Size | Link | Unlink | Rename | Sync | SyncDir
+Op: TypeAlias = Data | Size | Link | Unlink | Rename | Sync | SyncDir | Drop
 
 
 @dataclass
@@ -353,6 +367,12 @@ class _Disk:
             self._fold_file(op.ino)
         elif isinstance(op, SyncDir):
             self._fold_dir(op.dir)
+        elif isinstance(op, Drop):
+            self.pending = [
+                (i, p)
+                for i, p in self.pending
+                if not (isinstance(p, Data | Size) and p.ino == op.ino)
+            ]
         else:
             if isinstance(op, Link):  # a new inode's durable content starts empty
                 if op.is_dir:
@@ -549,6 +569,12 @@ class RecordingHandle:
     def fsync(self) -> None:
         self._check()
         self._fs._sync(self._ino, self.path, "fsync")
+
+    def drop_unsynced(self) -> None:
+        """What a failed sync may do on Linux: the file's writes since its last sync never
+        reach the disk and reads see its durable bytes again (a ``Drop`` op)."""
+        self._check()
+        self._fs._drop(self._ino, self.path)
 
     def map(self) -> memoryview:
         """A read-only snapshot of the current bytes: unlike an mmap it never sees later
@@ -960,6 +986,11 @@ class RecordingFS:
             buf.resize(size)
             self.stats.truncates += 1
             self._record(Size(ino, size, path))
+
+    def _drop(self, ino: int, path: str) -> None:
+        with self._mutex:
+            self._vfiles[ino] = _Blocks(self._disk.image.files.get(ino, ()))
+            self._record(Drop(ino, path))
 
     def _sync(self, ino: int, path: str, kind: str) -> None:
         with self._mutex:
