@@ -27,7 +27,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from tidelog.errors import BadArgument, Corrupt, StorageError
-from tidelog.fsio import make_dirs, storage_error
+from tidelog.fsio import make_dirs, storage_error, write_whole
 
 from ..common.engine import EngineTopic
 from .chunk import SegChunk
@@ -119,6 +119,10 @@ def _checkpoint(b: FileBackend) -> int:
     try:
         for tail in cap.tails:
             _write_segments(b, tail)
+        # the WAL file the snapshot replays from exists durably before the snapshot does, so
+        # recovery may take a missing one for damage (WAL-10: "wal_durable")
+        for shard in b.shards:
+            shard.flush(sync=True, prove=False)
         write_snapshot(b, n, cap.body)
     except BaseException:
         for tail in cap.tails:  # never swapped in: their maps go now
@@ -241,6 +245,7 @@ def _capture(b: FileBackend) -> _Capture:
         "wal": {
             "shards": len(b.shards),
             "replay_from": {k: [g, o] for k, (g, o) in positions.items()},
+            "wal_durable": True,
         },
         "topics": topics,
     }
@@ -358,17 +363,14 @@ def _remove_stale(b: FileBackend, path: str) -> None:
 
 
 def write_snapshot(b: FileBackend, n: int, body: dict[str, Any]) -> None:
+    """Snapshot ``n`` and its mirror (SNAP-5), each written atomically (LAY-3), one directory
+    fsync for both: one damaged copy leaves the other."""
     meta = os.path.join(b.root, "meta")
-    path = os.path.join(meta, snapfmt.file_name(n))
-    tmp = path + ".tmp"
-    h = b.fs.open(tmp)
-    try:
-        h.truncate(0)
-        h.pwrite(snapfmt.encode_snapshot(n, body), 0)
-        h.fsync()
-    finally:
-        h.close()
-    b.fs.rename(tmp, path)
+    data = snapfmt.encode_snapshot(n, body)
+    for name in (snapfmt.file_name(n), snapfmt.mirror_name(n)):
+        path = os.path.join(meta, name)
+        write_whole(b.fs, path + ".tmp", data)
+        b.fs.rename(path + ".tmp", path)
     b.fs.fsync_dir(meta)
 
 
@@ -385,10 +387,10 @@ def _retire(b: FileBackend, n: int, cap: _Capture) -> None:
         shard.retire_before(gen)
     b.retire_foreign_streams()
     meta = os.path.join(b.root, "meta")
-    for name in b.fs.listdir(meta):
-        old = snapfmt.parse_file_name(name)
-        if (old is not None and old < n) or name.endswith(".tmp"):
-            b.fs.unlink(os.path.join(meta, name))
+    older = [name for old, names in snapfmt.copies(b.fs.listdir(meta)).items() if old < n
+             for name in names]  # fmt: skip
+    for name in older + [name for name in b.fs.listdir(meta) if name.endswith(".tmp")]:
+        b.fs.unlink(os.path.join(meta, name))
     for chunk in cap.detached:
         chunk.close()
         for path in chunk.files():

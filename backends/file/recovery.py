@@ -58,21 +58,19 @@ def newest_snapshot(fs: FS, root: str) -> tuple[int, dict[str, Any], list[str]] 
     """The newest valid snapshot (n, body, what was wrong with newer ones), None if there is
     none at all; ``Corrupt`` if there are snapshots but none is valid (SNAP)."""
     meta = os.path.join(root, "meta")
-    found = sorted(
-        (n, name) for name in fs.listdir(meta) if (n := snapfmt.parse_file_name(name)) is not None
-    )
     errors = []
-    for n, name in reversed(found):
-        path = os.path.join(meta, name)
-        try:
-            got, body = snapfmt.decode_snapshot(read_whole(fs, path))
-        except Corrupt as exc:
-            errors.append(f"{path}: {exc.message}")
-            continue
-        if got != n:
-            errors.append(f"{path}: header says snapshot {got}")
-            continue
-        return n, body, errors
+    for n, names in sorted(snapfmt.copies(fs.listdir(meta)).items(), reverse=True):
+        for name in names:  # the file, then its mirror (SNAP-5)
+            path = os.path.join(meta, name)
+            try:
+                got, body = snapfmt.decode_snapshot(read_whole(fs, path))
+            except Corrupt as exc:
+                errors.append(f"{path}: {exc.message}")
+                continue
+            if got != n:
+                errors.append(f"{path}: header says snapshot {got}")
+                continue
+            return n, body, errors
     if errors:
         raise Corrupt("no valid snapshot: " + "; ".join(errors) + " (SNAP)")
     return None
@@ -181,7 +179,11 @@ def load_progress(b: FileBackend) -> None:
 
 # -- WAL replay --------------------------------------------------------------------------------
 def replay_wal(
-    b: FileBackend, replay_from: dict[str, list[int]], *, readonly: bool = False
+    b: FileBackend,
+    replay_from: dict[str, list[int]],
+    *,
+    readonly: bool = False,
+    wal_durable: bool = False,
 ) -> dict[str, int]:
     """Replay every WAL stream from ``replay_from`` (stream key -> [gen, offset]); returns the
     highest file gen seen per stream. ``b.positions`` ends up holding, per stream, where the last
@@ -197,7 +199,11 @@ def replay_wal(
         b.positions[key] = [start_gen, start_off]
         newest = gens[-1] if gens else 0
         if not readonly:
-            _check_contiguous(directory, [g for g in gens if g >= start_gen], start_gen)
+            later = [g for g in gens if g >= start_gen]
+            # without "wal_durable" (older snapshots) the replay position's file may be missing
+            # only when no later file exists either: a crash lost it before it held anything
+            strict = wal_durable or bool(later)
+            _check_contiguous(directory, later, start_gen if strict else 0)
         for gen in gens:
             if gen < start_gen:
                 continue
@@ -262,8 +268,11 @@ def replay_wal(
 
 
 def _check_contiguous(directory: str, gens: list[int], start_gen: int) -> None:
-    """WAL-10, FLT-2: the files replay reads are consecutive gens from the snapshot's replay
-    position on (a checkpoint removes only files before it): a missing one held frames."""
+    """WAL-10, FLT-2: the files replay reads are consecutive gens (a checkpoint removes only
+    files before its replay position): a missing one held frames. ``start_gen``: the snapshot
+    made its replay position's file durable before it was written ("wal_durable"), so that file
+    is there too; 0 when it may not be (an older snapshot: a crash may have kept the snapshot
+    and lost the file, which held nothing acknowledged)."""
     expect = start_gen if start_gen else (gens[0] if gens else 0)
     for gen in gens:
         if gen != expect:
@@ -335,7 +344,7 @@ def _scan_file(b: FileBackend, path: str, offset: int, gen: int) -> _Scanned:
     else:
         data = h.map()
         try:
-            header = _check_header(data, path, b.store_id, gen)
+            header = _check_header(data, path, b.store_id, gen, len(data))
             result = walfmt.scan(data, offset, copy=False, seed=walfmt.frame_seed(header))
             if not result.sealed:
                 _refuse_damage(data, path, header, walfmt.batches_end(result.frames, offset))
@@ -370,7 +379,9 @@ def _refuse_damage(buf: Any, path: str, header: walfmt.WalHeader, end: int) -> N
         )
 
 
-def _check_header(data: Any, path: str, store_id: bytes, gen: int) -> walfmt.WalHeader:
+def _check_header(
+    data: Any, path: str, store_id: bytes, gen: int, size: int
+) -> walfmt.WalHeader:
     try:
         header = walfmt.decode_header(data)
     except Corrupt as exc:
@@ -384,6 +395,11 @@ def _check_header(data: Any, path: str, store_id: bytes, gen: int) -> walfmt.Wal
         raise Corrupt(
             f"{path}: header gen {header.gen:#x} but the file name says {gen:#x}: a renamed "
             "or swapped file (WAL-10)"
+        )
+    if size < header.min_size:
+        raise Corrupt(
+            f"{path}: damaged at offset {size}: the file is {size} bytes but its header says "
+            f"{header.min_size} were reserved durably before any frame: truncated (WAL-1, FLT-1)"
         )
     return header
 
@@ -410,7 +426,7 @@ def _scan_copied(
     try:
         head = h.pread(min(walfmt.HEADER_SIZE, size), 0)
         mv[: len(head)] = head
-        header = _check_header(mv[: len(head)], path, store_id, gen)
+        header = _check_header(mv[: len(head)], path, store_id, gen, size)
         seed = walfmt.frame_seed(header)
         frames: list[walfmt.Frame] = []
         unknown: list[int] = []

@@ -65,6 +65,7 @@ class _Ctx:
     dry_run: bool
     report: RepairReport
     stamp: str
+    bounds: dict[int, int] = field(default_factory=dict)  # tid -> seqs a truncation may hide
 
     def quarantine(self, path: str) -> None:
         """Copy ``path`` under quarantine/<stamp>/ with its relative path (REP-1)."""
@@ -85,16 +86,16 @@ def repair_store(fs: FS, root: str, *, dry_run: bool = False) -> RepairReport:
     lock = acquire(fs, root)
     try:
         n, body = _snapshot(ctx)
-        changed = False
+        changed = _damaged_copies(ctx, n)
         for entry in body["topics"]:
             changed |= _repair_segments(ctx, entry)
             _repair_progress(ctx, entry)
         _repair_wal(ctx, body)
         if changed and not dry_run:
             write_snapshot(_Writer(fs, root), n + 1, body)
-            for name in fs.listdir(os.path.join(root, "meta")):
-                old = snapfmt.parse_file_name(name)
-                if old is not None and old <= n:
+            for old, names in snapfmt.copies(fs.listdir(os.path.join(root, "meta"))).items():
+                for name in names if old <= n else ():
+                    ctx.quarantine(os.path.join(root, "meta", name))
                     fs.unlink(os.path.join(root, "meta", name))
             fs.fsync_dir(os.path.join(root, "meta"))
         return ctx.report
@@ -127,6 +128,30 @@ def _snapshot(ctx: _Ctx) -> tuple[int, dict[str, Any]]:
             "configs (REP-5)"
         )
     return found[0], found[1]
+
+
+def _damaged_copies(ctx: _Ctx, n: int) -> bool:
+    """SNAP-5: whether a copy of snapshot ``n`` (the one in use) is damaged or missing; repair
+    then writes the snapshot anew, both copies."""
+    meta = os.path.join(ctx.root, "meta")
+    names = snapfmt.copies(ctx.fs.listdir(meta)).get(n, [])
+    bad = [
+        name
+        for name in names
+        if not _valid_snapshot(read_whole(ctx.fs, os.path.join(meta, name)), n)
+    ]
+    missing = {snapfmt.file_name(n), snapfmt.mirror_name(n)} - set(names)
+    for name in sorted(bad) + sorted(missing):
+        ctx.report.actions.append(f"{os.path.join(meta, name)}: damaged or missing copy of "
+                                  f"snapshot {n}: written anew from the other")  # fmt: skip
+    return bool(bad or missing)
+
+
+def _valid_snapshot(data: bytes, n: int) -> bool:
+    try:
+        return snapfmt.decode_snapshot(data)[0] == n
+    except Corrupt:
+        return False
 
 
 # -- segments (REP-2) --------------------------------------------------------------------------
@@ -323,7 +348,7 @@ def _repair_wal(ctx: _Ctx, body: dict[str, Any]) -> None:
                 missing = os.path.join(directory, walfmt.file_name(expect))
                 head = walfmt.encode_header(expect, *shard, _now_ms(), store_id)
                 ctx.report.actions.append(f"{missing}: missing")
-                _cut_wal(ctx, missing, head, walfmt.HEADER_SIZE, expect, [path, *newer])
+                _cut_wal(ctx, missing, b"", walfmt.HEADER_SIZE, expect, [path, *newer], head)
                 break
             expect += 1
             data = _read(ctx, path) or b""
@@ -332,14 +357,18 @@ def _repair_wal(ctx: _Ctx, body: dict[str, Any]) -> None:
             result = walfmt.scan(data, offset, seed=walfmt.frame_seed(header))
             end = walfmt.batches_end(result.frames, offset)
             newest = gen == gens[-1]
+            head = None
             if header.gen != gen:
                 # a renamed or swapped file: none of its frames are this gen's; it keeps only
                 # a header naming its own gen and the LOSS frames (quarantined first)
                 end = walfmt.HEADER_SIZE
-                data = walfmt.encode_header(gen, *shard, _now_ms(), store_id) + data[end:]
+                head = walfmt.encode_header(gen, *shard, _now_ms(), store_id)
+            elif len(data) < header.min_size:  # truncated (WAL-1): its header stops saying so
+                head = walfmt.encode_header(gen, *shard, header.created_ms, store_id)
+                _bound_truncated(ctx, body, key, data, offset, header, path)
             elif result.sealed or (newest and walfmt.durable_proof(data, end, gen) is None):
                 continue
-            _cut_wal(ctx, path, data, end, gen, newer)
+            _cut_wal(ctx, path, data, end, gen, newer, head)
             break
 
 
@@ -367,15 +396,53 @@ def _header(
     return walfmt.decode_header(fixed)
 
 
+def _bound_truncated(
+    ctx: _Ctx,
+    body: dict[str, Any],
+    key: str,
+    data: bytes,
+    start: int,
+    header: walfmt.WalHeader,
+    path: str,
+) -> None:
+    """REP-4: the bytes a truncation took left no trace; the most seqs they could have held
+    (4 bytes each, an APPEND_BATCH's least) become a loss range for every topic of the shard,
+    above the highest seq the snapshot or the file's surviving frames name."""
+    most = (header.min_size - len(data)) // 4 + 1
+    shards = int(body["wal"]["shards"]) or 1
+    highest: dict[int, int] = {}
+    for t in body["topics"]:
+        tid = int(t["id"])
+        if key == "flat" or xxhash.xxh3_64_intdigest(tid.to_bytes(8, "little")) % shards == int(
+            key
+        ):
+            highest[tid] = max(int(t["head"]), int(t.get("ceiling", 0)))
+    _named_seqs(data, start, header.gen, highest)
+    ctx.bounds.update({tid: hi + most for tid, hi in highest.items()})
+    ctx.report.actions.append(
+        f"{path}: truncated to {len(data)} of {header.min_size} bytes: up to {most} seqs per "
+        "topic may have been lost without a trace; each topic's head is raised by that many, "
+        "behind a tombstone, so none is reused"
+    )
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _cut_wal(ctx: _Ctx, path: str, data: bytes, end: int, gen: int, newer: list[str]) -> None:
+def _cut_wal(
+    ctx: _Ctx,
+    path: str,
+    data: bytes,
+    end: int,
+    gen: int,
+    newer: list[str],
+    head: bytes | None = None,
+) -> None:
     """REP-4: keep the log of ``path`` (whose bytes are ``data``) before ``end``; LOSS frames
     at ``end`` cover every seq named after it, in this file and in ``newer`` (which go to
-    quarantine); then FILE_END."""
-    highest: dict[int, int] = {}
+    quarantine); then FILE_END. ``head``: a header to write over the file's first."""
+    highest: dict[int, int] = dict(ctx.bounds)
     _named_seqs(data, end, gen, highest)
     for other in newer:
         blob = _read(ctx, other)
@@ -401,8 +468,8 @@ def _cut_wal(ctx: _Ctx, path: str, data: bytes, end: int, gen: int, newer: list[
         return
     h = ctx.fs.open(path)
     try:
-        if end == walfmt.HEADER_SIZE:
-            h.pwrite(data[: walfmt.HEADER_SIZE], 0)  # a file made anew, or a renamed one's
+        if head is not None:
+            h.pwrite(head, 0)  # a file made anew, a renamed or a truncated one's
         h.pwrite(b"".join(frames), end)
         h.fdatasync()
     finally:

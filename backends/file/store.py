@@ -131,7 +131,7 @@ class FileBackend(Engine):
             self.snapshot_n, body = found
             rebuild(self, body)
         replay_from = body["wal"]["replay_from"]
-        highest = replay_wal(self, replay_from)
+        highest = replay_wal(self, replay_from, wal_durable=bool(body["wal"].get("wal_durable")))
         # a clean close wrote the snapshot with every restart rule applied and nothing after it
         self.clean_open = bool(body.get("clean")) and not self.replayed_batches
         for path, end in self.truncations:

@@ -182,35 +182,42 @@ def _check_pid_file(ctx: _Ctx, path: str) -> None:
 
 
 def _check_meta(ctx: _Ctx) -> bool:
-    """SNAP-1..4 over every snapshot; the newest valid one supplies the store id. False when
-    there is no snapshot file at all (LAY-1: not a store)."""
+    """SNAP-1..5 over every snapshot copy; the newest valid one supplies the store id. False
+    when there is no snapshot file at all (LAY-1: not a store)."""
     meta = _join(ctx.root, META_DIR)
-    found: dict[int, str] = {}
-    for name in ctx.listdir(meta):
+    names = ctx.listdir(meta)
+    copies = snap.copies(names)
+    for name in names:
         path = _join(meta, name)
-        n = snap.parse_file_name(name)
-        if n is not None:
-            found[n] = path
-        elif (
-            name.endswith(TMP_SUFFIX) and snap.parse_file_name(name[: -len(TMP_SUFFIX)]) is not None
-        ):
+        if snap.parse_file_name(name) is not None or snap.parse_mirror_name(name) is not None:
+            continue
+        base = name[: -len(TMP_SUFFIX)] if name.endswith(TMP_SUFFIX) else None
+        if base is not None and snap.copies([base]):
             _warn_tmp(ctx, path)
         else:
             ctx.warn(path, None, "LAY-2", "unknown file in meta/")
-    if not found:
+    if not copies:
         ctx.error(meta, None, "LAY-1", "not a tidelog store: no snapshot in meta/")
         return False
+    found: dict[int, str] = {}
     bad: dict[int, FormatCorrupt] = {}
     valid: dict[int, dict[str, object]] = {}
-    for n, path in found.items():
-        result = _decode_snapshot(ctx, path, n)
-        if isinstance(result, FormatCorrupt):
-            bad[n] = result
-        elif result is not None:
-            valid[n] = result
+    for n, names_n in copies.items():
+        results = [(name, _decode_snapshot(ctx, _join(meta, name), n)) for name in names_n]
+        good = [(name, r) for name, r in results if isinstance(r, dict)]
+        found[n] = _join(meta, (good or results)[0][0])
+        if good:
+            valid[n] = good[0][1]
+            for name, r in results:
+                if isinstance(r, FormatCorrupt):
+                    ctx.warn(_join(meta, name), None, "SNAP-5", f"{r.detail}; its other copy "
+                             f"{good[0][0]} is valid and recovery uses it")  # fmt: skip
+        elif isinstance(results[0][1], FormatCorrupt):
+            bad[n] = results[0][1]
     _report_bad_snapshots(ctx, found, bad, max(valid) if valid else None)
     if valid:
-        _take_store_id(ctx, found[max(valid)], valid[max(valid)])
+        newest = max(valid)
+        _take_store_id(ctx, found[newest], valid[newest])
     return True
 
 
@@ -331,6 +338,9 @@ def _check_wal_file(
             return
         raise  # frames follow (or newer files do): a damaged header, reported by the guard
     _check_wal_identity(ctx, path, header, gen, shard, sharded=sharded)
+    if len(data) < header.min_size:
+        ctx.error(path, len(data), "WAL-1", f"truncated: {len(data)} bytes, but its header "
+                  f"says {header.min_size} were reserved: recovery refuses (FLT-1)")  # fmt: skip
     result = wal.scan(data, seed=wal.frame_seed(header))
     _check_frames(ctx, path, result.frames, result.unknown)
     start = _replay_start(ctx, gen, f"{shard:02d}" if sharded else "flat")

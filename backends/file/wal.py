@@ -174,6 +174,7 @@ class WalShard:
         self._written_to = (first_gen, HEADER_SIZE)
         self._synced_to = (first_gen, HEADER_SIZE)
         self._mark_end = HEADER_SIZE
+        self._far: tuple[int, int, bytes] | None = None  # a far SYNCED frame to write, WAL-16
         self._idle_ops = -1  # ops_placed at the committer's previous tick
         self.failed: StorageError | None = None
         self.gen = first_gen  # gen of the file receiving new placements
@@ -208,17 +209,14 @@ class WalShard:
         """Make the file of ``gen`` durable and ready (header first): a recycled spare if there
         is one (WAL-15), else a new, preallocated file."""
         path = os.path.join(self.dir, wal_file_name(gen))
-        header = walfmt.encode_header(
-            gen, self.shard, self.shard_count, time.time_ns() // 1_000_000, self.store_id
-        )
         with self.lock:
             spare = self.spares.pop() if self.spares else None
         if spare is not None:
-            return self._recycle(spare, path, gen, header)
+            return self._recycle(spare, path, gen)
         h = self.fs.open(path)
         try:
-            h.pwrite(header, 0)
             self._preallocate(h)
+            h.pwrite(self._header(gen, h), 0)  # names the size reserved: shorter is damage
             h.fsync()
             self.fs.fsync_dir(self.dir)
         except BaseException:
@@ -251,16 +249,23 @@ class WalShard:
                     raise
             size = max(MIN_PREALLOC, size // 2)
 
-    def _recycle(self, spare: str, path: str, gen: int, header: bytes) -> Handle:
+    def _header(self, gen: int, h: Handle) -> bytes:
+        """The file's header (WAL-1), recording its size as it is now (its reservation)."""
+        created = time.time_ns() // 1_000_000
+        return walfmt.encode_header(
+            gen, self.shard, self.shard_count, created, self.store_id, size=h.size()
+        )
+
+    def _recycle(self, spare: str, path: str, gen: int) -> Handle:
         """WAL-15: the new header over the spare's, synced, then the file takes its new name
         (directory synced) before any frame is written to it. Its blocks up to the first hole
         were written in its earlier life: zero-ahead starts there. If that fails, the file
         stays a spare (or, renamed, an empty newest file): nothing to remove (FLT-8)."""
         h = self.fs.open(spare, create=False)
         try:
-            h.pwrite(header, 0)
             if self.options.prealloc == "fallocate" and h.size() < self.options.file_bytes:
                 self._preallocate(h)  # only if the option grew since
+            h.pwrite(self._header(gen, h), 0)
             h.fdatasync()
             self.fs.rename(spare, path)
             self.fs.fsync_dir(self.dir)
@@ -342,18 +347,16 @@ class WalShard:
     def _place_synced(self, synced: int, *, far: bool = False) -> None:
         """Place a SYNCED frame (WAL-16): every byte of this file before ``synced`` is durable.
         It rides with the next chunk's write and costs no write or sync of its own. ``far``
-        (a flush, an idle tick, a clean close: the last proof before a pause): a padding
-        SYNCED frame first moves it to a page after the last synced byte's, so one lost or
-        zeroed page cannot take the last op and its proof together; only if the file has
-        room. Lock held."""
-        if far:
-            target = ((synced - 1) // _PAGE + 1) * _PAGE
-            if target - self.offset < walfmt.SYNCED_PAD_MIN:
-                target += _PAGE
-            if target + _END_ROOM <= self.options.file_bytes:
-                self._place_mark(walfmt.encode_synced(self.gen, synced, target - self.offset))
+        (a flush, an idle tick, a clean close: the last proof before a pause): a copy of it is
+        also written beyond the log's end, at the start of a later page than the last synced
+        byte's, in the same write and sync, so one lost or zeroed page cannot take the last op
+        and its proof together; only if the file has room. Lock held."""
         self._place_mark(walfmt.encode_synced(self.gen, synced))
         self._mark_end = self.offset
+        if far:
+            at = max(((synced - 1) // _PAGE + 1) * _PAGE, -(-self.offset // _PAGE) * _PAGE)
+            if at + walfmt.SYNCED_SIZE <= self.options.file_bytes:
+                self._far = (self.gen, at, walfmt.encode_synced(self.gen, synced))
 
     def _place_mark(self, mark: bytes) -> None:
         self.submitted += len(mark)
@@ -457,8 +460,9 @@ class WalShard:
             self.leading = self._gathering = False
         return True
 
-    def flush(self, sync: bool) -> None:
-        """Write everything pending (and fdatasync it if ``sync``); used at close and flush()."""
+    def flush(self, sync: bool, *, prove: bool = True) -> None:
+        """Write everything pending (and fdatasync it if ``sync``, then prove it durable with a
+        SYNCED frame unless ``prove`` is false: WAL-16); used at close and flush()."""
         if self.records or self._run:
             self._place_deferred()
         with self.lock:
@@ -472,7 +476,7 @@ class WalShard:
                 raise self.failed
             if self.pending or (sync and self.synced < self.written):
                 self._lead(sync=sync)
-            if sync and self.failed is None and (synced := self._synced_past_mark()):
+            if prove and sync and self.failed is None and (synced := self._synced_past_mark()):
                 # an explicit flush proves what is durable (WAL-16): damage to it is never
                 # taken for a torn tail, even if the process dies right after
                 self._place_synced(synced, far=True)
@@ -486,10 +490,11 @@ class WalShard:
         leader itself waits for an op (it counts as a thread the sync releases)."""
         self.leading = True
         batch, self.pending = self.pending, []
+        far, self._far = self._far, None
         self.lock.release()
         started = time.monotonic()
         try:
-            end = self._write(batch, sync)
+            end = self._write(batch, sync, far)
             error = None
         except OSError as exc:
             error = storage_error(exc, f"WAL shard {self.shard}")
@@ -526,9 +531,15 @@ class WalShard:
         if self._cond_waiters:
             self.cond.notify_all()
 
-    def _write(self, batch: list[tuple[int, int, bytes, int, int]], sync: bool) -> int:
+    def _write(
+        self,
+        batch: list[tuple[int, int, bytes, int, int]],
+        sync: bool,
+        far: tuple[int, int, bytes] | None = None,
+    ) -> int:
         """One pwrite per run of chunks in the same file; a file is synced before the next file
-        gets its first byte."""
+        gets its first byte. ``far``: a SYNCED frame written beyond the log's end of its file,
+        after the chunks and their zero-ahead (which would clear it), before the sync."""
         end = 0
         i = 0
         n = len(batch)
@@ -544,6 +555,9 @@ class WalShard:
             self.stats["bytes"] += len(data)
             if self._zero_ahead:
                 self._zero_past(h, gen, offset + len(data), len(data))
+            if far is not None and far[0] == gen and j + 1 == n:
+                h.pwrite(far[2], far[1])
+                self.stats["writes"] += 1
             end = batch[j][3]
             if j + 1 < n or sync:
                 h.fdatasync()
@@ -618,7 +632,7 @@ class WalShard:
                     if self.records or self._run:
                         self._place_records()
                     self._place_end(self.ops_placed)
-            self.flush(sync=True)
+            self.flush(sync=True, prove=False)  # nothing follows FILE_END
         finally:
             error = self._shutdown()
         if error is not None:

@@ -233,14 +233,16 @@ def test_FLT_8_a_spare_is_used_without_reserving_anything() -> None:
 def test_FLT_6_describe_reports_the_failure_and_the_wal_since_the_checkpoint() -> None:
     """FLT-6: describe() says how much WAL a crash would replay since the last good checkpoint,
     and, once a checkpoint failed, why the store is failed."""
-    fs = FaultFS(RecordingFS(), [Fault("eio", kind="rename", path="/meta/", nth=2)])
+    # two renames per snapshot (its file and mirror, SNAP-5): #0, #1 snapshot 0; #2, #3 the
+    # first checkpoint; #4 fails the second
+    fs = FaultFS(RecordingFS(), [Fault("eio", kind="rename", path="/meta/", nth=4)])
     store = open_store(fs, ROOT, FakeClock(1_000_000), **OPTIONS)
     t = store.topic("t", durability="fsync")
     t.append(b"x" * 1000)
     before = store.describe()
     assert before["failed"] is None
     assert before["checkpoint"]["wal_bytes_since"] > 1000  # type: ignore[index]
-    store._backend.checkpoint()  # type: ignore[attr-defined]  # renames: #0 snapshot 0, #1 this one
+    store._backend.checkpoint()  # type: ignore[attr-defined]
     assert store.describe()["checkpoint"]["wal_bytes_since"] < 200  # type: ignore[index]
     t.append(b"y" * 1000)
     with pytest.raises(StorageError):
@@ -258,7 +260,8 @@ def test_FLT_6_a_background_checkpoint_that_fails_poisons() -> None:
     """FLT-6, FLT-3: the maintenance thread's checkpoint fails (the snapshot's fsync): the
     store is poisoned and the next append raises io_error (before the fix: a warning, appends
     went on, and the WAL was never retired)."""
-    fs = FaultFS(RecordingFS(), [Fault("eio", kind="fsync", path="/meta/", nth=1)])
+    # snapshot 0's file and mirror are fsyncs #0 and #1 (SNAP-5); #2 is the first checkpoint's
+    fs = FaultFS(RecordingFS(), [Fault("eio", kind="fsync", path="/meta/", nth=2)])
     opts = {**OPTIONS, "background": True, "checkpoint_bytes": "4KiB", "progress_flush_ms": 10}
     store = open_store(fs, ROOT, FakeClock(1_000_000), **opts)
     t = store.topic("t", durability="fsync")

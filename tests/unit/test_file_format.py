@@ -1553,9 +1553,9 @@ def cited_rules() -> set[str]:
 
 def test_every_format_rule_is_cited_by_a_test() -> None:
     """Every rule id FORMATS.md and its file-backend parts define (LAY, LOCK, WAL, SEG, PRG,
-    SNAP, XPR, WTAIL) is cited by a test."""
+    SNAP, XPR, WTAIL, REP) is cited by a test."""
     rules = defined_rules()
-    prefixes = {"LAY", "LOCK", "WAL", "SEG", "PRG", "SNAP", "XPR", "WTAIL"}
+    prefixes = {"LAY", "LOCK", "WAL", "SEG", "PRG", "SNAP", "XPR", "WTAIL", "REP"}
     assert {r.split("-")[0] for r in rules} == prefixes
     assert rules - cited_rules() == set()
 

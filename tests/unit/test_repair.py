@@ -149,12 +149,27 @@ def test_REP_3_a_damaged_progress_file_redelivers_never_skips(tmp_path: Path) ->
         assert [r.seq for r in sub.poll(max=100)] == list(range(1, 11))
 
 
+def test_SNAP_5_one_damaged_copy_of_the_only_snapshot_costs_nothing(tmp_path: Path) -> None:
+    """SNAP-5: every snapshot has a mirror; one damaged copy (of the store's only snapshot
+    here) opens from the other with every record, verify warns, repair writes both anew."""
+    payloads = _fill(tmp_path, 5, seal=True)
+    snaps = sorted((tmp_path / "meta").iterdir())
+    assert [p.suffix for p in snaps] == [".bin", ".mirror"]
+    _flip(snaps[0], 20)
+    report = verify_store(OsFS(), str(tmp_path))
+    assert report.errors == [] and [p.rule for p in report.warnings] == ["SNAP-5"]
+    assert repair_store(OsFS(), str(tmp_path)).actions
+    assert verify_store(OsFS(), str(tmp_path)).problems == []
+    _flip(sorted((tmp_path / "meta").iterdir())[1], 20)  # now the mirror: the file serves
+    assert [i.payload for i in _items(tmp_path)] == payloads
+
+
 def test_REP_5_no_valid_snapshot_is_refused(tmp_path: Path) -> None:
-    """REP-5: without a valid snapshot repair refuses (exit 2, `corrupt` on stderr) and changes
-    nothing."""
+    """REP-5: without a valid snapshot (both copies damaged) repair refuses (exit 2, `corrupt`
+    on stderr) and changes nothing."""
     _fill(tmp_path, 3, seal=False)
-    snap = next((tmp_path / "meta").iterdir())
-    _flip(snap, 20)
+    for snap in (tmp_path / "meta").iterdir():
+        _flip(snap, 20)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     run = CliRunner().invoke(main, ["repair", str(tmp_path)])
     assert run.exit_code == 2 and "corrupt" in run.output and "REP-5" in run.output

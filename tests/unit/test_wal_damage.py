@@ -87,11 +87,14 @@ def test_WAL_16_a_SYNCED_frame_proves_each_sync_before_the_next_op(tmp_path: Pat
             assert before.type == walfmt.FrameType.SYNCED
             assert before.seq == gen and before.ts == before.offset  # synced up to itself
     assert all(m.seq == gen and m.flags & walfmt.BATCH_END for m in marks)
-    # the close's proof: a padding SYNCED frame where the synced bytes end, then the proof on
-    # the next page (a lost page cannot take the last op and its proof together)
-    pad, proof = marks[-2:]
-    assert frames[-2:] == [pad, proof] and pad.ts == proof.ts == pad.offset
-    assert proof.offset == 4096 and pad.offset + pad.length == proof.offset
+    # the close's proof: a SYNCED frame where the synced bytes end, and a far copy of it on the
+    # next page, beyond the log's end (a lost page cannot take the last op and its proof too)
+    proof = marks[-1]
+    assert frames[-1] == proof and proof.ts == proof.offset
+    lost = bytearray(path.read_bytes())
+    lost[:4096] = bytes(4096)  # the page with the last op, its proof and FILE_END: gone
+    far = walfmt.durable_proof(bytes(lost), proof.ts - 1, gen)
+    assert far is not None and far.offset == 4096 and far.synced == proof.ts
     assert walfmt.scan_file(path.read_bytes()).sealed
 
 
@@ -166,10 +169,12 @@ def test_WAL_16_an_idle_shard_proves_its_last_sync(tmp_path: Path) -> None:
             if marks and shard.synced == shard.written:
                 break
             time.sleep(0.005)
-        # a padding frame where the synced bytes end, the proof itself on the next page
-        assert [(m.offset, m.ts) for m in marks] == [(end, end), (4096, end)]
+        # the proof where the synced bytes end, and its far copy on the next page
+        assert [(m.offset, m.ts) for m in marks] == [(end, end)]
+        lost = bytes(4096) + path.read_bytes()[4096:]  # the first page lost
+        assert walfmt.durable_proof(lost, end - 1, 1) == walfmt.DurableProof(4096, end)
         time.sleep(0.05)  # several more ticks: no more
-        assert len([f for f in _frames(path) if f.type == walfmt.FrameType.SYNCED]) == 2
+        assert len([f for f in _frames(path) if f.type == walfmt.FrameType.SYNCED]) == 1
     finally:
         shard.close()
 

@@ -697,9 +697,17 @@ def _file_store_vectors(out: str, add_dir: Callable[..., None]) -> None:
     variant("progress-bad-crc", "a subscriber progress file with a bad CRC32C (PRG-1)",
             lambda r: rewrite(first(r, "quiver.sub.reader"), lambda d: _flip(d, 40)),
             _verify(False, ("PRG-1",)))
-    variant("snapshot-bad-checksum", "the only snapshot damaged (SNAP-2; none valid: SNAP-4)",
+    variant("snapshot-copy-bad-checksum", "one copy of the only snapshot damaged: the mirror "
+            "serves (SNAP-2, SNAP-5)",
             lambda r: rewrite(first(r, ".bin"), lambda d: _flip(d, 40)),
-            _verify(False, ("SNAP-2",)))
+            _verify(True, (), ("SNAP-5",)))
+
+    def both_copies(r: str) -> None:
+        rewrite(first(r, ".bin"), lambda d: _flip(d, 40))
+        rewrite(first(r, ".mirror"), lambda d: _flip(d, 40))
+
+    variant("snapshot-bad-checksum", "both copies of the only snapshot damaged (SNAP-2; none "
+            "valid: SNAP-4)", both_copies, _verify(False, ("SNAP-2",)))
 
     def gap(r: str) -> None:
         appends = (wal.FrameType.APPEND, wal.FrameType.APPEND_BATCH)
@@ -901,11 +909,13 @@ def _blockdev_image_vectors(out: str, add_dir: Callable[..., None]) -> None:
         add_dir(f"blockdev-image/{name}", "blockdev-image", False, what, verify=verify)
 
     variant("torn-head-page.img", "torn: a killed writer's last page (the head) damaged: "
-            "recovery ends the ring one page earlier (RING-4)",
-            _flip(image, head_at + 20), _verify(True, (), ("RING-4",)))
+            "recovery ends the ring one page earlier (RING-4; nothing after it proves it "
+            "durable: BDEV-22)",
+            _flip(image, head_at + 20), _verify(True, (), ("BDEV-22",)))
     newest = bf.slot_index(slot.generation) * bf.SLOT_BYTES
-    variant("torn-slot.img", "the newest metadata slot damaged; the other is used (BDEV-4)",
-            _flip(image, newest + 60), _verify(True, (), ("BDEV-4",)))
+    variant("damaged-slot.img", "the newest metadata slot damaged, and a page written after it "
+            "names its generation: damage, refused (BDEV-4, BDEV-22)",
+            _flip(image, newest + 60), _verify(False, ("BDEV-22",), ("BDEV-22",)))
     variant("no-slot.img", "both metadata slots damaged: not a ring (BDEV-3, BDEV-11)",
             _flip(_flip(image, 60), bf.SLOT_BYTES + 60), _verify(False, ("BDEV-3", "BDEV-11")))
     h0 = bf.decode_trailer(image[geom.offset(0) : geom.offset(0) + page_size], slot.ring_id)

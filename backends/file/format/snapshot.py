@@ -25,6 +25,9 @@ __all__ = [
     "decode_snapshot",
     "file_name",
     "parse_file_name",
+    "mirror_name",
+    "parse_mirror_name",
+    "copies",
 ]
 
 MAGIC = b"TDLSNAP1"
@@ -35,6 +38,7 @@ FOOTER_SIZE = 8
 _HEADER = struct.Struct("<8sIIQQ")  # magic | version u32 | header_size u32 | n u64 | body_len u64
 _U64 = struct.Struct("<Q")
 _NAME = re.compile(r"snapshot-([0-9a-f]{16})\.bin")
+_MIRROR = re.compile(r"snapshot-([0-9a-f]{16})\.mirror")
 
 
 def _has_int_version(body: dict[str, Any]) -> bool:
@@ -93,3 +97,26 @@ def file_name(n: int) -> str:
 def parse_file_name(name: str) -> int | None:
     m = _NAME.fullmatch(name)
     return int(m.group(1), 16) if m else None
+
+
+def mirror_name(n: int) -> str:
+    """``snapshot-<n:016x>.mirror``: the second copy of snapshot ``n`` (SNAP-5)."""
+    return f"snapshot-{n:016x}.mirror"
+
+
+def parse_mirror_name(name: str) -> int | None:
+    m = _MIRROR.fullmatch(name)
+    return int(m.group(1), 16) if m else None
+
+
+def copies(names: list[str]) -> dict[int, list[str]]:
+    """Snapshot number -> the names of its copies among ``names`` (the file first, then the
+    mirror, SNAP-5)."""
+    out: dict[int, list[str]] = {}
+    for name in sorted(names, key=lambda x: x.endswith(".mirror")):
+        n = parse_file_name(name)
+        if n is None:
+            n = parse_mirror_name(name)
+        if n is not None:
+            out.setdefault(n, []).append(name)
+    return out

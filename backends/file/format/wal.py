@@ -56,7 +56,6 @@ __all__ = [
     "FILE_END_SIZE",
     "encode_synced",
     "SYNCED_SIZE",
-    "SYNCED_PAD_MIN",
     "DurableProof",
     "durable_proof",
     "reseed",
@@ -79,8 +78,9 @@ VERSION = 3
 VERSIONS = (1, 2, 3)  # read
 HEADER_SIZE = 64
 
-# magic | version | header_size | gen | shard | shard_count | created_ms | store_id | 4 reserved
-_HEADER = struct.Struct("<8sIIQIIQ16s4x")
+# magic | version | header_size | gen | shard | shard_count | created_ms | store_id | reserved
+_HEADER = struct.Struct("<8sIIQIIQ16sI")
+ALLOC_UNIT = 4096  # the header's ``reserved`` counts the file's size in these (WAL-1)
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _CRC_AT = _HEADER.size  # 60: the header CRC32C covers bytes [0, 60)
@@ -151,6 +151,12 @@ class WalHeader(NamedTuple):
     store_id: bytes
     version: int = VERSION
     header_size: int = HEADER_SIZE
+    reserved: int = 0  # the file's size in ALLOC_UNITs when the header was written; 0: unknown
+
+    @property
+    def min_size(self) -> int:
+        """The file is at least this long unless damaged (WAL-1: truncation is damage)."""
+        return self.reserved * ALLOC_UNIT
 
 
 def encode_header(
@@ -160,16 +166,19 @@ def encode_header(
     created_ms: int,
     store_id: bytes,
     version: int = VERSION,
+    size: int = 0,
 ) -> bytes:
-    """The 64-byte WAL file header (WAL-1)."""
+    """The 64-byte WAL file header (WAL-1); ``size``: the file's reserved size when its header
+    is written (recorded in whole ALLOC_UNITs, rounded down; 0: none)."""
     if len(store_id) != 16:
         raise BadArgument(f"store_id must be 16 bytes, got {len(store_id)}")
     if not 0 <= shard < shard_count:
         raise BadArgument(f"shard {shard} is not in range for shard_count {shard_count}")
     if version not in VERSIONS:
         raise BadArgument(f"WAL version {version} is not one of {VERSIONS}")
+    units = min(size // ALLOC_UNIT, 0xFFFFFFFF)
     head = _HEADER.pack(
-        MAGIC, version, HEADER_SIZE, gen, shard, shard_count, created_ms, bytes(store_id)
+        MAGIC, version, HEADER_SIZE, gen, shard, shard_count, created_ms, bytes(store_id), units
     )
     return head + _U32.pack(crc32c.crc32c(head))
 
@@ -181,7 +190,9 @@ def decode_header(buf: bytes | bytearray | memoryview) -> WalHeader:
             "WAL-1",
             f"WAL header: file is {len(buf)} bytes, shorter than the {HEADER_SIZE}-byte header",
         )
-    magic, version, header_size, gen, shard, count, created, store_id = _HEADER.unpack_from(buf)
+    magic, version, header_size, gen, shard, count, created, store_id, units = (
+        _HEADER.unpack_from(buf)
+    )
     if magic != MAGIC:
         raise FormatCorrupt("WAL-1", f"WAL header: bad magic {bytes(magic)!r}, expected {MAGIC!r}")
     # Version before CRC: a newer format may cover different bytes, so "unsupported version"
@@ -206,7 +217,7 @@ def decode_header(buf: bytes | bytearray | memoryview) -> WalHeader:
         raise FormatCorrupt(
             "WAL-1", f"WAL header: shard {shard} out of range for shard_count {count}"
         )
-    return WalHeader(gen, shard, count, created, bytes(store_id), version, header_size)
+    return WalHeader(gen, shard, count, created, bytes(store_id), version, header_size, units)
 
 
 def frame_seed(header: WalHeader) -> int:
@@ -465,22 +476,14 @@ def encode_file_end(seed: int) -> bytes:
 FILE_END_SIZE = len(encode_file_end(0))  # room a writer keeps for it at the end of a file
 
 
-def encode_synced(gen: int, synced: int, size: int = 0) -> bytes:
+def encode_synced(gen: int, synced: int) -> bytes:
     """The SYNCED frame (WAL-16) a writer places in the file of ``gen`` once every byte of it
     before offset ``synced`` is durable: ``seq`` is the file's gen (so a recycled file's older
-    SYNCED frames never match ``durable_proof``'s search), ``ts`` the offset. ``size``: a
-    padding frame of exactly that many bytes (at least ``SYNCED_PAD_MIN``), body
-    ``{"pad": "<spaces>"}``, which moves the next frame to a later page."""
-    body: dict[str, Any] = {}
-    if size:
-        if size < SYNCED_PAD_MIN:
-            raise BadArgument(f"a padding SYNCED frame has at least {SYNCED_PAD_MIN} bytes")
-        body = {"pad": " " * (size - SYNCED_PAD_MIN)}
-    return encode_control(_SYNCED, 0, body, seq=gen, ts=synced, seed=gen)
+    SYNCED frames never match ``durable_proof``'s search), ``ts`` the offset."""
+    return encode_control(_SYNCED, 0, {}, seq=gen, ts=synced, seed=gen)
 
 
 SYNCED_SIZE = FRAME_OVERHEAD + len(dumps_body({}))  # 48
-SYNCED_PAD_MIN = FRAME_OVERHEAD + len(dumps_body({"pad": ""}))  # 56
 
 
 class DurableProof(NamedTuple):
