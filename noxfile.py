@@ -465,6 +465,26 @@ def faults(session: nox.Session) -> None:
 
 
 @nox.session
+def damage(session: nox.Session) -> None:
+    """A long damage campaign (spec/SPEC.md FLT-1, FLT-2; FORMATS.md REP): the seeded
+    corruption fuzzers over every file of a file:// store (each refused case repaired and
+    checked again), an SF slot and a blockdev ring image, with TIDELOG_DAMAGE_CASES (default
+    3000) cases per store variant and per SF durability. TIDELOG_DAMAGE_SEED defaults to the
+    printed run seed; a failing case names its seed and index."""
+    _install_project(session, "test")
+    seed = _seed(session)
+    cases = os.environ.get("TIDELOG_DAMAGE_CASES", "3000")
+    damage_seed = os.environ.get("TIDELOG_DAMAGE_SEED", seed)
+    session.log(f"damage campaign: {cases} cases per variant, seed {damage_seed}")
+    _pytest(
+        session, seed, "tests/unit/test_store_damage.py", "tests/unit/test_sf_damage.py",
+        "tests/unit/test_blockdev_damage.py", "-s", *session.posargs,
+        TIDELOG_DAMAGE_CASES=cases, TIDELOG_DAMAGE_SEED=damage_seed,
+        TIDELOG_SF_DAMAGE_CASES=cases, TIDELOG_SF_DAMAGE_SEED=damage_seed,
+    )  # fmt: skip
+
+
+@nox.session
 def conformance(session: nox.Session) -> None:
     """A long conformance campaign (spec/CONFORMANCE.md): tidelog's backends through its driver
     at every level with TIDELOG_CONFORMANCE_EXAMPLES (default 300) examples, the kit on every

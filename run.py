@@ -39,10 +39,11 @@ commands (nox sessions, see noxfile.py):
   packaging    only tests/packaging (wheel + editable install checks)
   bench        benchmarks vs the disk's limits and the Python peers
                (`python3 run.py bench --quick`; results in bench-results/)
-  stateful, crash, forward, conformance, faults
+  stateful, crash, forward, conformance, faults, damage
                long seeded campaigns (stateful suite, crash simulation,
                forwarder fault injection, conformance levels + mutants,
-               I/O faults: fault-injecting FS, strace, libfiu)
+               I/O faults: fault-injecting FS, strace, libfiu; damaged
+               files: corruption fuzzers over stores, slots and rings)
   blockdev_device  the blockdev backend on loop devices (root + losetup)
   SESSION      any other nox session in noxfile.py
 
