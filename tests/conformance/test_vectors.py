@@ -131,5 +131,5 @@ def test_verify_cli_explains_problems(vectors: tuple[Path, dict[str, Any]]) -> N
          str(out / "blockdev-image" / "torn-head-page.img")],
         capture_output=True, text=True, check=False,
     )
-    assert warn.returncode == 0 and "[RING-4]" in warn.stdout, warn.stdout
+    assert warn.returncode == 0 and "[BDEV-22]" in warn.stdout, warn.stdout
     assert os.path.isdir(out / "file-store" / "valid")
