@@ -12,7 +12,8 @@ damages ring images of every shape (bit flips and zeroed sectors in both metadat
 page, older live pages, dead and never-written pages, the page after the head) and compares each
 recovered log record by record with the undamaged copy: typed ``corrupt``, or every acknowledged
 record intact or behind a tombstone, never a reused seq (except BDEV-22's stated residual case,
-checked to be exactly that), and ``verify`` says what open does.
+checked to be exactly that), and ``verify`` says what open does. Every case open refuses is then
+repaired (BDEV-24..BDEV-26) and checked as strictly as the undamaged copy.
 """
 
 from __future__ import annotations
@@ -537,7 +538,8 @@ def test_BDEV_22_seeded_corruption_fuzzer(tmp_path: Path) -> None:
     undamaged copy: a typed corrupt naming the image and offset (and verify's first error is
     that same message), or every acknowledged record intact or behind a tombstone and no seq
     handed out again, with verify's warnings exactly recovery's; the only loss allowed is
-    BDEV-22's residual case (the page after the recovered head, warned at its offset)."""
+    BDEV-22's residual case (the page after the recovered head, warned at its offset). Each
+    refused case is repaired (BDEV-24, BDEV-25, BDEV-26: ``_check_repair``)."""
     rng = random.Random(SEED)
     counts: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
