@@ -52,16 +52,21 @@ def open_existing(uri: str) -> Store:
     return tidelog.open(parsed)
 
 
+# Schemes with a read-only view: no lock, nothing written (FORMATS XPR-1, FORMATS-blockdev
+# BDEV-28).
+_VIEWS = ("file", "blockdev")
+
+
 def has_read_only_view(uri: str) -> bool:
-    """Whether ``open_read_only`` opens ``uri`` as a view that never writes (file:// only)."""
-    return tidelog.parse_uri(uri).scheme == "file"
+    """Whether ``open_read_only`` opens ``uri`` as a view that never writes."""
+    return tidelog.parse_uri(uri).scheme in _VIEWS
 
 
 def open_read_only(uri: str) -> Store:
     """Open a store to read it (``inspect``, ``tail``; CLI-3): never created, never written
-    where the backend has a read-only view (file://, FORMATS XPR-1; the keyword wins over a
-    ``readonly=false`` in the URI, URI-2). blockdev:// and sf:// have none: they are opened
-    for writing, which takes their lock, and only if they exist."""
+    where the backend has a read-only view (file://, XPR-1; blockdev://, BDEV-28; the keyword
+    wins over a ``readonly=false`` in the URI, URI-2). sf:// has none: it is opened for
+    writing, which takes its lock, and only if it exists."""
     if not has_read_only_view(uri):
         return open_existing(uri)
     parsed = tidelog.parse_uri(uri)

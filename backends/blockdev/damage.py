@@ -23,7 +23,7 @@ from .device import Geometry
 from .format import SLOT_BYTES, FormatCorrupt, Slot, decode_slot, slot_index
 from .ring import Assembled, RingScan, assemble, scan_ring
 
-__all__ = ["Examined", "examine", "read_slots", "slot_warnings", "corrupt_from"]
+__all__ = ["Examined", "examine", "read_slots", "slot_warnings", "corrupt_from", "body_problem"]
 
 _LAP_MOD = 1 << 32  # the trailer keeps the lap mod 2**32 (BDEV-7)
 
@@ -90,7 +90,7 @@ def examine(path: str, geom: Geometry, slot: Slot, read_page: Callable[[int], by
     def error(offset: int | None, rule: str, message: str) -> None:
         out.problems.append(Problem(path, offset, rule, ERROR, message))
 
-    bad_body = _body_problem(slot.body)
+    bad_body = body_problem(slot.body)
     if bad_body is not None:
         error(slot_off, "BDEV-4", f"metadata slot generation {slot.generation}: {bad_body}")
         return out
@@ -236,7 +236,7 @@ def _slot_ahead(slot: Slot, lap: int, index: int, n: int) -> int:
     return laps * n + int(body["next"]) - index
 
 
-def _body_problem(body: dict[str, Any]) -> str | None:
+def body_problem(body: dict[str, Any]) -> str | None:
     """Why recovery could not use a slot body whose CRC matched (BDEV-4), or None."""
     try:
         _check_body(body)

@@ -21,13 +21,21 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tidelog.errors import BadOption, Locked
+from tidelog.errors import BadOption, Locked, StorageError
 from tidelog.fsio import FS, Handle, OsFS
 from tidelog.model.ring import MAX_PAGES, usable_page_count
 
 from .format import META_BYTES, MIN_PAGE_SIZE
 
-__all__ = ["Geometry", "DeviceHandle", "Attached", "attach", "geometry_for", "is_block_device"]
+__all__ = [
+    "Geometry",
+    "DeviceHandle",
+    "Attached",
+    "attach",
+    "attach_read_only",
+    "geometry_for",
+    "is_block_device",
+]
 
 _BLKSSZGET = 0x1268  # ioctl: logical sector size of a block device (linux/fs.h)
 
@@ -65,11 +73,11 @@ class DeviceHandle:
     memory; writes that are not aligned raise EINVAL like the kernel would (callers only ever
     write whole aligned pages and metadata blocks)."""
 
-    def __init__(self, path: str, *, direct: bool) -> None:
+    def __init__(self, path: str, *, direct: bool, read_only: bool = False) -> None:
         self.path = path
         self.direct = False
         self.fd = -1
-        flags = os.O_RDWR | os.O_CLOEXEC
+        flags = (os.O_RDONLY if read_only else os.O_RDWR) | os.O_CLOEXEC
         if direct and hasattr(os, "O_DIRECT"):
             try:
                 self.fd = os.open(path, flags | os.O_DIRECT)
@@ -255,6 +263,21 @@ def attach(fs: FS, path: str, *, size: int | None, direct: str) -> Attached:
         _check_direct(dev, direct)
         return _locked(Attached(dev, "image", False, dev.direct))
     return _locked(Attached(fs.open(path, create=False), "image", False, False))
+
+
+def attach_read_only(fs: FS, path: str) -> Attached:
+    """Open the ring's device or image to read it only (BDEV-28): no lock, nothing created;
+    a missing image is ``io_error`` (ENOENT), a directory ``BadOption``."""
+    if is_block_device(fs, path):
+        dev = DeviceHandle(path, direct=False, read_only=True)
+        return Attached(dev, "device", False, False)
+    if not fs.exists(path):
+        err = StorageError(f"no ring image or device at {path}: it does not exist (readonly=true)")
+        err.errno = errno.ENOENT
+        raise err
+    if fs.is_dir(path):
+        raise BadOption(f"blockdev path {path} is a directory, not an image or device")
+    return Attached(fs.open_read(path), "image", False, False)
 
 
 def _check_direct(dev: DeviceHandle, direct: str) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "MARK",
     "CARRIED",
     "PAGE_PARTIAL",
+    "PAGE_LOSS",
     "PageHeader",
     "RecordOut",
     "MarkOut",
@@ -54,11 +55,13 @@ __all__ = [
     "encode_mark",
     "mark_size",
     "encode_page",
+    "encode_loss_page",
     "decode_trailer",
     "unchecked_trailer",
     "decode_entries",
     "encode_slot",
     "decode_slot",
+    "unchecked_slot_ring_id",
     "dumps_body",
     "slot_index",
 ]
@@ -87,7 +90,8 @@ _MARK_FLAGS = MARK | BATCH_END | CARRIED
 MAX_PRODUCER_ID = 200
 # page flags (BDEV-7)
 PAGE_PARTIAL = 0x0001  # sealed before it was full (fsync commit, flush, close)
-_PAGE_FLAGS = PAGE_PARTIAL
+PAGE_LOSS = 0x0002  # written by repair in place of a damaged page: no entries, seqs lost (BDEV-25)
+_PAGE_FLAGS = PAGE_PARTIAL | PAGE_LOSS
 
 _SLOT_HEAD = struct.Struct("<8sHHB3xQQIIQI")  # 52 bytes, see BDEV-3
 _TRAILER = struct.Struct("<QQQQIIHHI8x4sI")  # 64 bytes, see BDEV-7
@@ -242,6 +246,11 @@ class PageHeader:
     def last_seq(self) -> int:
         return self.first_seq + self.count - 1
 
+    @property
+    def loss(self) -> bool:
+        """A LOSS page (BDEV-25): its ``count`` seqs from ``first_seq`` are lost."""
+        return bool(self.flags & PAGE_LOSS)
+
 
 def _trailer_bytes(h: PageHeader) -> bytes:
     return _TRAILER.pack(
@@ -270,6 +279,16 @@ def encode_page(page_size: int, ring_id: int, body: bytes, header: PageHeader) -
     return body + bytes(cap - len(body)) + head + crc.to_bytes(4, "little")
 
 
+def encode_loss_page(page_size: int, ring_id: int, header: PageHeader) -> bytes:
+    """A LOSS page (BDEV-25): no entries (``used`` 0), flag ``LOSS``; the trailer's ``count``
+    seqs from ``first_seq`` are lost. Checksummed like every page (BDEV-7)."""
+    if header.used or not header.loss or header.first_seq < 1 or header.count >= 1 << 32:
+        raise ValueError(f"bad LOSS page: {header}")
+    head = _trailer_bytes(header)
+    crc = checksum(ring_id.to_bytes(8, "little"), head)
+    return bytes(page_capacity(page_size)) + head + crc.to_bytes(4, "little")
+
+
 def decode_trailer(page: bytes | memoryview, ring_id: int) -> PageHeader | None:
     """The page's trailer if the page is valid for this ring (magic, bounds, CRC32C with the ring
     id: BDEV-7), else ``None``: never written, zeroed, torn, garbage or another format's page."""
@@ -280,9 +299,12 @@ def decode_trailer(page: bytes | memoryview, ring_id: int) -> PageHeader | None:
     (first, floor, min_hwm, gen, count, used, pseq, flags, lap, magic, crc) = _TRAILER.unpack_from(
         page, t
     )
-    if magic != PAGE_MAGIC or used > t or used < 1 or first < 1 or flags & ~_PAGE_FLAGS:
+    if magic != PAGE_MAGIC or used > t or first < 1 or flags & ~_PAGE_FLAGS:
         return None
-    if used < count:  # every record takes at least one byte
+    if flags & PAGE_LOSS:
+        if used:  # a LOSS page holds no entries (BDEV-25)
+            return None
+    elif used < 1 or used < count:  # every record takes at least one byte
         return None
     view = memoryview(page)
     if checksum(ring_id.to_bytes(8, "little"), view[:used], view[t : size - 4]) != crc:
@@ -306,6 +328,8 @@ def decode_entries(page: bytes | memoryview, header: PageHeader) -> list[Entry]:
     whose checksum matched but whose entries do not parse was written wrong, not torn:
     ``FormatCorrupt``."""
     out: list[Entry] = []
+    if header.loss:
+        return out  # its seqs are lost: no entries (BDEV-25)
     pos, end, prev_ts, seq = 0, header.used, 0, header.first_seq
     while pos < end:
         flags = page[pos]
@@ -434,3 +458,11 @@ def decode_slot(raw: bytes | memoryview, index: int) -> Slot:
     if not isinstance(body, dict):
         raise FormatCorrupt("BDEV-3", "body is not a JSON object")
     return Slot(gen, ring_id, page_size, page_count, num_pages, bool(flags & 1), body)
+
+
+def unchecked_slot_ring_id(raw: bytes | memoryview) -> int | None:
+    """The ring id a slot that does not validate says it has, if its magic is in place: what a
+    damaged slot may still tell (unverified; repair only uses it to refuse, BDEV-27)."""
+    if len(raw) < SLOT_HEADER_BYTES or bytes(raw[:8]) != SLOT_MAGIC:
+        return None
+    return int(_SLOT_HEAD.unpack_from(raw, 0)[5])

@@ -44,17 +44,25 @@ def empty_facts() -> dict[str, Any]:
 
 
 def dead_ranges(t: EngineTopic) -> list[list[int]]:
-    """Seqs at or above the floor that are not live, as [lo, hi] runs. With no deletes on this
-    backend they were all trimmed (voluntary): involuntary removal always moves the floor."""
+    """Seqs at or above the floor that are neither live nor lost, as [lo, hi] runs. With no
+    deletes on this backend they were all trimmed (voluntary): involuntary removal always moves
+    the floor, and the seqs of LOSS pages (BDEV-25) are loss ranges, never trims (recovery
+    reads a trim silently, TMB-4)."""
     log = t.log
     out: list[list[int]] = []
     nxt = log.evict_floor
-    for q in log.live_between(log.evict_floor, log.head):
-        if q > nxt:
-            out.append([nxt, q - 1])
+    for q in [*log.live_between(log.evict_floor, log.head), log.head + 1]:
+        lo = nxt
         nxt = q + 1
-    if nxt <= log.head:
-        out.append([nxt, log.head])
+        if lo == q:
+            continue
+        for a, z in log.losses:  # ascending, disjoint
+            if lo <= z and a < q:
+                if a > lo:
+                    out.append([lo, a - 1])
+                lo = z + 1
+        if lo < q:
+            out.append([lo, q - 1])
     return out
 
 

@@ -27,6 +27,7 @@ class BlockdevOptions:
     format: bool = False  # format even a device or image that holds something else
     direct: str = "auto"  # O_DIRECT: "auto" (raw block devices only), "on", "off"
     meta_every: int = 0  # also write the metadata slot every N page writes (0: never)
+    readonly: bool = False  # a read-only view: no lock, nothing written (BDEV-28)
 
 
 def _page_size(key: str, value: object) -> int:
@@ -46,6 +47,7 @@ _BLOCKDEV_OPTIONS = {
     "format": parse_bool,
     "direct": lambda k, v: _direct(k, v),
     "meta_every": lambda k, v: parse_int(k, v, minimum=0),
+    "readonly": parse_bool,
 }
 
 
@@ -64,4 +66,7 @@ def parse_blockdev_options(
 ) -> tuple[StoreOptions, BlockdevOptions]:
     parsed = validate_options(options, {**COMMON_OPTIONS, **_BLOCKDEV_OPTIONS}, where="blockdev://")
     common = {k: parsed.pop(k) for k in list(parsed) if k in COMMON_OPTIONS}
-    return StoreOptions(**common), BlockdevOptions(**parsed)
+    bopts = BlockdevOptions(**parsed)
+    if bopts.readonly and bopts.format:
+        raise BadOption("option format=true: a read-only view (readonly=true) never writes")
+    return StoreOptions(**common), bopts

@@ -89,19 +89,25 @@ def recover(b: BlockdevBackend, slot: Slot) -> bool:
 
 
 def _replay(b: BlockdevBackend, t: Any, asm: Assembled) -> None:
+    """Records oldest first; the seqs of LOSS pages (BDEV-25) are skipped over and become loss
+    ranges (TMB-2): readers get a tombstone, and no seq is assigned again."""
     log = t.log
-    recs = asm.records
-    start = recs[0].seq if recs else asm.head_seq + 1
-    if start > 1:
-        log.skip_to(start - 1)
     run: list[RecordOut] = []
-    for r in recs:
-        if run and (r.ts, r.tag, r.node) != (run[0].ts, run[0].tag, run[0].node):
+    for r in asm.records:
+        if run and (
+            (r.ts, r.tag, r.node) != (run[0].ts, run[0].tag, run[0].node)
+            or r.seq != run[-1].seq + 1
+        ):
             _append(b, t, run)
             run = []
+        if not run and r.seq > log.head + 1:
+            log.skip_to(r.seq - 1)  # below the first record, or a LOSS page's seqs
         run.append(r)
     if run:
         _append(b, t, run)
+    log.skip_to(asm.head_seq)  # a LOSS page, or records of an abandoned op, after the last
+    for lo, hi in asm.losses:
+        log.add_loss(lo, hi)
 
 
 def _append(b: BlockdevBackend, t: Any, run: list[RecordOut]) -> None:

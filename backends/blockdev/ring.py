@@ -10,7 +10,9 @@ the retained pages into one run of records (BDEV-10):
   crash (memory class, DUR-4); if the overlapped tail holds a completed op it is corruption;
 * a page whose ``first_seq`` skips seqs: records are missing between two pages, which per-page
   syncs never leave (a damaged page, BDEV-22): ``FormatCorrupt``, never a shorter log;
-* records after the last BATCH_END are an op whose last page never reached the device: dropped.
+* records after the last BATCH_END are an op whose last page never reached the device: dropped;
+* a LOSS page (written by repair in place of a damaged one, BDEV-25) continues the run with its
+  seqs as a loss range and ends any op before it (those records were on the device).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "scan_ring",
     "page_reader",
     "Assembled",
+    "LossOut",
     "assemble",
 ]
 
@@ -186,6 +189,17 @@ def scan_ring(read_page: Callable[[int], bytes], geometry: Geometry, ring_id: in
     return scan
 
 
+@dataclass(frozen=True, slots=True)
+class LossOut:
+    """The seqs of a LOSS page (BDEV-25): lost, read as a loss range (TMB-2)."""
+
+    lo: int
+    hi: int
+
+
+_Item = Entry | LossOut
+
+
 @dataclass
 class Assembled:
     """The retained records as one run, and the producer marks (BDEV-9, BDEV-10)."""
@@ -197,24 +211,32 @@ class Assembled:
     marks: dict[str, tuple[int, int]]  # producer -> (sequence, page of its newest copy)
     abandoned: int = 0  # records of an op that never completed
     notes: list[str] = field(default_factory=list)
+    losses: list[tuple[int, int]] = field(default_factory=list)  # LOSS pages' seqs (BDEV-25)
 
 
-def _ends_op(e: Entry) -> bool:
+def _ends_op(e: _Item) -> bool:
+    """An op's last entry; a LOSS page ends whatever op came before it (BDEV-25)."""
+    if isinstance(e, LossOut):
+        return True
     return e.batch_end and not (isinstance(e, MarkOut) and e.carried)
 
 
+def _reaches(e: _Item, seq: int) -> bool:
+    """Whether ``e`` holds ``seq`` or a later seq (a mark holds none)."""
+    if isinstance(e, RecordOut):
+        return e.seq >= seq
+    return isinstance(e, LossOut) and e.hi >= seq
+
+
 def assemble(scan: RingScan) -> Assembled:
-    kept: list[tuple[int, Entry]] = []  # (page index, entry), oldest first
+    kept: list[tuple[int, _Item]] = []  # (page index, entry), oldest first
     facts: list[tuple[int, MarkOut]] = []  # carried marks removed from ``kept``: still facts
     next_seq: int | None = None
     notes: list[str] = []
     for page in scan.pages:
         first = page.header.first_seq
         if next_seq is not None and first < next_seq:
-            cut = next(
-                (k for k, (_, e) in enumerate(kept) if isinstance(e, RecordOut) and e.seq >= first),
-                len(kept),
-            )
+            cut = next((k for k, (_, e) in enumerate(kept) if _reaches(e, first)), len(kept))
             done = next((e for _, e in kept[cut:] if _ends_op(e)), None)
             if done is not None:
                 raise FormatCorrupt(
@@ -232,6 +254,8 @@ def assemble(scan: RingScan) -> Assembled:
                 f"{next_seq - 1}: seqs {next_seq}..{first - 1} are in no page (BDEV-22)",
                 page=page.index,
             )
+        if page.header.loss and page.header.count:
+            kept.append((page.index, LossOut(first, page.header.last_seq)))
         kept += [(page.index, e) for e in page.entries]
         next_seq = first + page.header.count
     last_end = max((k for k, (_, e) in enumerate(kept) if _ends_op(e)), default=-1)
@@ -242,8 +266,10 @@ def assemble(scan: RingScan) -> Assembled:
     facts += [(i, e) for i, e in tail if isinstance(e, MarkOut) and e.carried]
     kept = kept[: last_end + 1]
     records = [e for _, e in kept if isinstance(e, RecordOut)]
-    if records:
-        head_seq = records[-1].seq
+    losses = [(e.lo, e.hi) for _, e in kept if isinstance(e, LossOut)]
+    last = next((e for _, e in reversed(kept) if isinstance(e, (RecordOut, LossOut))), None)
+    if last is not None:
+        head_seq = last.seq if isinstance(last, RecordOut) else last.hi
     elif tail or next_seq is not None:
         first_tail = next((e.seq for _, e in tail if isinstance(e, RecordOut)), None)
         head_seq = (first_tail if first_tail is not None else next_seq or 1) - 1
@@ -253,6 +279,8 @@ def assemble(scan: RingScan) -> Assembled:
     for i, e in kept:
         if isinstance(e, RecordOut):
             ranges[i] = (ranges.get(i, (e.seq, e.seq))[0], e.seq)
+        elif isinstance(e, LossOut):
+            ranges[i] = (e.lo, e.hi)
     marks: dict[str, tuple[int, int]] = {}
     for i, m in [*facts, *((i, e) for i, e in kept if isinstance(e, MarkOut))]:
         have = marks.get(m.pid)
@@ -260,7 +288,7 @@ def assemble(scan: RingScan) -> Assembled:
             marks[m.pid] = (m.n, i) if have is None or m.n > have[0] else (m.n, have[1])
     _newest_copies(marks, scan)
     newest = scan.pages[-1].header if scan.pages else None
-    return Assembled(records, head_seq, newest, ranges, marks, abandoned, notes)
+    return Assembled(records, head_seq, newest, ranges, marks, abandoned, notes, losses)
 
 
 def _newest_copies(marks: dict[str, tuple[int, int]], scan: RingScan) -> None:

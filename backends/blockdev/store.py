@@ -8,6 +8,10 @@ the partially filled page and the metadata slot, so a clean reopen restores ever
 later op raises it, and ``close`` releases the device before raising it (BDEV-23).
 
 One topic per device (``multi_topic=False``): the ring is bound to one topic name at format time.
+
+``readonly=true`` opens a view (BDEV-28): no lock, the device opened read-only, recovery run in
+memory only; ``refresh`` reads the ring again once its metadata block or the page the writer
+writes next has changed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +42,7 @@ from ..common.engine import Engine, EngineTopic
 from ..common.progress import SubState
 from . import meta as metamod
 from .damage import read_slots, slot_warnings
-from .device import Attached, DeviceHandle, Geometry, attach, geometry_for
+from .device import Attached, DeviceHandle, Geometry, attach, attach_read_only, geometry_for
 from .format import (
     META_BYTES,
     SLOT_BYTES,
@@ -82,6 +87,9 @@ class RingEviction:
     page: int
 
 
+_VIEW_TRIES = 5  # reads of a ring a view makes before it believes the ring is damaged
+
+
 def new_ring_id() -> int:
     return int.from_bytes(os.urandom(8), "little") or 1
 
@@ -103,8 +111,13 @@ class BlockdevBackend(Engine):
         self._slots = [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
         self.formatted = False
         self.io_base = IoStats()  # device writes from format until this open (from the slot)
+        self.readonly = bopts.readonly
+        self._seen: tuple[bytes, bytes] | None = None  # a view's last look (BDEV-28)
         try:
-            self.dev: Attached = attach(fs, path, size=bopts.size, direct=bopts.direct)
+            if self.readonly:
+                self.dev: Attached = attach_read_only(fs, path)
+            else:
+                self.dev = attach(fs, path, size=bopts.size, direct=bopts.direct)
         except StorageError:
             raise
         except OSError as exc:
@@ -112,7 +125,10 @@ class BlockdevBackend(Engine):
         self.io = IoQueue(self.dev.handle, path)
         try:
             with self.lock:
-                self._open()
+                if self.readonly:
+                    self._open_view()
+                else:
+                    self._open()
         except BaseException as exc:
             with contextlib.suppress(OSError):
                 self.dev.handle.close()
@@ -142,6 +158,60 @@ class BlockdevBackend(Engine):
             # the crash lost records the slot's progress covers; their seqs will be assigned
             # again, so the recovered progress reaches the device first (BDEV-17, SUB-7)
             self.enqueue_meta(write_now=True)
+
+    # -- read-only views (BDEV-28) -------------------------------------------------------------
+    def _open_view(self) -> None:
+        """Recovery in memory only: no format, no slot write, no journal. A writer may be
+        writing while the view reads, so a ring that reads as damaged is read again a few
+        times before the ``Corrupt`` stands (real damage does not go away)."""
+        for attempt in range(_VIEW_TRIES):
+            self.topics, self.by_id, self.incarnations = {}, {}, 0
+            self.warnings, self._slots = [], [bytes(SLOT_BYTES), bytes(SLOT_BYTES)]
+            try:
+                self._view_once()
+                return
+            except Corrupt:
+                if attempt + 1 == _VIEW_TRIES:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+
+    def _view_once(self) -> None:
+        try:
+            device_bytes = self.dev.handle.size()
+        except OSError as exc:
+            raise storage_error(exc, f"reading the size of {self.path}") from None
+        block = self._pread(META_BYTES, 0) if device_bytes >= META_BYTES else b""
+        found, _ = read_slots(block.ljust(META_BYTES, b"\0"))
+        if not found and (not block or self._all_zero()):
+            raise StorageError(
+                f"blockdev {self.dev.kind} {self.path} holds no ring yet (never formatted): "
+                "nothing to read"
+            )
+        slot = self._load_slot(block)
+        assert slot is not None
+        self._adopt(slot, device_bytes)
+        recover(self, slot)  # progress past the head is clamped in memory only (BDEV-17)
+        self._seen = self._look()
+
+    def _look(self) -> tuple[bytes, bytes]:
+        """The metadata block and the page the writer writes next: every write a writer makes
+        changes one of them first (BDEV-6, BDEV-14)."""
+        ring = self.ring
+        page = self._pread(ring.geometry.page_size, ring.geometry.offset(ring.next_index))
+        return self._pread(META_BYTES, 0), page
+
+    def refresh(self) -> None:
+        """A view catches up with the writer: the ring is read again when it changed."""
+        if not self.readonly:
+            return
+        with self.lock:
+            self._check_open()
+            if self._look() == self._seen:
+                return
+            self._open_view()
+            for t in self.topics.values():
+                self._bump(t)
+            self.changed.notify_all()
 
     def _load_slot(self, block: bytes) -> Slot | None:
         """The newest valid slot (BDEV-4), ``None`` for an empty image that may be formatted, or
@@ -517,10 +587,22 @@ class BlockdevBackend(Engine):
         with self.lock:
             self._check_open()
             Engine.flush(self)
+            if self.readonly:
+                return  # a view has nothing to write (BDEV-28)
             target, need = self._seal_all()
         self.io.drain(self.lock, target, need, lambda: None)
 
     def close(self) -> None:
+        if self.readonly:
+            with self.lock:
+                if self.closed:
+                    return
+                self.closed = True
+                self.changed.notify_all()
+            closing = self._release()
+            if closing is not None:
+                raise closing
+            return
         with self.lock:
             if self.closed:
                 return
@@ -590,6 +672,7 @@ class BlockdevBackend(Engine):
                     "direct_io": self.dev.direct,
                     "topic_binding": self.bound,
                     "formatted": self.formatted,
+                    "readonly": self.readonly,
                     "page_size": geom.page_size,
                     "page_count": geom.page_count,
                     "ring_bytes": geom.ring_bytes,

@@ -150,3 +150,39 @@ def test_BDEV_20_four_kib_sector_device(loop: Any) -> None:
     with tidelog.open(f"blockdev://{dev}") as store:
         assert store.topic("t").state().head_seq == 10
     assert verify_image(OsFS(), dev).problems == []
+
+
+def test_BDEV_24_BDEV_28_repair_and_a_view_on_a_raw_device(
+    loop: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BDEV-24, BDEV-25, BDEV-28: on a raw device, a view reads the ring beside its writer
+    (O_RDONLY, no lock) and writes nothing; a damaged middle page is refused, and `tidelog
+    repair` puts the copy of what it overwrites in the current directory (a device's own
+    directory is /dev), turns exactly that page's seq into a tombstone, and verify is clean."""
+    dev = loop()
+    writer = tidelog.open(f"blockdev://{dev}?format=true&topic=t")
+    t = writer.topic("t", durability="fsync")
+    for k in range(1, 7):
+        t.append(b"r%d" % k)  # one 4 KiB page each
+    with tidelog.open(f"blockdev://{dev}?readonly=true") as view:
+        shown = view.topic("t", create=False).read()
+        assert [r.payload for r in shown if isinstance(r, Record)] == [
+            b"r%d" % k for k in range(1, 7)
+        ]
+    writer.close()
+    page2 = 4096 + 2 * 4096
+    damaged = bytearray(_read(dev, 4096, page2))
+    damaged[3] ^= 1
+    _write(dev, bytes(damaged), page2)
+    with pytest.raises(Corrupt, match=f"byte offset {page2}:"):
+        tidelog.open(f"blockdev://{dev}")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["repair", f"blockdev://{dev}"])
+    assert result.exit_code == 0, result.output
+    [copy] = [p for p in tmp_path.iterdir() if ".quarantine-" in p.name]
+    assert copy.name.startswith(os.path.basename(dev) + ".quarantine-")
+    assert verify_image(OsFS(), dev).errors == []
+    with tidelog.open(f"blockdev://{dev}") as store:
+        items = store.topic("t").read()
+    assert [r.seq for r in items if isinstance(r, Record)] == [1, 2, 4, 5, 6]
+    assert [(i.gap_from, i.gap_to) for i in items if not isinstance(i, Record)] == [(3, 3)]

@@ -12,7 +12,8 @@ damages ring images of every shape (bit flips and zeroed sectors in both metadat
 page, older live pages, dead and never-written pages, the page after the head) and compares each
 recovered log record by record with the undamaged copy: typed ``corrupt``, or every acknowledged
 record intact or behind a tombstone, never a reused seq (except BDEV-22's stated residual case,
-checked to be exactly that), and ``verify`` says what open does.
+checked to be exactly that), and ``verify`` says what open does. Every case open refuses is then
+repaired (BDEV-24..BDEV-26) and checked as strictly as the undamaged copy.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import tidelog
 from tidelog.backends.blockdev import verify_image
 from tidelog.backends.blockdev.device import Geometry
 from tidelog.backends.blockdev.format import SLOT_BYTES, decode_slot, encode_slot, slot_index
+from tidelog.backends.blockdev.repair import read_quarantine, repair_ring
 from tidelog.backends.blockdev.ring import page_reader, scan_ring
 from tidelog.backends.blockdev.verify import Problem
 from tidelog.clock import FakeClock
@@ -451,7 +453,8 @@ def _check_case(
         assert not report.ok, what
         assert str(path) in msg and "byte offset" in msg, (what, msg)
         assert same_error(report.errors[0], msg), (what, msg, report.errors)
-        counts["refused (corrupt)"] += 1
+        _check_repair(path, base, ref, what)
+        counts["refused (corrupt), then repaired"] += 1
         return
     try:
         assert report.ok, (what, report.errors)
@@ -489,6 +492,45 @@ def _check_case(
         store.close()
 
 
+def _check_repair(path: Path, base: Base, ref: Reference, what: str) -> None:
+    """BDEV-24..BDEV-26 on a refused case, as strictly as the undamaged copy is checked: repair
+    copies every byte it overwrites to its quarantine file and nothing else changes; then
+    verify finds no error, the ring opens, every acknowledged record is intact or behind a
+    tombstone (nothing invented), no seq comes back, a second repair finds nothing to do."""
+    damaged = path.read_bytes()
+    report = repair_ring(OsFS(), str(path))
+    assert report.changed and report.quarantine is not None, what
+    header, saved = read_quarantine(Path(report.quarantine).read_bytes())
+    assert header["device"] == str(path), what
+    after = bytearray(path.read_bytes())
+    for offset, data in saved:
+        assert damaged[offset : offset + len(data)] == data, what
+        after[offset : offset + len(data)] = data
+    assert bytes(after) == damaged, what  # only quarantined bytes were overwritten
+    Path(report.quarantine).unlink()
+    verified = verify_image(OsFS(), str(path))
+    assert verified.ok, (what, verified.errors)
+    with tidelog.open(f"blockdev://{path}") as store:
+        t = store.topic("t", create=False)
+        items = list(t.read(0, 10**6))
+        head = t.state().head_seq
+        assert set(warnings_of(store)) == {str(p) for p in verified.problems}, what
+        got = {r.seq: r for r in items if isinstance(r, Record)}
+        for r in got.values():
+            assert r.payload == payload(r.seq) and r.seq <= base.appended, what
+        covered = {
+            q for i in items if isinstance(i, Tombstone) for q in range(i.gap_from, i.gap_to + 1)
+        }
+        for r in ref.items:
+            if isinstance(r, Record):
+                assert r.seq in got or r.seq in covered, (what, r.seq, report.actions)
+        lost = {q for lo, hi in report.losses for q in range(lo, hi + 1)}
+        assert not lost & set(got), what  # the LOSS pages' seqs are exactly not readable
+        assert head >= ref.head, what  # no seq is handed out again
+        assert t.append(b"next") == head + 1
+    assert not repair_ring(OsFS(), str(path)).changed, what
+
+
 def test_BDEV_22_seeded_corruption_fuzzer(tmp_path: Path) -> None:
     """BDEV-22, BDEV-21, FLT-1, FLT-2: bit flips and zeroed sectors in every region of rings of
     every shape (lap 0 and wrapped, crash images and cleanly closed ones, fsync and memory
@@ -496,7 +538,8 @@ def test_BDEV_22_seeded_corruption_fuzzer(tmp_path: Path) -> None:
     undamaged copy: a typed corrupt naming the image and offset (and verify's first error is
     that same message), or every acknowledged record intact or behind a tombstone and no seq
     handed out again, with verify's warnings exactly recovery's; the only loss allowed is
-    BDEV-22's residual case (the page after the recovered head, warned at its offset)."""
+    BDEV-22's residual case (the page after the recovered head, warned at its offset). Each
+    refused case is repaired (BDEV-24, BDEV-25, BDEV-26: ``_check_repair``)."""
     rng = random.Random(SEED)
     counts: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
@@ -518,4 +561,4 @@ def test_BDEV_22_seeded_corruption_fuzzer(tmp_path: Path) -> None:
         f"{v} {k}" for k, v in sorted(counts.items())) + "; no other loss")  # fmt: skip
     print("  by region: " + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())))
     assert total == sum(kinds.values()) > 1000
-    assert counts["refused (corrupt)"] > 100 and counts["intact"] > 100
+    assert counts["refused (corrupt), then repaired"] > 100 and counts["intact"] > 100

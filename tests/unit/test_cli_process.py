@@ -120,16 +120,26 @@ def test_python_dash_m_tidelog_runs_the_cli(tmp_path: Path) -> None:
     assert result.stdout.strip() == f"tidelog {tidelog.__version__}"
 
 
+def store_uri(tmp_path: Path, scheme: str) -> str:
+    """A file store with frequent checkpoints, or a ring of 4 KiB pages with room for every
+    record the tests append (one page each: they are fsync appends) without wrapping."""
+    if scheme == "file":
+        return f"file://{tmp_path / 'store'}?{SMALL}"
+    return f"blockdev://{tmp_path / 'ring.img'}?size=264KiB&page_size=4096&topic=events"
+
+
 # -- tail --follow beside a writer process ---------------------------------------------------
+@pytest.mark.parametrize("scheme", ["file", "blockdev"])
 @pytest.mark.parametrize("query", ["", "&readonly=true"])
 def test_CLI_4_tail_follow_shows_another_process_appends(
-    tmp_path: Path, procs: list[subprocess.Popen[str]], query: str
+    tmp_path: Path, procs: list[subprocess.Popen[str]], query: str, scheme: str
 ) -> None:
     """CLI-3, CLI-4: `tail --follow` opens a read-only view (so the writer keeps its lock),
     refreshes it between polls and prints what the other process appends, through checkpoints
-    that replace the snapshot (XPR-1), every record once and in order; SIGTERM ends it with 0.
-    A URI that asks for readonly=true itself must follow too."""
-    uri = f"file://{tmp_path / 'store'}?{SMALL}"
+    that replace the snapshot (XPR-1) or the ring's new pages (BDEV-28), every record once and
+    in order; SIGTERM ends it with 0. A URI that asks for readonly=true itself must follow
+    too."""
+    uri = store_uri(tmp_path, scheme)
     writer = start_writer(procs, tmp_path, uri)
     acks = Lines(writer.stdout)
     assert acks.take(1) == ["ready"]
@@ -159,12 +169,13 @@ def test_CLI_4_tail_follow_shows_another_process_appends(
     assert writer.wait(timeout=WAIT) == 0
 
 
+@pytest.mark.parametrize("scheme", ["file", "blockdev"])
 def test_CLI_3_inspect_and_tail_beside_a_live_writer(
-    tmp_path: Path, procs: list[subprocess.Popen[str]]
+    tmp_path: Path, procs: list[subprocess.Popen[str]], scheme: str
 ) -> None:
-    """CLI-3: inspect and tail read a store another process holds open for writing (they used
-    to take the writer lock and fail with `locked`)."""
-    uri = f"file://{tmp_path / 'store'}?{SMALL}"
+    """CLI-3: inspect and tail read a store or ring another process holds open for writing
+    (they used to take the writer lock and fail with `locked`)."""
+    uri = store_uri(tmp_path, scheme)
     writer = start_writer(procs, tmp_path, uri)
     assert Lines(writer.stdout).take(1) == ["ready"]
     for args in (("inspect", uri, "--json"), ("tail", uri, "events")):

@@ -908,13 +908,14 @@ def _blockdev_image_vectors(out: str, add_dir: Callable[..., None]) -> None:
             f.write(data)
         add_dir(f"blockdev-image/{name}", "blockdev-image", False, what, verify=verify)
 
-    variant("torn-head-page.img", "torn: a killed writer's last page (the head) damaged: "
-            "recovery ends the ring one page earlier (RING-4; nothing after it proves it "
-            "durable: BDEV-22)",
+    variant("torn-head-page.img", "torn: a killed writer's last page (the head) damaged, with "
+            "nothing written after it: recovery ends the ring one page earlier (RING-4) and "
+            "warns that it may be damage no later write proves (BDEV-22)",
             _flip(image, head_at + 20), _verify(True, (), ("BDEV-22",)))
     newest = bf.slot_index(slot.generation) * bf.SLOT_BYTES
-    variant("damaged-slot.img", "the newest metadata slot damaged, and a page written after it "
-            "names its generation: damage, refused (BDEV-4, BDEV-22)",
+    variant("damaged-slot.img", "the newest metadata slot damaged, and a page written after "
+            "it names its generation: damage, refused (BDEV-22 (d); `tidelog repair` rebuilds "
+            "it, BDEV-26)",
             _flip(image, newest + 60), _verify(False, ("BDEV-22",), ("BDEV-22",)))
     variant("no-slot.img", "both metadata slots damaged: not a ring (BDEV-3, BDEV-11)",
             _flip(_flip(image, 60), bf.SLOT_BYTES + 60), _verify(False, ("BDEV-3", "BDEV-11")))
