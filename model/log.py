@@ -562,13 +562,17 @@ class ModelStore(Backend):
             t, _ = self._enter(ref)
             s = self._sub(t, name)
             items: list[Item] = []
-            if s.gap is not None:
-                items.append(Tombstone(*s.gap))
-                s.cursor = max(s.cursor, s.gap[1])
-                s.gap = None
             s.cursor = max(s.cursor, s.hwm)
             q = s.cursor + 1
-            while q <= t.head and len(items) < limit:
+            while len(items) < limit:
+                if s.gap is not None and q >= s.gap[0]:  # SUB-4: the gap in seq order
+                    items.append(Tombstone(*s.gap))
+                    s.cursor = max(s.cursor, s.gap[1])
+                    q = s.cursor + 1
+                    s.gap = None
+                    continue
+                if q > t.head:
+                    break
                 if not t.resolved(s, q):
                     items.append(t.records[q])
                 s.cursor = q

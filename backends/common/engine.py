@@ -614,17 +614,23 @@ class Engine(Backend):
             s = self._sub(t, name)
             log = t.log
             items: list[Item] = []
-            if s.gap is not None:
-                items.append(Tombstone(*s.gap))
-                s.cursor = max(s.cursor, s.gap[1])
-                s.gap = None
             cursor = max(s.cursor, s.hwm)
             head, out = log.visible, s.outcomes
             q = cursor + 1
             if q < log.earliest:  # seqs below earliest are not live: examined and skipped
                 q = log.earliest
                 cursor = q - 1
-            while q <= head and len(items) < limit:
+            gap_from = s.gap[0] if s.gap is not None else head + 1
+            while len(items) < limit:
+                if q >= gap_from and s.gap is not None:  # SUB-4: the gap in seq order
+                    items.append(Tombstone(*s.gap))
+                    cursor = max(cursor, s.gap[1])
+                    q = cursor + 1
+                    s.gap = None
+                    gap_from = head + 1
+                    continue
+                if q > head:
+                    break
                 if q not in out and log.is_live(q):
                     items.append(log.record(q))
                 cursor = q
