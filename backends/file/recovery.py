@@ -168,11 +168,20 @@ def load_progress(b: FileBackend) -> None:
             continue  # unregistered (or its topic dropped) later in the replay
         saved = read_progress(b.fs, b.root, t.tid, name)
         if saved is not None:
-            base = s.base
+            base, replayed = s.base, s.gap
             s.hwm = max(saved.hwm, base)
             s.outcomes = {q: "acked" for q in saved.outcomes if q > s.hwm}
             s.gap = saved.gap
             s.base = saved.base if saved.base <= s.hwm else base
+            if replayed is not None and replayed[1] > s.hwm:
+                # SUB-7: LOSS frames the replay applied may be newer than the progress file
+                # (a crash before it was written again, or repair's, REP-4): their gap stays
+                lo = max(replayed[0], s.hwm + 1)
+                s.gap = (
+                    (lo, replayed[1])
+                    if s.gap is None
+                    else (min(s.gap[0], lo), max(s.gap[1], replayed[1]))
+                )
         s.cursor = s.flushed_hwm = s.hwm
         b.progress_written[(t.tid, name)] = b.progress_key(s)
 
@@ -379,9 +388,7 @@ def _refuse_damage(buf: Any, path: str, header: walfmt.WalHeader, end: int) -> N
         )
 
 
-def _check_header(
-    data: Any, path: str, store_id: bytes, gen: int, size: int
-) -> walfmt.WalHeader:
+def _check_header(data: Any, path: str, store_id: bytes, gen: int, size: int) -> walfmt.WalHeader:
     try:
         header = walfmt.decode_header(data)
     except Corrupt as exc:

@@ -31,13 +31,15 @@ import xxhash
 from tidelog.errors import Corrupt
 from tidelog.fsio import FS, make_dirs, read_whole, write_whole
 
+from ..common.progress import SubState
 from .checkpoint import write_snapshot
+from .format import progress as prgfmt
 from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
 from .lockfile import acquire
-from .progressfiles import read_progress, topic_dir
+from .progressfiles import read_progress, topic_dir, write_progress
 from .recovery import list_streams, newest_snapshot
 
 __all__ = ["RepairReport", "repair_store"]
@@ -88,8 +90,9 @@ def repair_store(fs: FS, root: str, *, dry_run: bool = False) -> RepairReport:
         n, body = _snapshot(ctx)
         changed = _damaged_copies(ctx, n)
         for entry in body["topics"]:
-            changed |= _repair_segments(ctx, entry)
-            _repair_progress(ctx, entry)
+            lost = _repair_segments(ctx, entry)
+            changed |= bool(lost) or entry.pop("_resealed", False)
+            _repair_progress(ctx, entry, lost)
         _repair_wal(ctx, body)
         if changed and not dry_run:
             write_snapshot(_Writer(fs, root), n + 1, body)
@@ -155,19 +158,22 @@ def _valid_snapshot(data: bytes, n: int) -> bool:
 
 
 # -- segments (REP-2) --------------------------------------------------------------------------
-def _repair_segments(ctx: _Ctx, entry: dict[str, Any]) -> bool:
+def _repair_segments(ctx: _Ctx, entry: dict[str, Any]) -> list[tuple[int, int]]:
+    """REP-2 over one topic's named segments; returns the seq ranges it made loss ranges (and
+    marks the entry ``_resealed`` when it rewrote a segment without losing anything)."""
     tid = int(entry["id"])
     directory = topic_dir(ctx.root, tid)
     firsts = [int(f) for f in entry["segments"]]
     new_firsts: list[int] = []
-    changed = False
+    all_lost: list[tuple[int, int]] = []
     for i, first in enumerate(firsts):
         end = firsts[i + 1] - 1 if i + 1 < len(firsts) else None
         kept, lost, note = _salvage_segment(ctx, directory, tid, first, end, entry)
         if note is None:
             new_firsts.append(first)
             continue
-        changed = True
+        entry["_resealed"] = True
+        all_lost += lost
         ctx.report.actions.append(f"topic {entry['name']!r}: {note}")
         for lo, hi in lost:
             entry["losses"].append([lo, hi])
@@ -181,7 +187,7 @@ def _repair_segments(ctx: _Ctx, entry: dict[str, Any]) -> bool:
                 _write_segment(ctx, directory, tid, run)
     entry["segments"] = sorted(new_firsts)
     entry["losses"] = _merge(entry["losses"])
-    return changed
+    return all_lost
 
 
 def _salvage_segment(
@@ -305,21 +311,45 @@ def _write_segment(ctx: _Ctx, directory: str, tid: int, run: list[_Rec]) -> None
 
 
 # -- progress files (REP-3) --------------------------------------------------------------------
-def _repair_progress(ctx: _Ctx, entry: dict[str, Any]) -> None:
+def _repair_progress(ctx: _Ctx, entry: dict[str, Any], lost: list[tuple[int, int]]) -> None:
+    """REP-3: a damaged progress file goes (its subscriber resumes from its base); REP-2: every
+    subscriber that had not resolved seqs repair made a loss range gets a gap for them (SUB-7),
+    so its next poll returns a tombstone instead of passing them silently."""
     tid = int(entry["id"])
     for sub in entry["subscribers"]:
+        name, base = sub["name"], int(sub["base"])
+        path = os.path.join(topic_dir(ctx.root, tid), prgfmt.file_name(name))
         try:
-            read_progress(ctx.fs, ctx.root, tid, sub["name"])
-        except Corrupt as exc:
-            path = exc.message.split(": ", 1)[0]
+            saved = read_progress(ctx.fs, ctx.root, tid, name)
+        except Corrupt:
             ctx.quarantine(path)
             if not ctx.dry_run:
                 ctx.fs.unlink(path)
                 ctx.fs.fsync_dir(os.path.dirname(path))
             ctx.report.actions.append(
-                f"topic {entry['name']!r}: subscriber {sub['name']!r}: progress file damaged; "
-                f"it resumes from its base {sub['base']} (records after it are redelivered)"
+                f"topic {entry['name']!r}: subscriber {name!r}: progress file damaged; "
+                f"it resumes from its base {base} (records after it are redelivered)"
             )
+            saved = None
+        state = SubState(base=base, hwm=base, cursor=base)
+        if saved is not None:
+            state = SubState(saved.base, saved.hwm, saved.hwm, dict.fromkeys(saved.outcomes,
+                             "acked"), saved.gap)  # fmt: skip
+        gap = state.gap
+        for lo, hi in lost:
+            if hi > state.hwm:
+                lo = max(lo, state.hwm + 1)
+                gap = (lo, hi) if gap is None else (min(gap[0], lo), max(gap[1], hi))
+        if gap == state.gap:
+            continue
+        state.gap = gap
+        ctx.report.actions.append(
+            f"topic {entry['name']!r}: subscriber {name!r}: its next poll returns a tombstone "
+            f"for seqs {gap[0]}..{gap[1]}"
+        )
+        ctx.quarantine(path)
+        if not ctx.dry_run:
+            write_progress(ctx.fs, ctx.root, tid, name, state)
 
 
 # -- WAL (REP-4) -------------------------------------------------------------------------------

@@ -174,3 +174,36 @@ def test_REP_5_no_valid_snapshot_is_refused(tmp_path: Path) -> None:
     run = CliRunner().invoke(main, ["repair", str(tmp_path)])
     assert run.exit_code == 2 and "corrupt" in run.output and "REP-5" in run.output
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_REP_2_SUB_4_SUB_7_a_lagging_subscriber_gets_the_gap_in_seq_order(
+    tmp_path: Path,
+) -> None:
+    """REP-2, SUB-7: seqs repair turns into a loss range are a gap for every subscriber that
+    had not resolved them (its progress file says so); SUB-4: its poll returns the records below
+    the gap first, then the tombstone, then the records above it (the tombstone used to come
+    first and the cursor jumped past the records below it until the next restart)."""
+    store = tidelog.open(_uri(tmp_path))
+    t = store.topic("t", durability="fsync", trim="none")
+    sub = t.subscribe("s", start="earliest")
+    b = store._backend
+    assert isinstance(b, FileBackend)
+    for k in range(3):  # three segments: 1..20, 21..40, 41..60
+        t.append_many([b"r%03d" % i for i in range(20 * k + 1, 20 * k + 21)])
+        b.checkpoint()
+    for rec in sub.poll(max=5):
+        sub.ack(rec.seq)
+    sub.flush()
+    store.close()
+    middle = next(next((tmp_path / "topics").iterdir()).glob("*00021.data"))
+    runs = segfmt.scan_data(middle.read_bytes()).runs
+    assert runs is not None
+    _flip(middle, runs[0][1] + 8)
+    repair_store(OsFS(), str(tmp_path))
+    with tidelog.open(_uri(tmp_path)) as store:
+        got = store.topic("t").subscribe("s", start="resume").poll(max=100)
+    assert [i.seq if isinstance(i, Record) else (i.gap_from, i.gap_to) for i in got] == [
+        *range(6, 21),
+        (21, 40),
+        *range(41, 61),
+    ]

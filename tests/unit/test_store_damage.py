@@ -43,6 +43,7 @@ class Snapshot:
     records: dict[str, dict[int, tuple[bytes, str | None]]]
     heads: dict[str, int]
     hwm: int
+    polled: set[int]  # seqs the subscriber's polls return or cover with a tombstone
 
 
 def _build(root: Path, *, crash: bool) -> None:
@@ -87,8 +88,15 @@ def _read(root: Path) -> tuple[Snapshot, list[Tombstone]]:
                     tombstones.append(item)
             records[name] = got
             heads[name] = t.state().head_seq
-        hwm = store.topic("a").subscribe("exp", start="resume").hwm
-    return Snapshot(records, heads, hwm), tombstones
+        sub = store.topic("a").subscribe("exp", start="resume")
+        hwm, polled = sub.hwm, set()
+        while batch := sub.poll(max=1000):
+            for item in batch:
+                if isinstance(item, Record):
+                    polled.add(item.seq)
+                else:
+                    polled.update(range(item.gap_from, item.gap_to + 1))
+    return Snapshot(records, heads, hwm, polled), tombstones
 
 
 def _files(root: Path) -> list[Path]:
@@ -190,6 +198,10 @@ def _check_read(got: Snapshot, tombstones: list[Tombstone], ref: Snapshot) -> No
                 f"{name}: seq {s} is missing without a tombstone (silent loss)"
             )
         assert got.heads[name] >= ref.heads[name], f"{name}: head went back: seqs reused"
+    # SUB-4, SUB-7: every record the subscriber had not acked reaches it, as itself or inside
+    # a tombstone, never skipped silently
+    missed = set(ref.polled) - got.polled - set(range(1, got.hwm + 1))
+    assert not missed, f"subscriber never sees seqs {sorted(missed)[:5]}"
     # the hwm moves past the acked seqs only over seqs lost behind a tombstone (SUB-7: a lost
     # seq is a dropped outcome with a gap, never an ack)
     for s in range(ref.hwm + 1, got.hwm + 1):
