@@ -9,7 +9,7 @@ from tidelog.fsio import FS
 from tidelog.storedir import Layout
 
 from .format import LOCK_FILE, LOCK_PID_FILE, META_DIR, TOPICS_DIR, WAL_DIR
-from .format.snapshot import parse_file_name
+from .format.snapshot import parse_file_name, parse_mirror_name
 from .requests import REQUESTS_DIR
 
 __all__ = ["LAYOUT", "ROOT_ENTRIES"]
@@ -21,12 +21,16 @@ ROOT_ENTRIES = frozenset(
 
 
 def _is_store(fs: FS, root: str, names: list[str]) -> bool:
-    """LAY-1: ``meta/`` with at least one snapshot file (a ``meta/`` alone proves nothing)."""
+    """LAY-1: ``meta/`` with at least one snapshot file or its mirror (SNAP-5); a ``meta/``
+    alone proves nothing."""
     meta = os.path.join(root, META_DIR)
     return (
         META_DIR in names
         and fs.is_dir(meta)
-        and any(parse_file_name(n) is not None for n in fs.listdir(meta))
+        and any(
+            parse_file_name(n) is not None or parse_mirror_name(n) is not None
+            for n in fs.listdir(meta)
+        )
     )
 
 
