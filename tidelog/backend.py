@@ -57,8 +57,11 @@ class StoreOptions:
     max_bytes: int | None = None
 
 
+#: URI-6: a payload length is a u32 in WAL/segment frames and an i32 in SF frames
+MAX_RECORD_BYTES = 1 << 30
+
 COMMON_OPTIONS: dict[str, Any] = {
-    "max_record_bytes": lambda k, v: parse_size(k, v),
+    "max_record_bytes": lambda k, v: parse_size(k, v, maximum=MAX_RECORD_BYTES),
     "max_bytes": lambda k, v: parse_size(k, v),
 }
 

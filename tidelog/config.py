@@ -1,4 +1,4 @@
-"""Topic configuration (spec RET, DUR, QUE, SUB-5/6, TOP-9).
+"""Topic configuration (spec RET, DUR, QUE, SUB-5/6, TOP-9; ranges URI-6).
 
 A TopicConfig is immutable once the topic exists. ``TopicConfig.from_options`` validates user
 input; ``check_matches`` implements the create-or-verify rule of TOP-9.
@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import BadOption, ConfigMismatch
 from .names import check_topic_name
-from .options import parse_choice, parse_int, parse_size
+from .options import MAX_DURATION_MS, MAX_WAIT_MS, parse_choice, parse_int, parse_size
 
 __all__ = ["TopicConfig", "DURABILITY_CLASSES", "PAYLOAD_KINDS"]
 
@@ -24,6 +24,10 @@ PAYLOAD_KINDS = ("bytes", "bundles")
 
 def _opt_int(key: str, value: object) -> int | None:
     return None if value is None else parse_int(key, value, minimum=1)
+
+
+def _opt_duration(key: str, value: object) -> int | None:
+    return None if value is None else parse_int(key, value, minimum=1, maximum=MAX_DURATION_MS)
 
 
 def _opt_size(key: str, value: object) -> int | None:
@@ -38,14 +42,14 @@ _PARSERS: dict[str, Any] = {
     "durability": lambda k, v: parse_choice(k, v, DURABILITY_CLASSES),
     "cap_records": _opt_int,
     "cap_bytes": _opt_size,
-    "ttl_ms": _opt_int,
+    "ttl_ms": _opt_duration,
     "discard": lambda k, v: parse_choice(k, v, ("old", "reject")),
     "retention": lambda k, v: parse_choice(k, v, ("backpressure", "drop_oldest")),
     "trim": lambda k, v: parse_choice(k, v, ("acked", "none")),
-    "lease_ms": lambda k, v: parse_int(k, v, minimum=1),
+    "lease_ms": lambda k, v: parse_int(k, v, minimum=1, maximum=MAX_DURATION_MS),
     "max_deliveries": _opt_int,
     "dead_letter": _opt_topic,
-    "backpressure_wait_ms": lambda k, v: parse_int(k, v, minimum=0),
+    "backpressure_wait_ms": lambda k, v: parse_int(k, v, minimum=0, maximum=MAX_WAIT_MS),
     "payload": lambda k, v: parse_choice(k, v, PAYLOAD_KINDS),
 }
 

@@ -80,7 +80,8 @@ class Handle(Protocol):
 
 class FS(Protocol):
     def open(self, path: str, *, create: bool = True) -> Handle:
-        """Open for reading and writing; create the file if missing and ``create``."""
+        """Open for reading and writing; create the file if missing and ``create``. A symbolic
+        link at the last component is never followed: ``OSError`` ELOOP (FORMATS LOCK-4)."""
 
     def open_read(self, path: str) -> Handle: ...
 
@@ -355,7 +356,8 @@ class OsFS:
         self.mmap = mmap
 
     def open(self, path: str, *, create: bool = True) -> Handle:
-        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        # never write through a symbolic link planted at the last component (FORMATS LOCK-4)
+        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
         return _OsHandle(path, os.open(path, flags, 0o644), self.mmap)
 
     def open_read(self, path: str) -> Handle:

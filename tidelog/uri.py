@@ -3,11 +3,13 @@
 ``file://`` and ``blockdev://`` locations are paths: ``file:///abs/dir`` is absolute and
 ``file://./dir`` or ``file://dir`` are relative to the working directory (the URI's host part is
 read as the start of a relative path; tidelog has no remote hosts). ``memory://NAME`` names a
-process-wide store; ``memory://`` is a fresh anonymous one.
+process-wide store; ``memory://`` is a fresh anonymous one. ``store_path`` checks such a path
+(URI-7): no ``.``/``..`` segments, no ``~``, no control characters.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -15,7 +17,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from .errors import BadOption, BadURI
 
-__all__ = ["URI", "parse_uri"]
+__all__ = ["URI", "parse_uri", "store_path"]
 
 
 @dataclass(frozen=True)
@@ -67,5 +69,42 @@ def parse_uri(text: object) -> URI:
         if key in options:
             raise BadOption(f"option {key!r} given twice in {text!r}")
         options[key] = value
-    location = unquote(parts.netloc + parts.path)
+    try:
+        location = unquote(parts.netloc + parts.path, errors="strict")
+    except UnicodeDecodeError:
+        raise BadURI(f"bad store URI {text!r}: a percent-escape is not UTF-8") from None
     return URI(scheme, location, MappingProxyType(options))
+
+
+_PATH_MAX = 4095  # bytes of a path, and of one segment (below): Linux's PATH_MAX and NAME_MAX
+_NAME_MAX = 255
+
+
+def store_path(uri: URI, example: str) -> str:
+    """The absolute path a ``file://``, ``sf://`` or ``blockdev://`` location names, or BadURI
+    (URI-7). The location is used as spelled: ``..`` is never resolved and ``~`` never expanded,
+    so a path cannot name a directory other than the one it reads as. ``example`` is a URI to
+    show in the message."""
+    loc = uri.location
+
+    def bad(why: str) -> BadURI:
+        return BadURI(f"bad {uri.scheme}:// path {loc!r}: {why} (URI-7; e.g. {example})")
+
+    if not loc:
+        raise bad("empty path")
+    if any(ord(c) < 32 or ord(c) == 127 for c in loc):
+        raise bad("control characters (NUL included) are not allowed")
+    try:
+        size = len(loc.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise bad("not encodable as UTF-8") from None
+    segments = loc.split("/")
+    if size > _PATH_MAX or any(len(s.encode("utf-8")) > _NAME_MAX for s in segments):
+        raise bad(f"longer than {_PATH_MAX} bytes, or a segment longer than {_NAME_MAX}")
+    if segments[0].startswith("~"):
+        raise bad("'~' is not expanded; write the absolute path")
+    # one leading "." marks a relative path (file://./dir); any other dot segment is refused
+    rest = segments[1:] if segments[0] == "." else segments
+    if any(s in (".", "..") for s in rest):
+        raise bad("'.' and '..' segments (also written %2e) are not allowed")
+    return os.path.abspath(loc)

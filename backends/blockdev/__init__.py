@@ -14,11 +14,12 @@ from collections.abc import Mapping
 
 from tidelog.api import Store
 from tidelog.clock import Clock, SystemClock
-from tidelog.errors import BadArgument, BadURI, NotAvailable
+from tidelog.errors import BadArgument, NotAvailable
 from tidelog.fsio import FS, OsFS
-from tidelog.uri import URI
+from tidelog.uri import URI, store_path
 
-from .options import BlockdevOptions, parse_blockdev_options
+from .device import geometry_for
+from .options import DEFAULT_PAGE_SIZE, BlockdevOptions, parse_blockdev_options
 from .store import CAPABILITIES, BlockdevBackend, RingEviction
 from .verify import verify_image
 from .writer import IoStats
@@ -37,13 +38,18 @@ __all__ = [
 
 
 def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> BlockdevBackend:
-    if not uri.location:
-        raise BadURI(
-            "blockdev:// needs a device or image path, e.g. blockdev:///dev/sdb or "
-            "blockdev:///var/lib/app/ring.img?size=64MiB"
-        )
+    path = store_path(  # URI-7
+        uri, "blockdev:///dev/sdb or blockdev:///var/lib/app/ring.img?size=64MiB"
+    )
     store_options, bopts = parse_blockdev_options(options)
-    return BlockdevBackend(OsFS(), os.path.abspath(uri.location), clock, store_options, bopts)
+    real = os.path.realpath(path)
+    if bopts.size is not None and not os.path.exists(real):
+        # an image this open would create must hold a ring (BDEV-12): checked before it is
+        # created, like every other option (URI-2)
+        geometry_for(bopts.size, bopts.page_size or DEFAULT_PAGE_SIZE, f"option size={bopts.size}")
+    # The user's own link (/dev/disk/by-id/...) is followed here, once: the image is then
+    # opened without following links (FORMATS LOCK-4).
+    return BlockdevBackend(OsFS(), real, clock, store_options, bopts)
 
 
 def open_store(fs: FS, path: str, clock: Clock | None = None, **options: object) -> Store:

@@ -1,5 +1,5 @@
-"""``blockdev://`` URI options (spec URI-2, URI-3; FORMATS-blockdev BDEV-13): parsed and checked
-before anything is opened, created or written."""
+"""``blockdev://`` URI options (spec URI-2, URI-3, ranges URI-6; FORMATS-blockdev BDEV-13): parsed
+and checked before anything is opened, created or written."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from tidelog.backend import COMMON_OPTIONS, StoreOptions
 from tidelog.errors import BadOption
+from tidelog.model.ring import MAX_PAGES
 from tidelog.names import check_topic_name
 from tidelog.options import parse_bool, parse_choice, parse_int, parse_size, validate_options
 
-from .format import MAX_PAGE_SIZE, MIN_PAGE_SIZE
+from .format import MAX_PAGE_SIZE, META_BYTES, MIN_PAGE_SIZE
 
 __all__ = ["BlockdevOptions", "parse_blockdev_options", "DEFAULT_PAGE_SIZE", "DEFAULT_TOPIC"]
 
@@ -31,8 +32,8 @@ class BlockdevOptions:
 
 
 def _page_size(key: str, value: object) -> int:
-    n = parse_size(key, value, minimum=MIN_PAGE_SIZE)
-    if n % MIN_PAGE_SIZE or n > MAX_PAGE_SIZE:
+    n = parse_size(key, value, minimum=MIN_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
+    if n % MIN_PAGE_SIZE:
         raise BadOption(
             f"option {key}={value!r}: must be a multiple of {MIN_PAGE_SIZE} "
             f"between {MIN_PAGE_SIZE} and {MAX_PAGE_SIZE} bytes"
@@ -40,13 +41,16 @@ def _page_size(key: str, value: object) -> int:
     return n
 
 
+#: URI-6: the largest ring, 65534 pages (RING-2) of the largest page size after the metadata
+MAX_SIZE = META_BYTES + MAX_PAGES * MAX_PAGE_SIZE
+
 _BLOCKDEV_OPTIONS = {
-    "size": lambda k, v: parse_size(k, v, minimum=4096 + 2 * MIN_PAGE_SIZE),
+    "size": lambda k, v: parse_size(k, v, minimum=META_BYTES + 2 * MIN_PAGE_SIZE, maximum=MAX_SIZE),
     "page_size": _page_size,
     "topic": lambda k, v: check_topic_name(v, f"option {k}: topic name"),
     "format": parse_bool,
     "direct": lambda k, v: _direct(k, v),
-    "meta_every": lambda k, v: parse_int(k, v, minimum=0),
+    "meta_every": lambda k, v: parse_int(k, v, minimum=0, maximum=MAX_PAGES),
     "readonly": parse_bool,
 }
 

@@ -6,14 +6,12 @@ Crash behaviour: spec/SPEC.md §7 and spec/CRASH.md.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 from tidelog.api import Store
 from tidelog.clock import Clock, SystemClock
-from tidelog.errors import BadURI
 from tidelog.fsio import FS, OsFS
-from tidelog.uri import URI
+from tidelog.uri import URI, store_path
 
 from .options import FileOptions, parse_file_options
 from .store import CAPABILITIES, FileBackend
@@ -22,11 +20,10 @@ __all__ = ["FileBackend", "FileOptions", "open_backend", "open_store", "CAPABILI
 
 
 def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> FileBackend:
-    if not uri.location:
-        raise BadURI("file:// needs a directory, e.g. file:///var/lib/app/buf or file://./buf")
+    root = store_path(uri, "file:///var/lib/app/buf or file://./buf")  # URI-7
     store_options, file_options = parse_file_options(options)
     fs = OsFS(mmap=file_options.mmap)
-    return FileBackend(fs, os.path.abspath(uri.location), clock, store_options, file_options)
+    return FileBackend(fs, root, clock, store_options, file_options)
 
 
 def open_store(fs: FS, root: str, clock: Clock | None = None, **options: object) -> Store:

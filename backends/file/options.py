@@ -1,4 +1,5 @@
-"""``file://`` URI options (spec URI-2, URI-3): parsed and checked before anything is created."""
+"""``file://`` URI options (spec URI-2, URI-3, ranges URI-6): parsed and checked before anything
+is created."""
 
 from __future__ import annotations
 
@@ -6,8 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tidelog.backend import COMMON_OPTIONS, StoreOptions
-from tidelog.errors import BadOption
-from tidelog.options import parse_bool, parse_choice, parse_int, parse_size, validate_options
+from tidelog.options import (
+    MAX_WAIT_MS,
+    parse_bool,
+    parse_choice,
+    parse_int,
+    parse_size,
+    validate_options,
+)
+from tidelog.storedir import parse_create
 
 __all__ = ["FileOptions", "parse_file_options"]
 
@@ -24,31 +32,25 @@ class FileOptions:
     segment_max_records: int = 100_000
     segment_max_bytes: int = 64 << 20
     progress_flush_ms: int = 100
-    create: bool = True
+    create: str = "true"  # URI-8: one of storedir.CREATE_CHOICES
     background: bool = True  # false: no maintenance thread (deterministic I/O for crash tests)
     readonly: bool = False  # a read-only view: no lock, never writes (XPR-1)
     mmap: bool = True  # false: files are read by pread, never mapped (FLT-9)
 
 
-def _segment_bytes(key: str, value: object) -> int:
-    n = parse_size(key, value, minimum=4 << 10)
-    if n >= 1 << 32:  # .idx offsets are u32 (SEG-5)
-        raise BadOption(f"option {key}={value!r}: must be below 4GiB (segment offsets are u32)")
-    return n
-
-
+# The ranges and why: spec/SPEC.md URI-6.
 _FILE_OPTIONS = {
     "wal_shards": lambda k, v: parse_int(k, v, minimum=1, maximum=64),
-    "wal_file_bytes": lambda k, v: parse_size(k, v, minimum=64 << 10),
+    "wal_file_bytes": lambda k, v: parse_size(k, v, minimum=64 << 10, maximum=1 << 30),
     "wal_recycle": lambda k, v: parse_int(k, v, minimum=0, maximum=64),
     "prealloc": lambda k, v: parse_choice(k, v, ("fallocate", "zero", "none")),
     "commit_interval_ms": lambda k, v: parse_int(k, v, minimum=1, maximum=60_000),
-    "head_reserve": lambda k, v: parse_int(k, v, minimum=1),
-    "checkpoint_bytes": lambda k, v: parse_size(k, v, minimum=4 << 10),
-    "segment_max_records": lambda k, v: parse_int(k, v, minimum=1),
-    "segment_max_bytes": lambda k, v: _segment_bytes(k, v),
-    "progress_flush_ms": lambda k, v: parse_int(k, v, minimum=1),
-    "create": parse_bool,
+    "head_reserve": lambda k, v: parse_int(k, v, minimum=1, maximum=1 << 32),
+    "checkpoint_bytes": lambda k, v: parse_size(k, v, minimum=4 << 10, maximum=64 << 30),
+    "segment_max_records": lambda k, v: parse_int(k, v, minimum=1, maximum=(1 << 32) - 1),
+    "segment_max_bytes": lambda k, v: parse_size(k, v, minimum=4 << 10, maximum=(1 << 32) - 1),
+    "progress_flush_ms": lambda k, v: parse_int(k, v, minimum=1, maximum=MAX_WAIT_MS),
+    "create": parse_create,
     "background": parse_bool,
     "readonly": parse_bool,
     "mmap": parse_bool,

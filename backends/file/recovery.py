@@ -433,7 +433,7 @@ def _scan_copied(
     try:
         head = h.pread(min(walfmt.HEADER_SIZE, size), 0)
         mv[: len(head)] = head
-        header = _check_header(mv[: len(head)], path, store_id, gen, size)
+        header = _check_header(head, path, store_id, gen, size)  # bytes: an error keeps no view
         seed = walfmt.frame_seed(header)
         frames: list[walfmt.Frame] = []
         unknown: list[int] = []

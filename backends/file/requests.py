@@ -137,7 +137,7 @@ def call(
 def _open(root: str) -> Any:
     import tidelog
 
-    return tidelog.open(f"file://{root}", create=False)
+    return tidelog.open(f"file://{root}")  # URI-8: submit made it, holding only requests/
 
 
 def read_staged(fs: FS, path: str) -> list[tuple[bytes, str | None, str | None]]:

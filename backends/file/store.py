@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from tidelog import dirlock, storedir
 from tidelog.api import Store
 from tidelog.backend import Capabilities, StoreOptions
 from tidelog.clock import Clock
@@ -30,6 +31,7 @@ from .checkpoint import checkpoint, write_snapshot
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
 from .journal import WalJournal
+from .layout import LAYOUT
 from .options import FileOptions
 from .progressfiles import remove_progress, write_progress
 from .recovery import list_streams, load_snapshot, lose, rebuild, replay_wal
@@ -84,16 +86,21 @@ class FileBackend(Engine):
             return
         # FLT-3, FLT-7: any I/O failure while opening is io_error, and leaves nothing held
         with io_errors(f"opening store {root}"):
-            if not fs.is_dir(root):
-                if not self.fopts.create:
-                    raise StorageError(f"store directory {root} does not exist (create=false)")
-                make_dirs(fs, root)
-            self._lock_handle = lockfile.acquire(fs, root)
+            creation = storedir.prepare(fs, root, LAYOUT, self.fopts.create)  # URI-8
             try:
+                self._lock_handle = lockfile.acquire(fs, root)
+            except BaseException:
+                creation.undo(clear=False)  # another opener may own the directory now
+                raise
+            try:
+                # only a creation that finds nothing but its own lock files may remove them
+                lock_files = {dirlock.LOCK_FILE, dirlock.PID_FILE}
+                creation.owned = not creation.was_store and set(fs.listdir(root)) <= lock_files
                 with self.lock:  # recovery applies effects like ops do: under the engine lock
                     self._recover()
             except BaseException:
                 self._release()
+                creation.undo()  # URI-8: a failed creation leaves nothing behind
                 raise
         if self.fopts.background:
             self._maintenance = threading.Thread(

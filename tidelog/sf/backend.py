@@ -11,9 +11,11 @@ reads as a voluntary delete (silent). Subscribers, queue mode and deletes are no
 
 Options: ``sf_max_bytes`` (4MiB), ``sf_max_total_bytes`` (10GiB; ``max_bytes`` is an alias),
 ``sf_durability`` (memory, flush, append; default append), ``sf_append_deadline_millis`` (0),
-and the common ``max_record_bytes``. ``durability`` of the topic follows ``sf_durability``:
-``append`` is ``fsync`` (every append synced), ``flush`` and ``memory`` are ``memory``
-(``Store.flush()`` syncs; a crash may lose the unsynced suffix and reuse its seqs, DUR-4).
+``create`` (true, false, nonempty: spec/SPEC.md URI-8) and the common ``max_record_bytes``; all
+checked, ranges included (URI-6), before anything is created. ``durability`` of the topic
+follows ``sf_durability``: ``append`` is ``fsync`` (every append synced), ``flush`` and
+``memory`` are ``memory`` (``Store.flush()`` syncs; a crash may lose the unsynced suffix and
+reuse its seqs, DUR-4).
 """
 
 from __future__ import annotations
@@ -22,25 +24,41 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tidelog import storedir
 from tidelog.backend import COMMON_OPTIONS, Backend, Capabilities, TopicRef
 from tidelog.clock import Clock
 from tidelog.config import TopicConfig
-from tidelog.errors import BadURI, NoSuchTopic, NotAvailable, TooLarge
-from tidelog.options import parse_choice, parse_int, parse_size, validate_options
+from tidelog.errors import BadArgument, BadOption, BadURI, NoSuchTopic, NotAvailable, TooLarge
+from tidelog.fsio import FS, OsFS
+from tidelog.options import (
+    MAX_WAIT_MS,
+    format_size,
+    parse_choice,
+    parse_int,
+    parse_size,
+    validate_options,
+)
 from tidelog.records import Item, Lease, Record, TopicState
-from tidelog.uri import URI
+from tidelog.storedir import Layout, parse_create
+from tidelog.uri import URI, store_path
 
-from .slot import DURABILITIES, Slot
+from .format import FRAME_HEADER_SIZE, HEADER_SIZE, is_segment_name
+from .lock import LOCK_FILE, PID_FILE
+from .recovery import FAILED_FILE, SYNC_FILE, TMP_SUFFIX, WATERMARK_FILE
+from .slot import DURABILITIES, Slot, check_sender_id
 
 __all__ = ["SfBackend", "open_backend", "TOPIC"]
 
 TOPIC = "frames"
-_OPTIONS: dict[str, Any] = {
+_OPTIONS: dict[str, Any] = {  # the ranges and why: spec/SPEC.md URI-6
     **COMMON_OPTIONS,
-    "sf_max_bytes": lambda k, v: parse_size(k, v),
+    "sf_max_bytes": lambda k, v: parse_size(
+        k, v, minimum=HEADER_SIZE + FRAME_HEADER_SIZE + 1, maximum=1 << 30
+    ),
     "sf_max_total_bytes": lambda k, v: parse_size(k, v),
     "sf_durability": lambda k, v: parse_choice(k, v, DURABILITIES),
-    "sf_append_deadline_millis": lambda k, v: parse_int(k, v, minimum=0),
+    "sf_append_deadline_millis": lambda k, v: parse_int(k, v, minimum=0, maximum=MAX_WAIT_MS),
+    "create": parse_create,
 }
 _CLASS = {"append": "fsync", "flush": "memory", "memory": "memory"}
 
@@ -209,22 +227,60 @@ class SfBackend(Backend):
         }
 
 
+def _is_slot(fs: FS, path: str, names: list[str]) -> bool:
+    # SF-1: a slot opened before holds .lock even before its first segment
+    return LOCK_FILE in names or any(is_segment_name(n) for n in names)
+
+
+def _slot_entry(name: str) -> bool:
+    return name in _SLOT_FILES or is_segment_name(name.removesuffix(TMP_SUFFIX))
+
+
+_SLOT_FILES = frozenset({LOCK_FILE, PID_FILE, FAILED_FILE, WATERMARK_FILE, SYNC_FILE})
+SLOT_LAYOUT = Layout("an SF slot", _is_slot, _slot_entry)
+
+
+def _options(options: Mapping[str, object]) -> dict[str, Any]:
+    """Every option parsed and checked together (URI-2, URI-6), before anything is created."""
+    opts = validate_options(options, _OPTIONS, where="sf://")
+    max_bytes = opts.setdefault("sf_max_bytes", 4 << 20)
+    total = opts.setdefault("sf_max_total_bytes", opts.get("max_bytes", 10 << 30))
+    if total < 2 * max_bytes:
+        key = "sf_max_total_bytes" if "sf_max_total_bytes" in options else "max_bytes"
+        raise BadOption(
+            f"option {key}={options.get(key, total)!r}: must be at least "
+            f"{format_size(2 * max_bytes)}, two segments of sf_max_bytes={format_size(max_bytes)} "
+            "(rotation needs the next one before trimming, SF-14; URI-6)"
+        )
+    return opts
+
+
 def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> SfBackend:
     """Factory for the ``sf`` scheme: ``sf:///<sf_dir>/<sender_id>?options``."""
-    opts = validate_options(options, _OPTIONS, where="sf://")
-    path = os.path.normpath(uri.location) if uri.location else ""
+    path = store_path(uri, "sf:///var/lib/app/sf/sender-1")  # URI-7
+    opts = _options(options)
     sf_dir, sender_id = os.path.split(path)
-    if not sender_id or not sf_dir:
-        raise BadURI(f"sf:// needs <sf_dir>/<sender_id>, got {uri.location!r}")
-    max_bytes = opts.get("sf_max_bytes", 4 << 20)
-    slot = Slot.open(
-        sf_dir,
-        sender_id,
-        max_bytes=max_bytes,
-        max_total_bytes=opts.get("sf_max_total_bytes", opts.get("max_bytes", 10 << 30)),
-        durability=opts.get("sf_durability", "append"),
-        clock=clock,
-    )
+    try:
+        if not os.path.dirname(os.path.normpath(uri.location)):  # no <sf_dir>/ as written
+            raise BadArgument("no <sf_dir>")
+        check_sender_id(sender_id)
+    except BadArgument as exc:
+        raise BadURI(f"sf:// needs <sf_dir>/<sender_id>, got {uri.location!r}: {exc}") from None
+    fs = OsFS()
+    creation = storedir.prepare(fs, path, SLOT_LAYOUT, opts.get("create", "true"))  # URI-8
+    try:
+        slot = Slot.open(
+            sf_dir,
+            sender_id,
+            fs=fs,
+            max_bytes=opts["sf_max_bytes"],
+            max_total_bytes=opts["sf_max_total_bytes"],
+            durability=opts.get("sf_durability", "append"),
+            clock=clock,
+        )
+    except BaseException:
+        creation.undo(clear=False)  # the directories it made, if still empty
+        raise
     return SfBackend(
         slot,
         max_record_bytes=opts.get("max_record_bytes", 64 << 20),
