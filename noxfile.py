@@ -295,6 +295,29 @@ def _log_forward_faults(session: nox.Session, report: str, seed: str) -> None:
     )
 
 
+def _damage_report(session: nox.Session) -> str:
+    """A fresh file the damage fuzzers append one JSON line per run to (damage_report.py)."""
+    return _report_file(session, "damage-report.jsonl")
+
+
+def _log_damage(session: nox.Session, report: str, what: str) -> None:
+    """Sum what the damage fuzzers checked (spec/SPEC.md FLT-1, FLT-2)."""
+    if not os.path.exists(report):
+        return
+    import json
+
+    with open(report, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    cases, refused, failures = (
+        sum(int(r[k]) for r in rows) for k in ("cases", "refused", "failures")
+    )
+    session.log(
+        f"{what}: {cases} damaged copies over {len(rows)} runs (file stores, SF slots, rings): "
+        f"{refused} refused as corrupt (file stores and rings then repaired and checked), the "
+        f"rest intact or tombstoned; {failures} silent losses, reused seqs or untyped errors"
+    )
+
+
 def _fault_report(session: nox.Session) -> str:
     """A fresh file the I/O-fault tests (tests/faults) append one line per campaign to."""
     return _report_file(session, "fault-report.tsv")
@@ -324,12 +347,14 @@ def tests(session: nox.Session) -> None:
     )
     report = _forward_report(session)
     faults = _fault_report(session)
+    damage = _damage_report(session)
     _pytest(
         session, seed, *session.posargs, TIDELOG_FORWARD_REPORT=report, TIDELOG_FORBID_SKIPS="1",
-        TIDELOG_FAULT_REPORT=faults,
+        TIDELOG_FAULT_REPORT=faults, TIDELOG_DAMAGE_REPORT=damage,
     )  # fmt: skip
     _log_forward_faults(session, report, seed)
     _log_fault_campaign(session, faults, "I/O fault enumeration (tests/faults)")
+    _log_damage(session, damage, "damage fuzzers")
     if session.posargs:
         session.log("crosshair pass skipped: pytest was given arguments (a partial run)")
     elif os.environ.get("TIDELOG_SKIP_CROSSHAIR") == "1":
@@ -476,12 +501,15 @@ def damage(session: nox.Session) -> None:
     cases = os.environ.get("TIDELOG_DAMAGE_CASES", "3000")
     damage_seed = os.environ.get("TIDELOG_DAMAGE_SEED", seed)
     session.log(f"damage campaign: {cases} cases per variant, seed {damage_seed}")
+    damage = _damage_report(session)
     _pytest(
         session, seed, "tests/unit/test_store_damage.py", "tests/unit/test_sf_damage.py",
         "tests/unit/test_blockdev_damage.py", "-s", *session.posargs,
         TIDELOG_DAMAGE_CASES=cases, TIDELOG_DAMAGE_SEED=damage_seed,
         TIDELOG_SF_DAMAGE_CASES=cases, TIDELOG_SF_DAMAGE_SEED=damage_seed,
+        TIDELOG_DAMAGE_REPORT=damage,
     )  # fmt: skip
+    _log_damage(session, damage, f"damage campaign (seed {damage_seed})")
 
 
 @nox.session

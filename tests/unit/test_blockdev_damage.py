@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from damage_report import report
 
 import tidelog
 from tidelog.backends.blockdev import verify_image
@@ -557,8 +558,7 @@ def test_BDEV_22_seeded_corruption_fuzzer(tmp_path: Path) -> None:
                 )
                 kinds[kind] += 1
     total = sum(counts.values())
-    print(f"\nblockdev damage fuzzer (seed {SEED}): {total} cases: " + ", ".join(
-        f"{v} {k}" for k, v in sorted(counts.items())) + "; no other loss")  # fmt: skip
+    report("blockdev ring damage", SEED, counts, 0)  # a failing case raised already
     print("  by region: " + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())))
     assert total == sum(kinds.values()) > 1000
     assert counts["refused (corrupt), then repaired"] > 100 and counts["intact"] > 100

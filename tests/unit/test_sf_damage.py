@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+from damage_report import report
 
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.errors import Corrupt
@@ -201,8 +202,8 @@ def test_SF_18_seeded_damage_in_every_file_is_refused_or_harmless(durability: st
         counts[check(ref, damaged, f"seed {SEED} case {case}: {what}")] += 1
         per_file[posixpath.basename(path)] = per_file.get(posixpath.basename(path), 0) + 1
     assert counts["refused"] > CASES // 10 and counts["intact"] > CASES // 10
-    print(f"SF damage ({durability}, seed {SEED}): {CASES} cases over {len(files)} files "
-          f"{per_file}: {counts}")  # fmt: skip
+    print(f"SF damage ({durability}): cases per file {per_file}")
+    report(f"SF slot damage ({durability})", SEED, counts, 0)
 
 
 # --- the reported cases -----------------------------------------------------------------------

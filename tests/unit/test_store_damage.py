@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from damage_report import report
 
 import tidelog
 from tidelog.backends.file import FileBackend
@@ -236,6 +237,6 @@ def test_FLT_1_FLT_2_damage_anywhere_in_a_store_is_refused_or_harmless(
         except AssertionError as exc:
             failures.append(f"case {i} (seed {SEED}) {what}: {exc}")
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\nstore damage ({'crash' if crash else 'clean'}): {CASES} cases, seed {SEED}, "
-          f"{dict(counts)}, failures {len(failures)}")  # fmt: skip
+    variant = "crash" if crash else "clean close"
+    report(f"file store damage ({variant})", SEED, counts, len(failures))
     assert not failures, "\n".join(failures[:20])
