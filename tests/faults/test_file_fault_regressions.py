@@ -170,6 +170,9 @@ BIG = {**OPTIONS, "wal_file_bytes": "4MiB", "prealloc": "fallocate"}
 
 
 def _wal_files(fs: RecordingFS) -> list[str]:
+    """The WAL files (none when a failed first open removed the whole store, URI-8)."""
+    if not fs.is_dir(f"{ROOT}/wal"):
+        return []
     return [n for n in fs.listdir(f"{ROOT}/wal") if n.endswith(".log")]
 
 
