@@ -27,7 +27,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from tidelog.errors import BadArgument, Corrupt, StorageError
-from tidelog.fsio import make_dirs, storage_error, write_whole
+from tidelog.fsio import FS, make_dirs, storage_error, write_whole
 
 from ..common.engine import EngineTopic
 from .chunk import SegChunk
@@ -123,7 +123,7 @@ def _checkpoint(b: FileBackend) -> int:
         # recovery may take a missing one for damage (WAL-10: "wal_durable")
         for shard in b.shards:
             shard.flush(sync=True, prove=False)
-        write_snapshot(b, n, cap.body)
+        write_snapshot(b.fs, b.root, n, cap.body)
     except BaseException:
         for tail in cap.tails:  # never swapped in: their maps go now
             for chunk in tail.chunks:
@@ -362,16 +362,16 @@ def _remove_stale(b: FileBackend, path: str) -> None:
         b.fs.unlink(path)
 
 
-def write_snapshot(b: FileBackend, n: int, body: dict[str, Any]) -> None:
+def write_snapshot(fs: FS, root: str, n: int, body: dict[str, Any]) -> None:
     """Snapshot ``n`` and its mirror (SNAP-5), each written atomically (LAY-3), one directory
     fsync for both: one damaged copy leaves the other."""
-    meta = os.path.join(b.root, "meta")
+    meta = os.path.join(root, "meta")
     data = snapfmt.encode_snapshot(n, body)
     for name in (snapfmt.file_name(n), snapfmt.mirror_name(n)):
         path = os.path.join(meta, name)
-        write_whole(b.fs, path + ".tmp", data)
-        b.fs.rename(path + ".tmp", path)
-    b.fs.fsync_dir(meta)
+        write_whole(fs, path + ".tmp", data)
+        fs.rename(path + ".tmp", path)
+    fs.fsync_dir(meta)
 
 
 def _retire(b: FileBackend, n: int, cap: _Capture) -> None:

@@ -95,7 +95,7 @@ def repair_store(fs: FS, root: str, *, dry_run: bool = False) -> RepairReport:
             _repair_progress(ctx, entry, lost)
         _repair_wal(ctx, body)
         if changed and not dry_run:
-            write_snapshot(_Writer(fs, root), n + 1, body)
+            write_snapshot(fs, root, n + 1, body)
             for old, names in snapfmt.copies(fs.listdir(os.path.join(root, "meta"))).items():
                 for name in names if old <= n else ():
                     ctx.quarantine(os.path.join(root, "meta", name))
@@ -104,14 +104,6 @@ def repair_store(fs: FS, root: str, *, dry_run: bool = False) -> RepairReport:
         return ctx.report
     finally:
         lock.close()
-
-
-@dataclass
-class _Writer:
-    """What ``write_snapshot`` needs of a backend."""
-
-    fs: FS
-    root: str
 
 
 def _snapshot(ctx: _Ctx) -> tuple[int, dict[str, Any]]:
@@ -251,6 +243,7 @@ def _salvage_segment(
 def _records(data: bytes, scan: segfmt.DataScan) -> Iterator[_Rec]:
     """(seq, ts, tag, node, payload) of every record the scan found intact."""
     runs = scan.runs is not None
+    payload: bytes | memoryview
     for info in scan.frames:
         if runs:
             payload = data[info.offset : info.offset + info.length]
@@ -340,7 +333,7 @@ def _repair_progress(ctx: _Ctx, entry: dict[str, Any], lost: list[tuple[int, int
             if hi > state.hwm:
                 lo = max(lo, state.hwm + 1)
                 gap = (lo, hi) if gap is None else (min(gap[0], lo), max(gap[1], hi))
-        if gap == state.gap:
+        if gap is None or gap == state.gap:
             continue
         state.gap = gap
         ctx.report.actions.append(
@@ -371,14 +364,15 @@ def _repair_wal(ctx: _Ctx, body: dict[str, Any]) -> None:
                 "repair cannot keep them from being reused (REP-4)"
             )
         expect = start_gen or (gens[0] if gens else 0)
+        head: bytes | None
         for i, gen in enumerate(gens):
             path = os.path.join(directory, walfmt.file_name(gen))
             newer = [os.path.join(directory, walfmt.file_name(g)) for g in gens[i + 1 :]]
             if gen != expect:  # a missing file (WAL-10): a new one in its place ends the log
                 missing = os.path.join(directory, walfmt.file_name(expect))
-                head = walfmt.encode_header(expect, *shard, _now_ms(), store_id)
+                made = walfmt.encode_header(expect, *shard, _now_ms(), store_id)
                 ctx.report.actions.append(f"{missing}: missing")
-                _cut_wal(ctx, missing, b"", walfmt.HEADER_SIZE, expect, [path, *newer], head)
+                _cut_wal(ctx, missing, b"", walfmt.HEADER_SIZE, expect, [path, *newer], made)
                 break
             expect += 1
             data = _read(ctx, path) or b""

@@ -133,7 +133,7 @@ class FileBackend(Engine):
                 "wal": {"shards": 0, "replay_from": {}},
                 "topics": [],
             }
-            write_snapshot(self, 0, body)
+            write_snapshot(fs, root, 0, body)
         else:
             self.snapshot_n, body = found
             rebuild(self, body)
