@@ -53,8 +53,8 @@ def open_existing(uri: str) -> Store:
 
 
 # Schemes with a read-only view: no lock, nothing written (FORMATS XPR-1, FORMATS-blockdev
-# BDEV-28).
-_VIEWS = ("file", "blockdev")
+# BDEV-28, FORWARD SF-21).
+_VIEWS = ("file", "blockdev", "sf")
 
 
 def has_read_only_view(uri: str) -> bool:
@@ -64,9 +64,9 @@ def has_read_only_view(uri: str) -> bool:
 
 def open_read_only(uri: str) -> Store:
     """Open a store to read it (``inspect``, ``tail``; CLI-3): never created, never written
-    where the backend has a read-only view (file://, XPR-1; blockdev://, BDEV-28; the keyword
-    wins over a ``readonly=false`` in the URI, URI-2). sf:// has none: it is opened for
-    writing, which takes its lock, and only if it exists."""
+    where the backend has a read-only view (file://, XPR-1; blockdev://, BDEV-28; sf://,
+    SF-21; the keyword wins over a ``readonly=false`` in the URI, URI-2). Any other scheme is
+    opened as ``open_existing`` does."""
     if not has_read_only_view(uri):
         return open_existing(uri)
     parsed = tidelog.parse_uri(uri)

@@ -31,7 +31,7 @@ WRITER = textwrap.dedent(
     """
     import sys, tidelog
     store = tidelog.open(sys.argv[1])
-    events = store.topic("events")
+    events = store.topic(sys.argv[2])
     events.append(b"r1")
     next_id = 2
     print("ready", flush=True)
@@ -93,9 +93,9 @@ def start(procs: list[subprocess.Popen[str]], args: list[str], cwd: Path, **kw: 
     return proc
 
 
-def start_writer(procs: list[subprocess.Popen[str]], cwd: Path, uri: str) -> Any:
+def start_writer(procs: list[subprocess.Popen[str]], cwd: Path, uri: str, topic: str) -> Any:
     """WRITER on ``uri``: holds the store open; each stdin line N appends N records."""
-    args = [sys.executable, "-c", WRITER, uri]
+    args = [sys.executable, "-c", WRITER, uri, topic]
     return start(procs, args, cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
@@ -120,32 +120,35 @@ def test_python_dash_m_tidelog_runs_the_cli(tmp_path: Path) -> None:
     assert result.stdout.strip() == f"tidelog {tidelog.__version__}"
 
 
-def store_uri(tmp_path: Path, scheme: str) -> str:
-    """A file store with frequent checkpoints, or a ring of 4 KiB pages with room for every
-    record the tests append (one page each: they are fsync appends) without wrapping."""
+def store_uri(tmp_path: Path, scheme: str) -> tuple[str, str]:
+    """A file store with frequent checkpoints, a ring of 4 KiB pages with room for every
+    record the tests append (one page each: they are fsync appends) without wrapping, or an SF
+    slot of 4 KiB segments (two records each: many rotations); and the topic to use."""
     if scheme == "file":
-        return f"file://{tmp_path / 'store'}?{SMALL}"
-    return f"blockdev://{tmp_path / 'ring.img'}?size=264KiB&page_size=4096&topic=events"
+        return f"file://{tmp_path / 'store'}?{SMALL}", "events"
+    if scheme == "sf":
+        return f"sf://{tmp_path / 'sf' / 'a'}?sf_max_bytes=4KiB&sf_max_total_bytes=4MiB", "frames"
+    return f"blockdev://{tmp_path / 'ring.img'}?size=264KiB&page_size=4096&topic=events", "events"
 
 
 # -- tail --follow beside a writer process ---------------------------------------------------
-@pytest.mark.parametrize("scheme", ["file", "blockdev"])
+@pytest.mark.parametrize("scheme", ["file", "blockdev", "sf"])
 @pytest.mark.parametrize("query", ["", "&readonly=true"])
 def test_CLI_4_tail_follow_shows_another_process_appends(
     tmp_path: Path, procs: list[subprocess.Popen[str]], query: str, scheme: str
 ) -> None:
     """CLI-3, CLI-4: `tail --follow` opens a read-only view (so the writer keeps its lock),
     refreshes it between polls and prints what the other process appends, through checkpoints
-    that replace the snapshot (XPR-1) or the ring's new pages (BDEV-28), every record once and
-    in order; SIGTERM ends it with 0. A URI that asks for readonly=true itself must follow
-    too."""
-    uri = store_uri(tmp_path, scheme)
-    writer = start_writer(procs, tmp_path, uri)
+    that replace the snapshot (XPR-1), the ring's new pages (BDEV-28) or the slot's new segments
+    (SF-21), every record once and in order; SIGTERM ends it with 0. A URI that asks for
+    readonly=true itself must follow too."""
+    uri, topic = store_uri(tmp_path, scheme)
+    writer = start_writer(procs, tmp_path, uri, topic)
     acks = Lines(writer.stdout)
     assert acks.take(1) == ["ready"]
     tail = start(
         procs,
-        tidelog_cmd("tail", uri + query, "events", "--follow", "--interval", "0.05"),
+        tidelog_cmd("tail", uri + query, topic, "--follow", "--interval", "0.05"),
         tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -169,16 +172,16 @@ def test_CLI_4_tail_follow_shows_another_process_appends(
     assert writer.wait(timeout=WAIT) == 0
 
 
-@pytest.mark.parametrize("scheme", ["file", "blockdev"])
+@pytest.mark.parametrize("scheme", ["file", "blockdev", "sf"])
 def test_CLI_3_inspect_and_tail_beside_a_live_writer(
     tmp_path: Path, procs: list[subprocess.Popen[str]], scheme: str
 ) -> None:
     """CLI-3: inspect and tail read a store or ring another process holds open for writing
     (they used to take the writer lock and fail with `locked`)."""
-    uri = store_uri(tmp_path, scheme)
-    writer = start_writer(procs, tmp_path, uri)
+    uri, topic = store_uri(tmp_path, scheme)
+    writer = start_writer(procs, tmp_path, uri, topic)
     assert Lines(writer.stdout).take(1) == ["ready"]
-    for args in (("inspect", uri, "--json"), ("tail", uri, "events")):
+    for args in (("inspect", uri, "--json"), ("tail", uri, topic)):
         result = subprocess.run(
             tidelog_cmd(*args), cwd=tmp_path, capture_output=True, text=True, timeout=WAIT
         )

@@ -9,7 +9,9 @@ range, a truncation) in each of its files -- every segment, ``.ack-watermark`` a
   written nothing, or it opens and every frame of the undamaged slot is there under the same
   FSN with the same payload (record by record), ``publishedFsn`` is the same (so the next append
   reuses no FSN) and ``ackedFsn`` is not above the undamaged slot's (no frame skipped);
-- ``tidelog verify`` reports an error exactly when open refuses.
+- ``tidelog verify`` reports an error exactly when open refuses;
+- a read-only view (SF-21) refuses exactly when open does, with the same message, else it shows
+  the same frames, ``ackedFsn`` and ``publishedFsn``, and it writes nothing.
 
 A record's ``ts`` is not compared: it is the segment's createdMicros, informational, and damage
 to a sealed segment's createdMicros is one of the residuals SF-18 lists.
@@ -34,6 +36,7 @@ from tidelog.errors import Corrupt
 from tidelog.sf import format as fmt
 from tidelog.sf.recovery import SYNC_FILE, WATERMARK_FILE, examine
 from tidelog.sf.slot import Slot
+from tidelog.sf.view import SlotView
 from tidelog.verify import verify_slot
 
 SF_DIR = "/sf"
@@ -109,20 +112,43 @@ class Outcome:
     verify_errors: list[str]
 
 
+def frames_of(slot: Slot | SlotView) -> dict[int, bytes]:
+    lowest = slot.lowest_fsn()
+    got = slot.read(lowest, 10_000, 1 << 30) if slot.published_fsn >= lowest else []
+    return {lowest + i: p for i, p in enumerate(got)}
+
+
+def view_of(fs: RecordingFS) -> tuple[Corrupt | None, dict[int, bytes], int, int]:
+    """What a read-only view sees (SF-21), checking it wrote nothing, the lock files included."""
+    before = fs.tree()
+    try:
+        view = SlotView(fs, SLOT, tries=1)  # nothing else writes: one scan decides
+    except Corrupt as exc:
+        assert fs.tree() == before, "a refusing view wrote to the slot (SF-21)"
+        return exc, {}, -2, -2
+    with view:
+        seen = frames_of(view), view.acked_fsn, view.published_fsn
+    assert fs.tree() == before, "a view wrote to the slot (SF-21)"
+    return None, *seen
+
+
 def reopen(tree: dict[str, bytes | None], durability: str = "append") -> Outcome:
-    """Open the (damaged) slot as the product would; verify it first, read-only."""
+    """Open the (damaged) slot as the product would; verify it first and read it through a
+    read-only view, which must say what the writer's recovery says (SF-21)."""
     fs = image(tree)
     report = verify_slot(fs, SLOT)
+    refused, seen, acked, published = view_of(fs)
     before = slot_files(fs.tree())
     try:
         slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=128, durability=durability)
     except Corrupt as exc:
         assert slot_files(fs.tree()) == before, "a refusing recovery wrote to the slot (FLT-2)"
+        assert refused is not None and refused.message == exc.message, "the view disagrees"
         return Outcome(exc, {}, -2, -2, [str(p) for p in report.errors])
     try:
-        lowest = slot.lowest_fsn()
-        got = slot.read(lowest, 10_000, 1 << 30) if slot.published_fsn >= lowest else []
-        frames = {lowest + i: p for i, p in enumerate(got)}
+        frames = frames_of(slot)
+        assert refused is None, f"a view refused what recovery opens: {refused}"
+        assert (seen, acked, published) == (frames, slot.acked_fsn, slot.published_fsn)
         nxt = slot.append(b"after the damage")
         assert nxt == slot.published_fsn and slot.read(nxt) == [b"after the damage"]
         return Outcome(None, frames, slot.acked_fsn, nxt - 1, [str(p) for p in report.errors])

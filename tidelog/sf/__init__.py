@@ -5,6 +5,7 @@
         fsn = slot.append(b"...")
 
     tidelog.open("sf:///var/lib/app/sf/edge-7")   # the slot as a one-topic store ("frames")
+    tidelog.open("sf:///var/lib/app/sf/edge-7?readonly=true")   # read beside its writer
 
 ``open_backend`` is the factory of the ``sf`` URI scheme (see ``tidelog.sf.backend``).
 """
@@ -14,10 +15,12 @@ from __future__ import annotations
 from .backend import TOPIC, SfBackend, open_backend
 from .recovery import RecoveredSegment, Recovery, recover
 from .slot import DURABILITIES, Slot, SlotStats, check_sender_id, write_failed
+from .view import SlotView
 
 __all__ = [
     "Slot",
     "SlotStats",
+    "SlotView",
     "DURABILITIES",
     "Recovery",
     "RecoveredSegment",

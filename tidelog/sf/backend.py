@@ -3,23 +3,26 @@
 The slot is exposed as a store with exactly one topic, ``frames``, whose records are the slot's
 frames: ``seq = fsn + 1`` (tidelog seqs start at 1, FSNs at 0), ``tag`` and ``node`` are None
 (frames carry neither), ``ts`` is the creation time of the frame's segment (frames carry no time
-of their own). It is read-write: ``append`` writes a frame exactly as a QuestDB client would, so
-a producer can fill a slot through the tidelog API and ``tidelog forward`` (or any conformant
-SF client) can drain it. Acknowledged frames leave only through the forwarder's trim, which
-reads as a voluntary delete (silent). Subscribers, queue mode and deletes are not available
-(``not_available``): the slot's single trim point belongs to its forwarder.
+of their own). Unless opened ``readonly=true``, it is read-write: ``append`` writes a frame
+exactly as a QuestDB client would, so a producer can fill a slot through the tidelog API and
+``tidelog forward`` (or any conformant SF client) can drain it. Acknowledged frames leave only
+through the forwarder's trim, which reads as a voluntary delete (silent). Subscribers, queue
+mode and deletes are not available (``not_available``): the slot's single trim point belongs to
+its forwarder.
 
 Options: ``sf_max_bytes`` (4MiB), ``sf_max_total_bytes`` (10GiB; ``max_bytes`` is an alias),
 ``sf_durability`` (memory, flush, append; default append), ``sf_append_deadline_millis`` (0),
-``create`` (true, false, nonempty: spec/SPEC.md URI-8) and the common ``max_record_bytes``; all
-checked, ranges included (URI-6), before anything is created. ``durability`` of the topic
-follows ``sf_durability``: ``append`` is ``fsync`` (every append synced), ``flush`` and
-``memory`` are ``memory`` (``Store.flush()`` syncs; a crash may lose the unsynced suffix and
-reuse its seqs, DUR-4).
+``create`` (true, false, nonempty: spec/SPEC.md URI-8), ``readonly`` (false; true: a read-only
+view, ``view.SlotView``, SF-21), ``mmap`` (true; false: nothing mapped, SF-22) and the common
+``max_record_bytes``; all checked, ranges included (URI-6), before anything is created.
+``durability`` of the topic follows ``sf_durability``: ``append`` is ``fsync`` (every append
+synced), ``flush`` and ``memory`` are ``memory`` (``Store.flush()`` syncs; a crash may lose the
+unsynced suffix and reuse its seqs, DUR-4).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,11 +31,21 @@ from tidelog import storedir
 from tidelog.backend import COMMON_OPTIONS, Backend, Capabilities, TopicRef
 from tidelog.clock import Clock
 from tidelog.config import TopicConfig
-from tidelog.errors import BadArgument, BadOption, BadURI, NoSuchTopic, NotAvailable, TooLarge
-from tidelog.fsio import FS, OsFS
+from tidelog.errors import (
+    BadArgument,
+    BadOption,
+    BadURI,
+    NoSuchTopic,
+    NotAvailable,
+    ReadOnly,
+    StorageError,
+    TooLarge,
+)
+from tidelog.fsio import FS, OsFS, storage_error
 from tidelog.options import (
     MAX_WAIT_MS,
     format_size,
+    parse_bool,
     parse_choice,
     parse_int,
     parse_size,
@@ -46,6 +59,7 @@ from .format import FRAME_HEADER_SIZE, HEADER_SIZE, is_segment_name
 from .lock import LOCK_FILE, PID_FILE
 from .recovery import FAILED_FILE, SYNC_FILE, TMP_SUFFIX, WATERMARK_FILE
 from .slot import DURABILITIES, Slot, check_sender_id
+from .view import SlotView
 
 __all__ = ["SfBackend", "open_backend", "TOPIC"]
 
@@ -59,6 +73,8 @@ _OPTIONS: dict[str, Any] = {  # the ranges and why: spec/SPEC.md URI-6
     "sf_durability": lambda k, v: parse_choice(k, v, DURABILITIES),
     "sf_append_deadline_millis": lambda k, v: parse_int(k, v, minimum=0, maximum=MAX_WAIT_MS),
     "create": parse_create,
+    "readonly": parse_bool,  # a read-only view (SF-21)
+    "mmap": parse_bool,  # false: nothing mapped, every read by pread (SF-22)
 }
 _CLASS = {"append": "fsync", "flush": "memory", "memory": "memory"}
 
@@ -71,8 +87,9 @@ def _unavailable(what: str) -> NotAvailable:
 
 
 class SfBackend(Backend):
-    def __init__(self, slot: Slot, *, max_record_bytes: int, deadline_ms: int) -> None:
+    def __init__(self, slot: Slot | SlotView, *, max_record_bytes: int, deadline_ms: int) -> None:
         self.slot = slot
+        self.readonly = isinstance(slot, SlotView)
         self.max_record_bytes = max_record_bytes
         self.deadline_ms = deadline_ms
         self.config = TopicConfig(durability=_CLASS[slot.durability])
@@ -115,10 +132,17 @@ class SfBackend(Backend):
         raise _unavailable("dropping topics")
 
     def flush(self) -> None:
-        self.slot.sync()
+        if isinstance(self.slot, Slot):
+            self.slot.sync()
+        else:
+            self.slot._check_open()  # a view has nothing to make durable (SF-21)
 
     def close(self) -> None:
         self.slot.close()
+
+    def refresh(self) -> None:
+        if isinstance(self.slot, SlotView):
+            self.slot.refresh()
 
     # -- log -----------------------------------------------------------------------------------
     def append(
@@ -130,17 +154,20 @@ class SfBackend(Backend):
         producer: tuple[str, int] | None = None,
     ) -> list[int]:
         self._check(ref)
+        slot = self.slot
+        if not isinstance(slot, Slot):
+            raise ReadOnly(f"SF slot {slot.dir} was opened read-only (readonly=true, SF-21)")
         if tag is not None or node is not None:
             raise _unavailable("tags or nodes (an SF frame is only its payload)")
         if producer is not None:
             raise _unavailable("producer ids (TOP-11)")
         for p in payloads:
-            if len(p) > min(self.max_record_bytes, self.slot.max_payload()):
+            if len(p) > min(self.max_record_bytes, slot.max_payload()):
                 raise TooLarge(
                     f"record of {len(p)} bytes exceeds the limit of "
-                    f"{min(self.max_record_bytes, self.slot.max_payload())}"
+                    f"{min(self.max_record_bytes, slot.max_payload())}"
                 )
-        return [self.slot.append(p, deadline_ms=self.deadline_ms) + 1 for p in payloads]
+        return [slot.append(p, deadline_ms=self.deadline_ms) + 1 for p in payloads]
 
     def read(self, ref: TopicRef, after: int, limit: int, exclude_node: str | None) -> list[Item]:
         self._check(ref)
@@ -217,14 +244,19 @@ class SfBackend(Backend):
     def describe(self) -> dict[str, object]:
         stats = self.slot.stats()
         poisoned = self.slot.poisoned
-        return {
+        facts: dict[str, object] = {
             "backend": "sf",
             "slot": self.slot.dir,
+            "readonly": self.readonly,
             "durability": self.slot.durability,
             "poisoned": str(poisoned) if poisoned is not None else None,  # SF-19, FLT-3
             "segment_files": self.slot.segment_names(),
             **{k: v for k, v in vars(stats).items()},
         }
+        if isinstance(self.slot, SlotView):  # what its last scan found (a view logs nothing)
+            facts["warnings"] = self.slot.warnings()
+            facts["scans"] = self.slot.scans
+        return facts
 
 
 def _is_slot(fs: FS, path: str, names: list[str]) -> bool:
@@ -266,23 +298,54 @@ def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> SfBac
         check_sender_id(sender_id)
     except BadArgument as exc:
         raise BadURI(f"sf:// needs <sf_dir>/<sender_id>, got {uri.location!r}: {exc}") from None
-    fs = OsFS()
-    creation = storedir.prepare(fs, path, SLOT_LAYOUT, opts.get("create", "true"))  # URI-8
-    try:
-        slot = Slot.open(
-            sf_dir,
-            sender_id,
-            fs=fs,
-            max_bytes=opts["sf_max_bytes"],
-            max_total_bytes=opts["sf_max_total_bytes"],
-            durability=opts.get("sf_durability", "append"),
-            clock=clock,
-        )
-    except BaseException:
-        creation.undo(clear=False)  # the directories it made, if still empty
-        raise
+    mmap = opts.get("mmap", True)
+    fs = OsFS(mmap=mmap)
+    durability = opts.get("sf_durability", "append")
+    slot: Slot | SlotView
+    if opts.get("readonly", False):
+        _check_view(fs, path)
+        slot = SlotView(fs, path, durability=durability)
+    else:
+        creation = storedir.prepare(fs, path, SLOT_LAYOUT, opts.get("create", "true"))  # URI-8
+        try:
+            slot = Slot.open(
+                sf_dir,
+                sender_id,
+                fs=fs,
+                max_bytes=opts["sf_max_bytes"],
+                max_total_bytes=opts["sf_max_total_bytes"],
+                durability=durability,
+                clock=clock,
+                mmap=mmap,
+            )
+        except BaseException:
+            creation.undo(clear=False)  # the directories it made, if still empty
+            raise
     return SfBackend(
         slot,
         max_record_bytes=opts.get("max_record_bytes", 64 << 20),
         deadline_ms=opts.get("sf_append_deadline_millis", 0),
     )
+
+
+def _check_view(fs: FS, path: str) -> None:
+    """SF-21: a view opens only a slot that is there; it creates nothing (``create`` is not
+    consulted) and refuses with ``io_error``."""
+    try:
+        if not fs.exists(path):
+            err = StorageError(f"no SF slot at {path}: it does not exist (readonly=true, SF-21)")
+            err.errno = errno.ENOENT
+            raise err
+        if not fs.is_dir(path):
+            err = StorageError(f"{path} is not a directory, so not an SF slot (SF-21)")
+            err.errno = errno.ENOTDIR
+            raise err
+        if not _is_slot(fs, path, fs.listdir(path)):
+            raise StorageError(
+                f"{path} is not an SF slot (it holds neither {LOCK_FILE} nor a segment file): "
+                "nothing to read (readonly=true, SF-21)"
+            )
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise storage_error(exc, f"opening SF slot {path} read-only (SF-21)") from None

@@ -19,10 +19,11 @@ header), unless something proves it held frames.
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -61,6 +62,9 @@ __all__ = [
     "Recovery",
     "examine",
     "recover",
+    "refusal",
+    "segment_order",
+    "located",
     "read_sync",
     "read_watermark",
 ]
@@ -145,6 +149,7 @@ class Recovery:
     next_generation: int  # max(existing generation) + 1 (seed §5.3)
     unborn: list[str] = field(default_factory=list)  # all-zero segment files (no frames)
     leftovers: list[str] = field(default_factory=list)  # *.sfa.tmp: creations cut short
+    vanished: list[str] = field(default_factory=list)  # listed, gone when opened (a view's)
     sync: SyncState = field(default_factory=SyncState)
     findings: list[Finding] = field(default_factory=list)
 
@@ -260,16 +265,34 @@ def read_sync(fs: FS, slot_dir: str) -> SyncState:
     )
 
 
+def segment_order(name: str) -> int:
+    """Where a segment file stands among the others: its generation (the legacy
+    sf-initial.sfa, which predates generations, first)."""
+    gen = segment_generation(name)
+    return -1 if gen is None else gen
+
+
 def _names_segment(rec: SyncRecord, name: str) -> bool:
     if rec.generation is None:
         return name == LEGACY_SEGMENT
     return name != LEGACY_SEGMENT and segment_generation(name) == rec.generation
 
 
-def examine(fs: FS, slot_dir: str) -> tuple[Recovery | None, list[Finding]]:
+def examine(
+    fs: FS,
+    slot_dir: str,
+    known: Mapping[str, RecoveredSegment] | None = None,
+    *,
+    beside_writer: bool = False,
+) -> tuple[Recovery | None, list[Finding]]:
     """Scan every file of ``slot_dir`` (read-only) and classify what is found (SF-7..SF-10,
     SF-17, SF-18). Returns the recovery (None when an error finding refuses it) and every
     finding, errors first in file order.
+
+    ``known``: segments a read-only view scanned before and knows to be unchanged (sealed, same
+    header: SF-21); they are not read again. ``beside_writer`` (a view, SF-21): a segment listed
+    but gone when the scan opens it is skipped as if not listed (``Recovery.vanished``), and
+    so is every segment below it (trims go lowest first).
 
     raises: StorageError (a read failed: SF-19)
     """
@@ -278,6 +301,10 @@ def examine(fs: FS, slot_dir: str) -> tuple[Recovery | None, list[Finding]]:
     def add(severity: str, name: str | None, offset: int | None, rule: str, msg: str) -> None:
         findings.append(Finding(severity, name, offset, rule, msg))
 
+    # SF-21: the claims (sync record, watermark) are read before the segments, so a writer
+    # working beside a read-only view can only have written more than they claim, never less.
+    sync = read_sync(fs, slot_dir)
+    watermark_file = _read_watermark_file(fs, slot_dir)
     try:
         names = fs.listdir(slot_dir)
     except OSError as exc:
@@ -286,6 +313,7 @@ def examine(fs: FS, slot_dir: str) -> tuple[Recovery | None, list[Finding]]:
     unborn: list[tuple[str, int | None]] = []
     generations: list[int] = []
     leftovers: list[str] = []
+    vanished: list[str] = []
     for name in names:
         if name.endswith(TMP_SUFFIX) and is_segment_name(name[: -len(TMP_SUFFIX)]):
             leftovers.append(name)  # never renamed into place: holds no frame
@@ -297,16 +325,24 @@ def examine(fs: FS, slot_dir: str) -> tuple[Recovery | None, list[Finding]]:
         if gen is not None:
             generations.append(gen)
         try:
-            seg = _scan_segment(fs, slot_dir, name)
+            seg = known[name] if known and name in known else _scan_segment(fs, slot_dir, name)
         except _Invalid as exc:
             add(ERROR, name, 0, exc.rule, f"{exc.message}: recovery refuses the slot")
             continue
+        except StorageError as exc:
+            if beside_writer and exc.errno == errno.ENOENT:
+                vanished.append(name)  # trimmed since the listing: the view decides
+                continue
+            raise
         if seg is None:
             unborn.append((name, gen))
         else:
             segments.append(seg)
+    if vanished:  # SF-21, SF-12: trims go lowest first, so everything below went too
+        top = max(map(segment_order, vanished))
+        segments = [s for s in segments if segment_order(s.name) > top]
+        unborn = [(n, g) for n, g in unborn if segment_order(n) > top]
     segments.sort(key=lambda s: (s.base_seq, s.frame_count))
-    sync = read_sync(fs, slot_dir)
     record = _check_sync_file(sync, add)
     _check_unborn(segments, unborn, record, add)
     _check_order(segments, add)
@@ -323,7 +359,7 @@ def examine(fs: FS, slot_dir: str) -> tuple[Recovery | None, list[Finding]]:
             f"are not zero ({last.torn_tail} non-zero bytes in the next 8): a frame write was "
             "interrupted; recovery zeroes them before appending (SF-9), nothing acknowledged "
             "as durable is in them")  # fmt: skip
-    watermark = _check_watermark(fs, slot_dir, sync, segments, add)
+    watermark = _check_watermark(watermark_file, sync, segments, add)
     errors = [f for f in findings if f.severity == ERROR]
     if errors:
         return None, errors + [f for f in findings if f.severity != ERROR]
@@ -338,6 +374,7 @@ def examine(fs: FS, slot_dir: str) -> tuple[Recovery | None, list[Finding]]:
         next_generation=max(generations) + 1 if generations else 0,
         unborn=[n for n, _ in unborn],
         leftovers=leftovers,
+        vanished=vanished,
         sync=sync,
         findings=findings,
     )
@@ -445,10 +482,13 @@ def _check_claim(segments: list[RecoveredSegment], rec: SyncRecord, add: _Add) -
 
 
 def _check_watermark(
-    fs: FS, slot_dir: str, sync: SyncState, segments: list[RecoveredSegment], add: _Add
+    watermark_file: tuple[bool, int | None],
+    sync: SyncState,
+    segments: list[RecoveredSegment],
+    add: _Add,
 ) -> int | None:
     """SF-6, SF-10, SF-17: the watermark recovery trusts (None: none)."""
-    exists, wm = _read_watermark_file(fs, slot_dir)
+    exists, wm = watermark_file
     raw = wm
     if exists and wm is None:
         add(WARNING, WATERMARK_FILE, 0, "SF-6",
@@ -478,14 +518,23 @@ def recover(fs: FS, slot_dir: str) -> Recovery:
     """
     rec, findings = examine(fs, slot_dir)
     if rec is None:
-        first = findings[0]
-        where = os.path.join(slot_dir, first.name) if first.name else slot_dir
-        at = f" at offset {first.offset}" if first.offset is not None else ""
-        more = sum(1 for f in findings if f.severity == ERROR) - 1
-        extra = f" (and {more} more error(s): tidelog verify lists them)" if more else ""
-        raise Corrupt(f"SF slot {slot_dir}: {where}{at}: {first.message} ({first.rule}){extra}")
+        raise refusal(slot_dir, findings)
     for f in findings:
-        where = os.path.join(slot_dir, f.name) if f.name else slot_dir
-        at = f" at offset {f.offset}" if f.offset is not None else ""
-        log.warning("SF %s%s: %s (%s)", where, at, f.message, f.rule)
+        log.warning("SF %s: %s (%s)", located(slot_dir, f), f.message, f.rule)
     return rec
+
+
+def located(slot_dir: str, f: Finding) -> str:
+    """The file (or slot) and byte offset a finding names."""
+    where = os.path.join(slot_dir, f.name) if f.name else slot_dir
+    return where + (f" at offset {f.offset}" if f.offset is not None else "")
+
+
+def refusal(slot_dir: str, findings: list[Finding]) -> Corrupt:
+    """The ``Corrupt`` for the first error finding (``examine`` puts errors first)."""
+    first = findings[0]
+    more = sum(1 for f in findings if f.severity == ERROR) - 1
+    extra = f" (and {more} more error(s): tidelog verify lists them)" if more else ""
+    return Corrupt(
+        f"SF slot {slot_dir}: {located(slot_dir, first)}: {first.message} ({first.rule}){extra}"
+    )

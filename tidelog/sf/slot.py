@@ -7,14 +7,16 @@ calls), so a trim can never close a file a read is using.
 
 Segments are mmap'd for reading, as the seed's are: the recovery scan walks each file through
 a read-only map (seed §6.5 step 1), and every sealed segment stays mapped until it is trimmed,
-so the I/O loop reads its frames straight from the mapping. Writes -- the frames of the active
-segment, headers, the watermark -- are positional writes through the ``FS`` seam instead of
-stores into a writable map (spec/FORWARD.md SF-4): the bytes on disk are identical, the crash
-simulation can record every write, and a store can never SIGBUS (anchors B, JQ #73). The
-active segment is read with ``pread`` too (the seam's maps are only defined for files nobody
-writes any more). Block reservation at create time (``Handle.allocate`` = posix_fallocate) is
-done as the seed demands, so a full disk fails the segment's creation, cleanly, never a later
-append.
+so the I/O loop reads its frames straight from the mapping; with ``mmap=False`` nothing is mapped
+and every frame is read with ``pread`` (SF-22: a media error is then ``io_error``, not SIGBUS).
+The reads are ``frames.FrameReader``'s, shared with read-only views (``view.SlotView``). Writes
+-- the frames of the active segment, headers, the watermark -- are positional writes through
+the ``FS`` seam instead of stores into a writable map (spec/FORWARD.md SF-4): the bytes on disk
+are identical, the crash simulation can record every write, and a store can never SIGBUS
+(anchors B, JQ #73). The active segment is read with ``pread`` too (the seam's maps are only
+defined for files nobody writes any more). Block reservation at create time
+(``Handle.allocate`` = posix_fallocate) is done as the seed demands, so a full disk fails the
+segment's creation, cleanly, never a later append.
 
 Every sync point is recorded in ``.tidelog-sync`` (SF-17), so recovery can tell a torn tail from
 damage (SF-18). A failed I/O call raises ``io_error``; a failed write or sync poisons the slot
@@ -24,14 +26,12 @@ clean, so no later write or sync of this slot object is trusted until it is reop
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 import os
-import threading
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -42,7 +42,6 @@ from tidelog.errors import (
     Closed,
     Corrupt,
     StorageError,
-    TidelogError,
     TooLarge,
 )
 from tidelog.fsio import FS, Handle, OsFS, make_dirs, storage_error
@@ -57,6 +56,7 @@ from .format import (
     encode_watermark,
     segment_name,
 )
+from .frames import FrameReader, Segment, typed_io
 from .recovery import FAILED_FILE, SYNC_FILE, TMP_SUFFIX, WATERMARK_FILE, Recovery, recover
 from .syncfile import SyncFile
 
@@ -68,58 +68,6 @@ log = logging.getLogger("tidelog.sf")
 #: the producer's flush(); append = fsync before every append returns (tidelog implements both).
 DURABILITIES: Final = ("memory", "flush", "append")
 _ZERO_CHUNK: Final = bytes(1 << 16)
-
-
-@contextlib.contextmanager
-def _typed(what: str, fail: Callable[[StorageError], None] | None = None) -> Iterator[None]:
-    """SF-19: an ``OSError`` inside leaves as ``io_error`` naming ``what``; ``fail`` (the
-    slot's poisoning) sees every I/O failure, typed here or deeper."""
-    try:
-        yield
-    except StorageError as exc:
-        if fail is not None:
-            fail(exc)
-        raise
-    except TidelogError:
-        raise
-    except OSError as exc:
-        err = storage_error(exc, f"{what} (SF-19)")
-        if fail is not None:
-            fail(err)
-        raise err from None
-
-
-@dataclass
-class _Segment:
-    name: str
-    handle: Handle
-    base_seq: int
-    created_micros: int
-    size: int
-    offsets: array[int]
-    cursor: int  # append cursor = published cursor (one writer, under the slot lock)
-    generation: int | None  # None: the legacy sf-initial.sfa
-    synced: bool = True  # every byte written is covered by an fdatasync
-    view: memoryview | None = None  # read-only map of a sealed segment (None while active)
-
-    def map_sealed(self) -> None:
-        """Map the (now immutable) segment for the readers."""
-        if self.view is None:
-            self.view = self.handle.map()
-
-    def close(self) -> None:
-        if self.view is not None:
-            self.view.release()
-            self.view = None
-        self.handle.close()
-
-    @property
-    def count(self) -> int:
-        return len(self.offsets)
-
-    @property
-    def last_seq(self) -> int:
-        return self.base_seq + len(self.offsets) - 1
 
 
 @dataclass
@@ -135,7 +83,7 @@ class SlotStats:
     created_segments: int
 
 
-class Slot:
+class Slot(FrameReader):
     """Open (recover or create) the slot at ``<sf_dir>/<sender_id>``; see ``open``."""
 
     def __init__(
@@ -149,6 +97,7 @@ class Slot:
         max_total_bytes: int,
         durability: str,
         clock: Clock | None,
+        mmap: bool = True,
     ) -> None:
         self.fs = fs
         self.dir = slot_dir
@@ -157,9 +106,8 @@ class Slot:
         self.durability = durability
         self._clock = clock
         self._lock_handle: Handle | None = lock_handle
-        self._cond = threading.Condition()
-        self._segments: list[_Segment] = []
-        self._bases: list[int] = []  # segment base_seqs, for bisect
+        super().__init__()
+        self.mmap = mmap  # SF-22: map sealed segments for reading (else pread)
         self._next_gen = recovery.next_generation
         self.published_fsn = recovery.published_fsn
         self.acked_fsn = recovery.acked_fsn
@@ -179,7 +127,7 @@ class Slot:
         self.backpressure_reason: Callable[[], str] = lambda: "backpressure: SF slot is full"
         self.backpressure_stalls = 0
         try:
-            with _typed(f"recovering SF slot {slot_dir}"):
+            with typed_io(f"recovering SF slot {slot_dir}"):
                 self._adopt(recovery)
         except BaseException:
             for seg in self._segments:
@@ -203,11 +151,16 @@ class Slot:
         clock: Clock | None = None,
         create: bool = True,
         fail_marker: bool = False,
+        mmap: bool = True,
     ) -> Slot:
         """Lock and recover ``<sf_dir>/<sender_id>`` (created if missing; seed §18.1).
 
         ``fail_marker``: when recovery refuses the slot, write the ``.failed`` sentinel while
         the lock is still held (an orphan drainer's duty, seed §5.2, §18.2).
+
+        ``mmap=False`` (SF-22): nothing of the slot is mapped; recovery copies each segment by
+        ``pread`` (the default ``fs`` is then ``OsFS(mmap=False)``) and frames are read by
+        ``pread``, so a media error is ``io_error``, never a SIGBUS.
 
         raises: Locked (another sender holds it), Corrupt (recovery refused), BadArgument
         """
@@ -221,7 +174,7 @@ class Slot:
                 f"sf_max_total_bytes={max_total_bytes} must hold at least two segments of "
                 f"sf_max_bytes={max_bytes} (rotation needs the next one before trimming)"
             )
-        fs = fs or OsFS()
+        fs = fs or OsFS(mmap=mmap)
         slot_dir = os.path.join(sf_dir, sender_id)
         if not create and not fs.is_dir(slot_dir):
             raise BadArgument(f"SF slot {slot_dir} does not exist")
@@ -252,6 +205,7 @@ class Slot:
                 max_total_bytes=max_total_bytes,
                 durability=durability,
                 clock=clock,
+                mmap=mmap,
             )
         except BaseException as exc:
             with contextlib.suppress(OSError):
@@ -270,7 +224,7 @@ class Slot:
             active = i == len(rec.segments) - 1
             path = os.path.join(self.dir, r.name)
             h = self.fs.open(path, create=False) if active else self.fs.open_read(path)
-            seg = _Segment(
+            seg = Segment(
                 r.name, h, r.base_seq, r.created_micros, r.size, r.offsets, r.append_cursor,
                 r.generation,
                 # Recovered bytes may still be only in the page cache (a previous session
@@ -279,7 +233,7 @@ class Slot:
             )  # fmt: skip
             self._segments.append(seg)
             self._bases.append(seg.base_seq)
-            if not active:
+            if not active and self.mmap:
                 seg.map_sealed()
             elif r.dirty_end > r.append_cursor:
                 # SF-9: bytes a torn append left after the last good frame are zeroed, durably,
@@ -351,7 +305,7 @@ class Slot:
             callback()
         return fsn
 
-    def _rotate(self, deadline_ms: int) -> _Segment:
+    def _rotate(self, deadline_ms: int) -> Segment:
         """Seal the active segment and create the next one (seed §6.4); waits for space."""
         size = self.max_bytes
         if self._total_bytes() + size > self.max_total_bytes:
@@ -392,7 +346,7 @@ class Slot:
                     with contextlib.suppress(OSError):
                         self.fs.unlink(leftover)
                 raise
-        seg = _Segment(name, h, self.published_fsn + 1, created, size, array("q"), HEADER_SIZE, gen)
+        seg = Segment(name, h, self.published_fsn + 1, created, size, array("q"), HEADER_SIZE, gen)
         self._segments.append(seg)
         self._bases.append(seg.base_seq)
         self._created += 1
@@ -401,22 +355,20 @@ class Slot:
                 self._write_record(seg)  # SF-17: before the segment takes a frame
         return seg
 
-    def _seal(self, seg: _Segment) -> None:
+    def _seal(self, seg: Segment) -> None:
         # SF-11: under flush/append a sealed segment is synced before the next one takes
         # frames, so a crash can never leave later frames on disk after a hole (a gap refuses
         # recovery). The memory durability never syncs (the seed's only mode).
         if self.durability != "memory" and not seg.synced:
             seg.handle.fdatasync()
             seg.synced = True
-        seg.map_sealed()
-
-    def _path(self, seg: _Segment) -> str:
-        return os.path.join(self.dir, seg.name)
+        if self.mmap:
+            seg.map_sealed()
 
     def _join(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    def _write_record(self, seg: _Segment) -> None:
+    def _write_record(self, seg: Segment) -> None:
         """Record in ``.tidelog-sync`` that ``seg`` is durable through its cursor (SF-17); the
         caller has synced it. Without the append flag, no copy keeps one."""
         rec = SyncRecord(
@@ -435,9 +387,6 @@ class Slot:
         if self._clock is not None:
             return self._clock.now_ms() * 1000
         return time.time_ns() // 1000
-
-    def _total_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
 
     # -- durability ------------------------------------------------------------------------
     def sync(self) -> None:
@@ -458,67 +407,10 @@ class Slot:
         if self.durability == "flush":
             self.sync()
 
-    # -- consumer ----------------------------------------------------------------------------
-    def read(self, fsn: int, max_frames: int = 256, max_bytes: int = 1 << 20) -> list[bytes]:
-        """Payloads of frames ``fsn, fsn+1, ...`` (at least one if ``fsn`` is published)."""
-        out: list[bytes] = []
-        size = 0
-        with self._cond:
-            # SF-19: after a failed sync the page cache may no longer hold what was published.
-            self._check_writable()
-            if fsn > self.published_fsn or not self._segments:
-                return out
-            i = bisect.bisect_right(self._bases, fsn) - 1
-            if i < 0 or fsn < self._segments[0].base_seq:
-                raise BadArgument(f"FSN {fsn} was trimmed (lowest on disk {self._bases[0]})")
-            while i < len(self._segments) and len(out) < max_frames and size < max_bytes:
-                seg = self._segments[i]
-                k = fsn - seg.base_seq
-                if k >= seg.count:
-                    i += 1
-                    continue
-                # One pread covers the run of frames taken from this segment: every frame
-                # that starts within the byte budget (at least one), up to max_frames.
-                start = seg.offsets[k]
-                hi = min(seg.count, k + max_frames - len(out))
-                p = bisect.bisect_right(seg.offsets, start + max_bytes - size, k + 1, hi)
-                end = seg.offsets[p] if p < seg.count else seg.cursor
-                if seg.view is not None:
-                    view, base = seg.view, 0  # sealed: straight from the mapping
-                else:
-                    with _typed(f"reading SF segment {self._path(seg)}"):
-                        data = seg.handle.pread(end - start, start)
-                    view, base = memoryview(data), start
-                for j in range(k, p):
-                    off = seg.offsets[j] - base
-                    n = int.from_bytes(view[off + 4 : off + 8], "little")
-                    out.append(bytes(view[off + 8 : off + 8 + n]))
-                    size += n
-                fsn = seg.base_seq + p
-                if p < seg.count:
-                    break  # a limit stopped us inside this segment
-                i += 1
-        return out
-
-    def frame_ts_ms(self, fsn: int) -> int:
-        """Creation time of the segment holding ``fsn`` (frames carry no time of their own)."""
-        with self._cond:
-            i = bisect.bisect_right(self._bases, fsn) - 1
-            return self._segments[max(i, 0)].created_micros // 1000 if self._segments else 0
-
-    def lowest_fsn(self) -> int:
-        """The lowest FSN still on disk (``published_fsn + 1`` when none)."""
-        with self._cond:
-            for seg in self._segments:
-                if seg.count:
-                    return seg.base_seq
-            return self.published_fsn + 1
-
-    def payload_bytes(self) -> int:
-        with self._cond:
-            frames = sum(s.count for s in self._segments)
-            used = sum(s.cursor - HEADER_SIZE for s in self._segments)
-            return used - FRAME_HEADER_SIZE * frames
+    # -- consumer (reads: FrameReader) ----------------------------------------------------------
+    def _check_readable(self) -> None:
+        # SF-19: after a failed sync the page cache may no longer hold what was published.
+        self._check_writable()
 
     # -- acknowledgement and trim (the manager's job) ------------------------------------------
     def acknowledge(self, fsn: int) -> int:
@@ -595,7 +487,7 @@ class Slot:
 
     def _io(self, what: str) -> contextlib.AbstractContextManager[None]:
         """A write path: an I/O failure is typed and poisons the slot (SF-19)."""
-        return _typed(what, self._poison)
+        return typed_io(what, self._poison)
 
     @property
     def poisoned(self) -> StorageError | None:
@@ -637,7 +529,7 @@ class Slot:
                 self._lock_handle = None
             for release in handles:
                 try:
-                    with _typed(f"closing SF slot {self.dir}"):
+                    with typed_io(f"closing SF slot {self.dir}"):
                         release()
                 except StorageError as exc:
                     error = error or exc
@@ -665,10 +557,6 @@ class Slot:
                 created_segments=self._created,
             )
 
-    def segment_names(self) -> list[str]:
-        with self._cond:
-            return [s.name for s in self._segments]
-
     def __enter__(self) -> Slot:
         return self
 
@@ -695,7 +583,7 @@ def write_failed(fs: FS, slot_dir: str, reason: str) -> None:
     raises: StorageError (SF-19)
     """
     path = os.path.join(slot_dir, FAILED_FILE)
-    with _typed(f"writing {path}"):
+    with typed_io(f"writing {path}"):
         h = fs.open(path)
         try:
             h.truncate(0)
