@@ -159,8 +159,8 @@ def _inspect_report(store: Store, only: str | None, view: bool) -> dict[str, Any
 def inspect_cmd(uri: str, only: str | None, as_json: bool) -> None:
     """Show topics (config, state, subscribers), backend facts and capabilities.
 
-    Reads only (a file:// store through a read-only view, so a live writer may hold it) and
-    never creates a store. Control characters are escaped as in `tail`.
+    Reads only (a file:// store, blockdev:// ring or sf:// slot through a read-only view, so a
+    live writer may hold it) and never creates a store. Control characters are escaped as in `tail`.
     """
     with open_read_only(uri) as store:
         report = _inspect_report(store, only, has_read_only_view(uri))
@@ -278,8 +278,9 @@ def tail_cmd(
     (\\n, \\t, \\r, \\\\, \\xNN, \\uNNNN; a byte that is not UTF-8 is \\xNN with NN >= 80; a
     missing tag or node is "-"), so every record is exactly one line; --json is exact.
 
-    Reads only: a file:// store is opened as a read-only view (a live writer may hold it; with
-    --follow its new records show up within about --interval), and nothing is created.
+    Reads only: a file:// store, blockdev:// ring or sf:// slot is opened as a read-only view (a
+    live writer may hold it; with --follow its new records show up within about --interval), and
+    nothing is created.
     """
     show: Callable[[Item], str] = (
         (lambda item: json.dumps(fmt.item_json(item))) if as_json else fmt.item_line
