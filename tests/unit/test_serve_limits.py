@@ -32,7 +32,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 import tidelog
 from tidelog.cli import main
 from tidelog.errors import BadOption
-from tidelog.forward import Forwarder, Receiver, SenderError, wire
+from tidelog.forward import Forwarder, Receiver, SenderError, budget, wire
 from tidelog.forward.budget import MESSAGE_OVERHEAD, Account, ByteBudget, ServeLimits
 from tidelog.forward.dedup import forwarded
 
@@ -542,6 +542,7 @@ def test_FWD_25_a_flood_against_a_slow_store_stays_within_the_bounds(
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc")
+@pytest.mark.skipif(not budget.CAN_RETURN_MEMORY, reason="no malloc_trim (not glibc)")
 def test_FWD_25_memory_is_returned_after_a_flood(
     tmp_path: Path, served: Callable[..., Served]
 ) -> None:

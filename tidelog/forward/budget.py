@@ -19,7 +19,14 @@ from typing import Final
 from tidelog.errors import BadOption
 from tidelog.options import parse_int, parse_size
 
-__all__ = ["MESSAGE_OVERHEAD", "ServeLimits", "Account", "ByteBudget", "return_free_memory"]
+__all__ = [
+    "MESSAGE_OVERHEAD",
+    "ServeLimits",
+    "Account",
+    "ByteBudget",
+    "CAN_RETURN_MEMORY",
+    "return_free_memory",
+]
 
 #: Charged per message on top of its length, so a flood of empty messages is bounded too.
 MESSAGE_OVERHEAD: Final = 64
@@ -142,6 +149,8 @@ def _malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
 
 
 _TRIM = _malloc_trim()
+#: ``return_free_memory`` does something here (glibc).
+CAN_RETURN_MEMORY: Final = _TRIM is not None
 
 
 def return_free_memory() -> bool:
