@@ -456,8 +456,7 @@ class Receiver:
                 f"too_large: a frame of {oversize.size} bytes is larger than this receiver's "
                 f"max_connection_bytes ({self.limits.max_connection_bytes}) (FWD-25)",
             )
-            with self._append_lock:
-                self._note_refused(conn, conn.wire_seq)
+            await asyncio.to_thread(self._locked, self._note_refused, conn, conn.wire_seq)
         seqtxns = [head if seq is None else seq for seq in results]
         replies: list[bytes] = []
         if results:
@@ -573,11 +572,17 @@ class Receiver:
         self._next_trim = now + 1.0
         await asyncio.to_thread(return_free_memory)
 
-    async def _flush_once(self) -> None:
+    def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` under the append lock, on a worker thread: an append may hold the lock
+        through an fsync, and the event loop must keep reading and answering meanwhile."""
         with self._append_lock:
-            through = self.topic.state().head_seq
-            marks = dict(self.dedup.marks)
-            refused = dict(self.dedup.refused)
+            return fn(*args)
+
+    def _snapshot(self) -> tuple[int, dict[str, int], dict[str, int]]:
+        return self.topic.state().head_seq, dict(self.dedup.marks), dict(self.dedup.refused)
+
+    async def _flush_once(self) -> None:
+        through, marks, refused = await asyncio.to_thread(self._locked, self._snapshot)
         if through > self.durable_seq:
             try:
                 await asyncio.to_thread(self.store.flush)
