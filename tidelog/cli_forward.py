@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import socket
@@ -23,6 +24,7 @@ from tidelog.cli_open import open_existing
 from tidelog.config import TopicConfig
 from tidelog.errors import BadArgument
 from tidelog.forward import Forwarder, Receiver
+from tidelog.forward.budget import ServeLimits
 from tidelog.forward.conf import _split, parse_conf
 from tidelog.fsio import storage_error
 from tidelog.names import check_topic_name
@@ -40,11 +42,11 @@ def _option_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def check_listen(host: str, port: int) -> None:
-    """Resolve ``host`` and bind every address the receiver will listen on, then let go
-    (spec/CLI.md CLI-9): a busy port or a bad host is an error before anything is created.
-    Binds as asyncio's server does (SO_REUSEADDR; IPv6 sockets IPv6-only), so a port this
-    accepts is one the receiver can take, unless another process takes it in between."""
+def bind_listen(host: str, port: int) -> list[socket.socket]:
+    """Resolve ``host`` and bind and listen on every address the receiver will serve
+    (spec/CLI.md CLI-9): a busy port or a bad host is an error before anything is created, and
+    the receiver takes these sockets, so no other process can take the port in between. Binds
+    as asyncio's server does (SO_REUSEADDR; IPv6 sockets IPv6-only)."""
     try:
         infos = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -60,11 +62,12 @@ def check_listen(host: str, port: int) -> None:
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
+            sock.listen(100)
     except OSError as exc:
-        raise storage_error(exc, f"cannot listen on {host}:{port}") from None
-    finally:
         for sock in held:
             sock.close()
+        raise storage_error(exc, f"cannot listen on {host}:{port}") from None
+    return held
 
 
 @main.command("serve")
@@ -86,6 +89,37 @@ def check_listen(host: str, port: int) -> None:
     help="Group commit: how often appended frames are flushed and durable-acked.",
 )
 @click.option(
+    "--max-frame-bytes",
+    default="16MiB",
+    show_default=True,
+    help="Largest message read at all; larger: WebSocket close 1009 (FWD-25).",
+)
+@click.option(
+    "--max-connection-bytes",
+    default="64MiB",
+    show_default=True,
+    help="Bytes received and not yet appended per connection; then TCP pushes back (FWD-25).",
+)
+@click.option(
+    "--max-total-bytes",
+    default="256MiB",
+    show_default=True,
+    help="The same across all connections (FWD-25).",
+)
+@click.option(
+    "--max-connections",
+    default=64,
+    show_default=True,
+    type=int,
+    help="Open connections; more are refused with HTTP 503 (FWD-25).",
+)
+@click.option(
+    "--trust-fsn-jumps",
+    is_flag=True,
+    help="Accept a connection whose FSNs jump ahead of what is stored for its client id "
+    "(topic sources with holes; FWD-26).",
+)
+@click.option(
     "--topic-option",
     "topic_options",
     multiple=True,
@@ -99,6 +133,11 @@ def serve_cmd(
     port: int,
     durable_ack: bool,
     flush_interval_ms: int,
+    max_frame_bytes: str,
+    max_connection_bytes: str,
+    max_total_bytes: str,
+    max_connections: int,
+    trust_fsn_jumps: bool,
     topic_options: tuple[str, ...],
 ) -> None:
     """Receive forwarded frames over WebSocket (/write/v4) into TOPIC of the store at URI.
@@ -110,19 +149,32 @@ def serve_cmd(
     options = _option_pairs(topic_options)
     check_topic_name(topic)  # the receiver would create the store before refusing these
     TopicConfig.from_options(topic, options)
-    check_listen(host, port)
-    receiver = Receiver.open(
-        uri,
-        topic,
-        host=host,
-        port=port,
-        durable_ack=durable_ack,
-        flush_interval_ms=flush_interval_ms,
-        topic_options=options,
+    limits = ServeLimits.parse(
+        max_frame_bytes=max_frame_bytes,
+        max_connection_bytes=max_connection_bytes,
+        max_total_bytes=max_total_bytes,
+        max_connections=max_connections,
     )
+    sockets = bind_listen(host, port)
+    try:
+        receiver = Receiver.open(
+            uri,
+            topic,
+            host=host,
+            sockets=sockets,
+            durable_ack=durable_ack,
+            flush_interval_ms=flush_interval_ms,
+            **dataclasses.asdict(limits),
+            trust_fsn_jumps=trust_fsn_jumps,
+            topic_options=options,
+        )
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
     try:
         receiver.start()
-    except OSError as exc:  # taken since check_listen: the same error, and the store closed
+    except OSError as exc:  # the held sockets failed to serve: the same error, store closed
         receiver.stop(abort=True)
         raise storage_error(exc, f"cannot listen on {host}:{port}") from None
     except BaseException:

@@ -491,6 +491,9 @@ class Scenario:
             "events",
             flush_interval_ms=self.rng.choice([1, 5, 20]),
             topic_options={"durability": "disk"},
+            # A topic source steps over its holes with FSN jumps, which only a receiver that
+            # trusts them accepts (FWD-26, FWD-22).
+            trust_fsn_jumps=self.source == "topic",
         ).start()
 
     def stop_receiver(self) -> None:

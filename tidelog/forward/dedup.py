@@ -11,7 +11,9 @@ Scanning a whole topic at every start would be slow, so the receiver also append
 data through seq ``S`` is durable. Start-up reads the last checkpoint and scans only the data
 records above ``S``. A checkpoint never claims more than the durable data holds, so it can only
 make the marks lower (more duplicates accepted), never higher (a frame dropped as a duplicate it
-is not).
+is not). The checkpoint also keeps, per client, the FSN of the newest frame the receiver refused
+with an error frame (``"refused"``): a sender may drop that frame (FWD-9), so a connection that
+starts right after it is not an FSN jump (FWD-26).
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ class DedupIndex:
         # checkpoint and the scan are only lower bounds (records may have been trimmed).
         self._exact: set[str] = set()
         self.through_seq = 0
+        self.refused: dict[str, int] = {}  # client -> newest FSN refused with an error frame
+        # what the newest checkpoint written (or loaded) holds
+        self._saved_marks: dict[str, int] = {}
+        self._saved_refused: dict[str, int] = {}
         self.scanned = 0  # records examined at load (observability; tests assert on it)
         self._load()
 
@@ -99,10 +105,13 @@ class DedupIndex:
                 if isinstance(item, Record):
                     try:
                         doc = json.loads(item.payload)
-                        self.through_seq = int(doc["through_seq"])
-                        self.marks = {str(k): int(v) for k, v in doc["clients"].items()}
-                    except (ValueError, KeyError, TypeError):
+                        through = int(doc["through_seq"])
+                        marks = {str(k): int(v) for k, v in doc["clients"].items()}
+                        refused = {str(k): int(v) for k, v in doc.get("refused", {}).items()}
+                    except (ValueError, KeyError, TypeError, AttributeError):
                         continue  # a damaged checkpoint: keep the previous one
+                    self.through_seq, self.marks, self.refused = through, marks, refused
+                    self._saved_marks, self._saved_refused = dict(marks), dict(refused)
         for client, fsn, _ in forwarded(self.topic, after=self.through_seq):
             self.scanned += 1
             if fsn > self.marks.get(client, -1):
@@ -111,6 +120,17 @@ class DedupIndex:
     def mark(self, client: str) -> int:
         """A lower bound of the client's highest stored FSN (-1: nothing known)."""
         return self.marks.get(client, -1)
+
+    def next_allowed(self, client: str) -> int:
+        """The highest ``X-Tidelog-Fsn-At-Zero`` a connection of a known client may start at
+        (FWD-26): right after its mark, or after the refused frame that follows the mark."""
+        mark = self.mark(client)
+        return mark + 2 if self.refused.get(client) == mark + 1 else mark + 1
+
+    def note_refused(self, client: str, fsn: int) -> None:
+        """The receiver answered the frame with FSN ``fsn`` with an error frame (FWD-21)."""
+        if fsn > self.refused.get(client, -1):
+            self.refused[client] = fsn
 
     def is_exact(self, client: str) -> bool:
         return client in self._exact
@@ -124,11 +144,23 @@ class DedupIndex:
         else:
             self._exact.discard(client)
 
-    def checkpoint(self, through_seq: int, marks: dict[str, int]) -> None:
+    def refused_unsaved(self, refused: dict[str, int]) -> bool:
+        """``refused`` (a copy of ``self.refused``) differs from the newest checkpoint's."""
+        return refused != self._saved_refused
+
+    def checkpoint(
+        self, through_seq: int, marks: dict[str, int], refused: dict[str, int] | None = None
+    ) -> None:
         """Record marks valid for data through ``through_seq``; call only once that data is
-        durable (``Store.flush`` returned)."""
+        durable (``Store.flush`` returned). ``refused`` is a copy of ``self.refused`` taken with
+        the marks: when it changed, it is recorded even with nothing new durable, next to the
+        marks already recorded (never newer marks, whose data may not be durable)."""
+        refused = self._saved_refused if refused is None else refused
         if through_seq <= self.through_seq:
-            return
-        doc = {"through_seq": through_seq, "clients": marks}
-        self.index.append(json.dumps(doc, sort_keys=True).encode())
+            if not self.refused_unsaved(refused):
+                return
+            through_seq, marks = self.through_seq, self._saved_marks
+        doc = {"through_seq": through_seq, "clients": marks, "refused": refused}
+        self.index.append(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
         self.through_seq = through_seq
+        self._saved_marks, self._saved_refused = dict(marks), dict(refused)

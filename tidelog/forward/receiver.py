@@ -15,6 +15,10 @@ they survive receiver restarts and crashes exactly as the records do.
 
 Appends are serialised across connections (one writer), batched per connection: every message
 already queued is appended in one ``append_many``.
+
+Memory is bounded (FWD-25, ``budget.py``): a connection's reader takes a message only when it
+fits the per-connection and total bounds, else it waits and TCP pushes back on the sender. A
+client id cannot be hijacked by an FSN jump (FWD-26) and has at most one connection (FWD-27).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,27 +37,39 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 import tidelog
 from tidelog.api import Store, Topic
 from tidelog.errors import Backpressure, TidelogError, TooLarge, TopicFull
 
 from . import wire
+from .budget import MESSAGE_OVERHEAD, Account, ByteBudget, ServeLimits, return_free_memory
 from .dedup import DedupIndex, batch_tag
 
-__all__ = ["Receiver", "PATHS"]
+__all__ = ["Receiver", "PATHS", "LIMIT_OPTIONS"]
 
 log = logging.getLogger("tidelog.serve")
 
 PATHS = ("/write/v4", "/api/v4/write")
 _WRITE_ERROR = 0x09
 _INTERNAL_ERROR = 0x06
+_TRIM_AFTER = 16 << 20  # bytes taken since the last return of free memory that warrant one
+#: The ``Receiver`` keyword arguments that are FWD-25 limits (validated before a store opens).
+LIMIT_OPTIONS = ("max_frame_bytes", "max_connection_bytes", "max_total_bytes", "max_connections")
 
 
 def _status(exc: TidelogError) -> int:
     """A rejected append's status byte: the topic refuses writes (WRITE_ERROR, dropped by
     default) or something else went wrong (INTERNAL_ERROR, halts by default)."""
     return _WRITE_ERROR if isinstance(exc, TooLarge | TopicFull | Backpressure) else _INTERNAL_ERROR
+
+
+@dataclass(frozen=True)
+class _Oversize:
+    """In a connection's queue in place of a message too large to hold (FWD-25)."""
+
+    size: int
 
 
 @dataclass(eq=False)
@@ -65,7 +82,26 @@ class _Conn:
     max_ok: int = -1  # highest seqTxn an OK on this connection reported
     min_ok: int | None = None  # lowest one: a watermark below it covers nothing here
     durable_sent: int = -1  # the durable watermark last sent on this connection
-    queue: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    # messages taken off the socket, in order; None ends the stream
+    queue: asyncio.Queue[bytes | _Oversize | None] = field(default_factory=asyncio.Queue)
+    account: Account = field(default_factory=Account)  # its held bytes (FWD-25)
+
+
+@dataclass(eq=False)
+class _Claim:
+    """A client id's connection (FWD-27): from its upgrade until its handler is done."""
+
+    ws: ServerConnection
+    running: bool = False  # the handler started (and has not finished: then it is dropped)
+
+    def live(self) -> bool:
+        # A handshake that failed after the claim never reaches the handler: its connection
+        # closes, and the claim is stale.
+        return self.running or self.ws.state is not State.CLOSED
+
+
+def _charge(frames: Sequence[bytes]) -> int:
+    return sum(len(f) for f in frames) + MESSAGE_OVERHEAD * len(frames)
 
 
 class Receiver:
@@ -80,36 +116,68 @@ class Receiver:
         port: int = 0,
         durable_ack: bool = True,
         flush_interval_ms: int = 10,
-        max_frame_bytes: int = 16 << 20,
+        max_frame_bytes: int | str = 16 << 20,
+        max_connection_bytes: int | str = 64 << 20,
+        max_total_bytes: int | str = 256 << 20,
+        max_connections: int | str = 64,
+        trust_fsn_jumps: bool = False,
+        ping_interval: float = 20.0,
+        ping_timeout: float = 20.0,
+        sockets: Sequence[socket.socket] = (),
         topic_options: dict[str, Any] | None = None,
         tracer: Callable[[str, dict[str, Any]], None] | None = None,
         owns_store: bool = False,
     ) -> None:
+        self.limits = ServeLimits.parse(
+            max_frame_bytes=max_frame_bytes,
+            max_connection_bytes=max_connection_bytes,
+            max_total_bytes=max_total_bytes,
+            max_connections=max_connections,
+        )
         self.store = store
         self.topic: Topic = store.topic(topic, **(topic_options or {}))
         self.table = topic
         self.host = host
-        self.port = port
+        # Listening sockets bound by the caller (the CLI binds them before it opens the store,
+        # spec/CLI.md CLI-9); the receiver owns and closes them.
+        self._sockets = list(sockets)
+        self.port = self._sockets[0].getsockname()[1] if self._sockets else port
         self.durable_ack = durable_ack
         self.flush_interval = flush_interval_ms / 1000.0
-        self.max_frame_bytes = max_frame_bytes
+        self.max_frame_bytes = self.limits.max_frame_bytes
+        self.trust_fsn_jumps = trust_fsn_jumps
+        self.ping_interval = ping_interval
+        self.ping_timeout = ping_timeout
         self.tracer = tracer
         self.owns_store = owns_store
         self.dedup = DedupIndex(store, self.topic)
         self.appended_seq = self.topic.state().head_seq
         self.durable_seq = self.appended_seq
-        self.stats = {"frames": 0, "stored": 0, "duplicates": 0, "rejected": 0, "connections": 0}
+        self.stats = {
+            "frames": 0, "stored": 0, "duplicates": 0, "rejected": 0, "connections": 0,
+            "upgrades_refused": 0, "peak_held_bytes": 0,
+        }  # fmt: skip
+        self._budget = ByteBudget(self.limits.max_connection_bytes, self.limits.max_total_bytes)
         self._conns: set[_Conn] = set()
+        self._claims: dict[str, _Claim] = {}
+        self._upgrading: set[ServerConnection] = set()
+        self._warned: set[str] = set()
+        self._taken_since_trim = 0  # bytes taken since the last returns of free memory began
+        self._trims_due = 0
+        self._refused_tried: dict[str, int] = {}
+        self._next_trim = 0.0
         self._append_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._server: Server | None = None
+        self._servers: list[Server] = []
         self._started = threading.Event()
         self._start_error: BaseException | None = None
 
     @classmethod
     def open(cls, uri: str, topic: str, **kwargs: Any) -> Receiver:
-        """Open the store at ``uri`` and serve ``topic`` (the receiver owns and closes it)."""
+        """Open the store at ``uri`` and serve ``topic`` (the receiver owns and closes it).
+        The limits are checked before the store is opened (FWD-25)."""
+        ServeLimits.parse(**{k: kwargs[k] for k in LIMIT_OPTIONS if k in kwargs})
         store = tidelog.open(uri)
         try:
             return cls(store, topic, owns_store=True, **kwargs)
@@ -137,28 +205,39 @@ class Receiver:
 
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
+        options: dict[str, Any] = {
+            "process_request": self._process_request,
+            "process_response": self._process_response,
+            "compression": None,
+            "max_size": self.limits.max_frame_bytes,  # larger: 1009 before the payload is read
+            # At most one complete message waits in the WebSocket layer before it stops
+            # reading the socket (FWD-25).
+            "max_queue": 1,
+            "ping_interval": self.ping_interval,  # finds peers gone without a close (FWD-27)
+            "ping_timeout": self.ping_timeout,
+            "close_timeout": 1.0,
+        }
         try:
-            self._server = await serve(
-                self._handler,
-                self.host,
-                self.port,
-                process_request=self._process_request,
-                process_response=self._process_response,
-                compression=None,
-                max_size=self.max_frame_bytes,
-                ping_interval=None,
-                close_timeout=1.0,
-            )
+            if self._sockets:
+                for sock in self._sockets:
+                    self._servers.append(await serve(self._handler, sock=sock, **options))
+            else:
+                self._servers.append(await serve(self._handler, self.host, self.port, **options))
         except BaseException as exc:
+            for server in self._servers:
+                server.close()
+            self._close_sockets()
             self._start_error = exc
             self._started.set()
             return
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = self._servers[0].sockets[0].getsockname()[1]
         flusher = asyncio.create_task(self._flusher())
         self._started.set()
         await self._stopping.wait()
-        self._server.close()
-        await self._server.wait_closed()
+        for server in self._servers:
+            server.close()
+        for server in self._servers:
+            await server.wait_closed()
         flusher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await flusher
@@ -172,10 +251,28 @@ class Receiver:
         if self._loop is not None and self._thread is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stopping.set)
             self._thread.join()
+        self._close_sockets()  # never handed to a server (not started), or closed already
         if self.owns_store:
             self.store.close()
 
     _abort = False
+
+    def _close_sockets(self) -> None:
+        for sock in self._sockets:
+            sock.close()
+
+    def _log_once(self, level: int, text: str) -> None:
+        """A refused sender retries, a failing flush fails again: each distinct message is
+        logged once at ``level``, its repeats at DEBUG."""
+        if len(self._warned) > 1000:
+            self._warned.clear()
+        log.log(logging.DEBUG if text in self._warned else level, "%s", text)
+        self._warned.add(text)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes taken off connections and not yet appended (FWD-25)."""
+        return self._budget.held
 
     def serve_forever(self) -> None:
         """Block until interrupted (the CLI), starting first if needed."""
@@ -200,12 +297,56 @@ class Receiver:
         if path not in PATHS:
             return conn.respond(HTTPStatus.NOT_FOUND, f"no QWP endpoint at {path}\n")
         raw = request.headers.get(wire.H_FSN_AT_ZERO)
-        if raw is not None and not raw.strip().isdigit():
+        if raw is not None and not (raw.strip().isascii() and raw.strip().isdigit()):
             return conn.respond(HTTPStatus.BAD_REQUEST, f"bad {wire.H_FSN_AT_ZERO}: {raw!r}\n")
         client = request.headers.get(wire.H_CLIENT_ID)
         if client is not None and not 0 < len(client.encode("utf-8")) <= 200:
             # It becomes the TOP-11 producer id (at most 200 bytes).
             return conn.respond(HTTPStatus.BAD_REQUEST, "client id must be 1..200 bytes\n")
+        # Counted from the upgrade request: those whose handshake is under way, and those
+        # whose handler runs (FWD-25).
+        self._upgrading = {c for c in self._upgrading if c.state is State.CONNECTING}
+        open_now = len(self._upgrading) + sum(len(s.all_connections) for s in self._servers)
+        if open_now >= self.limits.max_connections:
+            return self._refuse(
+                conn,
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"receiver busy: {self.limits.max_connections} connections open "
+                f"(max_connections, FWD-25)",
+            )
+        if client and raw is not None:
+            refusal = self._claim(conn, client, int(raw))
+            if refusal is not None:
+                return self._refuse(conn, HTTPStatus.CONFLICT, refusal)
+        self._upgrading.add(conn)
+        return None
+
+    def _refuse(self, conn: ServerConnection, status: HTTPStatus, why: str) -> Response:
+        self.stats["upgrades_refused"] += 1
+        self._log_once(logging.WARNING, f"upgrade refused with HTTP {int(status)}: {why}")
+        self._trace("refused", status=int(status), why=why)
+        return conn.respond(status, why + "\n")
+
+    def _claim(self, conn: ServerConnection, client: str, fsn_at_zero: int) -> str | None:
+        """Take ``client`` for this connection, or say why not (FWD-26, FWD-27). On the event
+        loop, so two upgrades for one id are checked one after the other."""
+        held = self._claims.get(client)
+        if held is not None and held.live():
+            return (
+                f"client id {client!r} is connected already: a second connection is refused "
+                f"while the first is open (FWD-27)"
+            )
+        if not self.trust_fsn_jumps:
+            mark = self.dedup.mark(client)
+            allowed = self.dedup.next_allowed(client)
+            if mark >= 0 and fsn_at_zero > allowed:
+                return (
+                    f"{wire.H_FSN_AT_ZERO} {fsn_at_zero} jumps ahead for client id {client!r}: "
+                    f"the receiver holds its FSNs through {mark}, so a connection starts at "
+                    f"{allowed} at most (FWD-26; a receiver started with --trust-fsn-jumps "
+                    f"accepts jumps)"
+                )
+        self._claims[client] = _Claim(conn)
         return None
 
     def _process_response(
@@ -232,6 +373,11 @@ class Receiver:
         fsn0 = int(raw) if raw is not None and client else None
         wants = request.headers.get(wire.H_REQUEST_DURABLE_ACK, "").lower() == "true"
         conn = _Conn(ws, client, fsn0, wants and self.durable_ack)
+        claim = self._claims.get(client) if client and fsn0 is not None else None
+        if claim is not None and claim.ws is ws:
+            claim.running = True
+        else:
+            claim = None
         self._conns.add(conn)
         self.stats["connections"] += 1
         self._trace("connect", client=client, fsn_at_zero=fsn0, durable=conn.durable)
@@ -244,39 +390,73 @@ class Receiver:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
                 await reader
+            # What was taken and not appended (after a refusal, a closed connection) is freed.
+            while not conn.queue.empty():
+                item = conn.queue.get_nowait()
+                if isinstance(item, bytes):
+                    self._budget.release(conn.account, _charge([item]))
             self._conns.discard(conn)
+            if claim is not None and client is not None and self._claims.get(client) is claim:
+                del self._claims[client]
 
     async def _reader(self, conn: _Conn) -> None:
+        """Take messages off the socket while they fit the bounds (FWD-25): waiting for room
+        reads nothing more, so the WebSocket layer stops reading and TCP pushes back."""
         try:
             async for message in conn.ws:
                 if isinstance(message, str):
                     await conn.ws.close(1003, "QWP frames are binary")
                     break
+                if len(message) > self.limits.max_connection_bytes:
+                    conn.queue.put_nowait(_Oversize(len(message)))
+                    break  # nothing after it is stored (FWD-21)
+                charge = _charge([message])
+                await self._budget.take(conn.account, charge)
                 conn.queue.put_nowait(message)
+                self._taken_since_trim += charge
+                if self._budget.held > self.stats["peak_held_bytes"]:
+                    self.stats["peak_held_bytes"] = self._budget.held
         finally:
             conn.queue.put_nowait(None)
 
     async def _process(self, conn: _Conn) -> None:
         while True:
-            first = await conn.queue.get()
-            if first is None:
-                return
-            batch = [first]
-            while not conn.queue.empty():
-                item = conn.queue.get_nowait()
-                if item is None:
-                    conn.queue.put_nowait(None)
-                    break
-                batch.append(item)
-            if not await self._store_batch(conn, batch):
+            items = [await conn.queue.get()]
+            while isinstance(items[-1], bytes) and not conn.queue.empty():
+                items.append(conn.queue.get_nowait())
+            frames = [m for m in items if isinstance(m, bytes)]
+            end = items[-1]
+            oversize = end if isinstance(end, _Oversize) else None
+            try:
+                go_on = True
+                if frames or oversize is not None:
+                    go_on = await self._store_batch(conn, frames, oversize)
+            finally:
+                self._budget.release(conn.account, _charge(frames))
+            if not go_on or not isinstance(end, bytes):
                 return
 
-    async def _store_batch(self, conn: _Conn, batch: list[bytes]) -> bool:
-        """Append the new frames of ``batch`` and answer them. False: stop reading."""
+    async def _store_batch(
+        self, conn: _Conn, batch: list[bytes], oversize: _Oversize | None = None
+    ) -> bool:
+        """Append the new frames of ``batch`` and answer them; then refuse ``oversize``, the
+        message after them, if any (FWD-25). False: stop reading."""
         first_wire = conn.wire_seq
         conn.wire_seq += len(batch)
         self.stats["frames"] += len(batch)
-        results, head, failed = await asyncio.to_thread(self._append, conn, first_wire, batch)
+        results: list[int | None] = []
+        head = 0
+        failed: tuple[int, int, str] | None = None
+        if batch:
+            results, head, failed = await asyncio.to_thread(self._append, conn, first_wire, batch)
+        if failed is None and oversize is not None:
+            failed = (
+                conn.wire_seq,
+                _WRITE_ERROR,
+                f"too_large: a frame of {oversize.size} bytes is larger than this receiver's "
+                f"max_connection_bytes ({self.limits.max_connection_bytes}) (FWD-25)",
+            )
+            await asyncio.to_thread(self._locked, self._note_refused, conn, conn.wire_seq)
         seqtxns = [head if seq is None else seq for seq in results]
         replies: list[bytes] = []
         if results:
@@ -342,10 +522,17 @@ class Receiver:
                     if len(chunk) > 1:
                         one_by_one = True  # find the frame that fails
                         continue
+                    self._note_refused(conn, first_wire + i)
                     return out, head, (first_wire + i, _status(exc), f"{exc.code}: {exc.message}")
                 out += seqs if seqs else [None] * len(chunk)
                 i += len(chunk)
             return out, head, None
+
+    def _note_refused(self, conn: _Conn, wire_seq: int) -> None:
+        """Under the append lock: the frame at ``wire_seq`` gets an error frame; the sender may
+        drop it, so its next connection may start after it (FWD-26)."""
+        if conn.client is not None and conn.fsn_at_zero is not None:
+            self.dedup.note_refused(conn.client, conn.fsn_at_zero + wire_seq)
 
     def _append_run(
         self, client: str | None, fsn_at_zero: int | None, first_wire: int, frames: Sequence[bytes]
@@ -367,18 +554,62 @@ class Receiver:
         while True:
             await asyncio.sleep(self.flush_interval)
             await self._flush_once()
+            await self._return_memory()
+
+    async def _return_memory(self) -> None:
+        """Once nothing is held after a flood, give freed buffers back to the operating system
+        (FWD-25): three times, a second apart, since the store frees its own copies of the
+        frames a little later (at its checkpoints)."""
+        if self._budget.held:
+            return
+        if self._taken_since_trim >= _TRIM_AFTER:
+            self._taken_since_trim = 0
+            self._trims_due = 3
+        now = asyncio.get_running_loop().time()
+        if not self._trims_due or now < self._next_trim:
+            return
+        self._trims_due -= 1
+        self._next_trim = now + 1.0
+        await asyncio.to_thread(return_free_memory)
+
+    def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` under the append lock, on a worker thread: an append may hold the lock
+        through an fsync, and the event loop must keep reading and answering meanwhile."""
+        with self._append_lock:
+            return fn(*args)
+
+    def _snapshot(self) -> tuple[int, dict[str, int], dict[str, int]]:
+        return self.topic.state().head_seq, dict(self.dedup.marks), dict(self.dedup.refused)
 
     async def _flush_once(self) -> None:
-        with self._append_lock:
-            through = self.topic.state().head_seq
-            marks = dict(self.dedup.marks)
+        through, marks, refused = await asyncio.to_thread(self._locked, self._snapshot)
         if through > self.durable_seq:
-            await asyncio.to_thread(self.store.flush)
-            await asyncio.to_thread(self.dedup.checkpoint, through, marks)
+            try:
+                await asyncio.to_thread(self.store.flush)
+            except TidelogError as exc:
+                # Nothing is confirmed durable until a flush succeeds; retried every interval.
+                self._log_once(logging.ERROR, f"flush failed: {exc.code}: {exc.message}")
+                return
             self.durable_seq = through
             self._trace("durable", seq=through)
+            await self._checkpoint(through, marks, refused)
+        elif self.dedup.refused_unsaved(refused) and refused != self._refused_tried:
+            await self._checkpoint(self.dedup.through_seq, {}, refused)  # FWD-26
         for conn in list(self._conns):
             await self._send_durable(conn)
+
+    async def _checkpoint(
+        self, through: int, marks: dict[str, int], refused: dict[str, int]
+    ) -> None:
+        """Write the de-dup checkpoint; a failure (e.g. a store whose max_record_bytes is
+        smaller than the checkpoint) only costs a longer scan at the next start (FWD-19)."""
+        self._refused_tried = refused
+        try:
+            await asyncio.to_thread(self.dedup.checkpoint, through, marks, refused)
+        except TidelogError as exc:
+            self._log_once(
+                logging.WARNING, f"de-dup checkpoint not written: {exc.code}: {exc.message}"
+            )
 
     async def _send_durable(self, conn: _Conn) -> None:
         """Send the cumulative durable watermark to a connection that has OKs it does not
