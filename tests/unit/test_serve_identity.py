@@ -17,6 +17,7 @@ from websockets.exceptions import InvalidStatus
 import tidelog
 from tidelog.forward import Forwarder, Receiver, SenderError, wire
 from tidelog.forward.dedup import forwarded
+from tidelog.forward.errors import SenderFailed
 
 WAIT = 30.0
 
@@ -219,14 +220,15 @@ def test_FWD_26_a_topic_hole_needs_a_trusting_receiver(rx: Receiver, tmp_path: P
             topic.append(b"r%d" % i, tag="drop" if i == 3 else None)
         topic.delete(tag="drop")
         conf = sender(rx.port, tmp_path / "unused", "t").replace(f"sf_dir={tmp_path}/unused;", "")
-        with Forwarder.for_topic(conf, topic) as fwd:
+        # halted at once, with the reason: close reports it
+        with pytest.raises(SenderFailed, match="FWD-26"), Forwarder.for_topic(conf, topic) as fwd:
             assert fwd.wait_acked(1, timeout=WAIT)  # r1, r2
             deadline = time.monotonic() + WAIT
             while rx.stats["upgrades_refused"] == 0 and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert not fwd.wait_acked(5, timeout=0.2)
         assert topic.state().count == 3  # r4..r6 kept for a later forward
-    assert rx.stats["upgrades_refused"] >= 1 and rx.dedup.mark("t") == 1
+    assert rx.stats["upgrades_refused"] == 1 and rx.dedup.mark("t") == 1
 
 
 # -- FWD-27 ------------------------------------------------------------------------------------
@@ -275,3 +277,30 @@ def test_FWD_27_a_peer_gone_silent_is_found_by_keepalive(tmp_path: Path) -> None
         assert asyncio.run(go()) == (101, "")
     finally:
         rx.stop()
+
+
+def test_FWD_26_a_refused_forwarder_halts_at_once_with_the_receivers_reason(
+    tmp_path: Path,
+) -> None:
+    """FWD-26: a forwarder whose FSN jump a receiver refuses fails at its first connect with
+    the receiver's reason (it treated the 409 as transient and retried until its reconnect
+    budget ran out, then reported only "budget exhausted")."""
+    first = Receiver.open(rx_uri(tmp_path / "one"), "events", flush_interval_ms=5).start()
+    other = Receiver.open(rx_uri(tmp_path / "two"), "events", flush_interval_ms=5).start()
+    try:
+        with Forwarder(sender(other.port, tmp_path / "sf-old", "b")) as fwd:
+            fwd.append(b"old")
+            assert fwd.wait_acked(timeout=WAIT)  # "other" holds b through FSN 0
+        slot = tmp_path / "sf"
+        with Forwarder(sender(first.port, slot, "b")) as fwd:
+            for i in range(20):
+                fwd.append(b"b%d" % i)
+            assert fwd.wait_acked(timeout=WAIT)  # the slot is acked through FSN 19
+        budget = "reconnect_max_duration_millis=600000;"
+        with pytest.raises(SenderFailed) as raised:  # the first connect says why, at once
+            Forwarder(sender(other.port, slot, "b") + budget)
+        assert "409" in str(raised.value) and "FWD-26" in str(raised.value)
+        assert other.stats["upgrades_refused"] == 1  # one attempt, not a retry loop
+    finally:
+        first.stop()
+        other.stop()

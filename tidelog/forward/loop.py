@@ -400,7 +400,11 @@ class IOLoop:
                 raise _Terminal("SECURITY_ERROR", f"upgrade rejected: HTTP {status}") from None
             if status == 421:
                 raise _RoleReject(f"HTTP 421 from {host}:{port}") from None
-            raise _Transient(f"HTTP {status}") from None
+            why = bytes(exc.response.body or b"").decode("utf-8", "replace").strip()
+            if status == 409 and "FWD-26" in why:
+                # the receiver refuses this FSN for good: retrying the same one cannot help
+                raise _Terminal("PROTOCOL_VIOLATION", f"upgrade refused: HTTP 409: {why}") from None
+            raise _Transient(f"HTTP {status}" + (f": {why}" if why else "")) from None
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             raise _Transient(repr(exc)) from None
         headers = ws.response.headers if ws.response is not None else {}
