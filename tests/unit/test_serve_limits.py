@@ -107,7 +107,7 @@ def queued(rx: Receiver) -> list[int]:
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"max_frame_bytes": 100}, r"max_frame_bytes=100: must be at least 1024"),
+        ({"max_frame_bytes": 100}, r"max_frame_bytes=100: must be at least 1KiB"),
         ({"max_frame_bytes": "2GiB"}, r"max_frame_bytes='2GiB': must be at most 1073741824"),
         ({"max_connection_bytes": "lots"}, r"max_connection_bytes='lots': expected a size"),
         ({"max_connection_bytes": True}, r"expected a size"),
