@@ -319,20 +319,23 @@ class WalShard:
 
     def _place(self, data: bytes, op: int, seed: int) -> None:
         """Give ``data`` (ops up to ``op``, frames encoded with ``seed``) its place in the
-        stream, after a SYNCED frame if one is due (WAL-16); lock held."""
-        synced = self._synced_past_mark()
-        room = len(data) + _END_ROOM + (walfmt.SYNCED_SIZE if synced else 0)
+        stream, after a SYNCED frame if one is due (WAL-16: in the same chunk, so a lone
+        writer's op stays one entry and one pwrite); lock held."""
+        gen, synced = self._synced_to
+        due = gen == self.gen and synced > self._mark_end
+        room = len(data) + _END_ROOM + (walfmt.SYNCED_SIZE if due else 0)
         if self.offset + room > self.options.file_bytes and self.offset > HEADER_SIZE:
             # rotate: the chunk starts the next file (frames never split); this one ends with
             # FILE_END (WAL-15), written and synced before the next file gets a byte (_write)
             self._place_end(self.ops_placed)
             self.gen += 1
             self.offset = HEADER_SIZE
-            synced = 0
-        if synced:
-            self._place_synced(synced)
+            due = False
         if seed != self.gen:
             data = walfmt.reseed(data, self.gen)
+        if due:
+            data = walfmt.encode_synced(self.gen, synced) + data
+            self._mark_end = self.offset + walfmt.SYNCED_SIZE
         self.submitted += len(data)
         self.pending.append((self.gen, self.offset, data, self.submitted, op))
         self.offset += len(data)

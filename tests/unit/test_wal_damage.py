@@ -316,3 +316,13 @@ def test_FLT_1_every_single_byte_flip_of_the_newest_wal_is_refused_or_harmless(
             counts["residual"] += 1
     print(f"\nWAL flips ({'crash' if crash else 'clean'}): {len(offsets)} cases, {counts}")
     assert counts["refused"] > 0
+
+
+def test_WAL_16_the_fast_SYNCED_encoder_writes_the_control_frame_WAL_8_defines() -> None:
+    """WAL-8, WAL-9, WAL-16: ``encode_synced`` (one pack and one XXH3, on every fsync append's
+    path) is byte for byte the control frame ``encode_control`` makes: type 18, BATCH_END,
+    seq = gen, ts = the offset, body ``{}``, seeded with the gen."""
+    for gen, synced in ((1, 64), (7, 123_456), (2**63, 2**40), (2**64 - 1, 0)):
+        slow = walfmt.encode_control(walfmt.FrameType.SYNCED, 0, {}, seq=gen, ts=synced, seed=gen)
+        assert walfmt.encode_synced(gen, synced) == slow
+        assert len(slow) == walfmt.SYNCED_SIZE
