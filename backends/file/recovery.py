@@ -356,7 +356,9 @@ def _scan_file(b: FileBackend, path: str, offset: int, gen: int) -> _Scanned:
             header = _check_header(data, path, b.store_id, gen, len(data))
             result = walfmt.scan(data, offset, copy=False, seed=walfmt.frame_seed(header))
             if not result.sealed:
-                _refuse_damage(data, path, header, walfmt.batches_end(result.frames, offset))
+                end = walfmt.batches_end(result.frames, offset)
+                regions = getattr(h, "data_regions", None)
+                _refuse_damage(data, path, header, end, regions(end) if regions else None)
         except BaseException:
             data.release()
             h.close()
@@ -372,14 +374,21 @@ def _scan_file(b: FileBackend, path: str, offset: int, gen: int) -> _Scanned:
     return _Scanned(end, batches, torn, wal, sealing, detail)
 
 
-def _refuse_damage(buf: Any, path: str, header: walfmt.WalHeader, end: int) -> None:
+def _refuse_damage(
+    buf: Any,
+    path: str,
+    header: walfmt.WalHeader,
+    end: int,
+    regions: list[tuple[int, int]] | None = None,
+) -> None:
     """FLT-1, WAL-16: ``Corrupt`` if a SYNCED frame of this file after ``end`` shows that the
-    bytes at ``end`` were durable (only files that may hold SYNCED frames are searched)."""
+    bytes at ``end`` were durable (only files that may hold SYNCED frames are searched; only
+    ``regions`` of them, when the file system says where data may be)."""
     if header.version < 3:
         return
     if isinstance(buf, memoryview):  # the map: search the object under it, else a copy
         buf = whole_object(buf) or bytes(buf)
-    proof = walfmt.durable_proof(buf, end, header.gen)
+    proof = walfmt.durable_proof(buf, end, header.gen, regions)
     if proof is not None:
         raise Corrupt(
             f"{path}: damaged at offset {end}: the log ends there, but the SYNCED frame at "

@@ -499,23 +499,28 @@ class DurableProof(NamedTuple):
     synced: int
 
 
-def durable_proof(buf: Any, end: int, gen: int) -> DurableProof | None:
+def durable_proof(
+    buf: Any, end: int, gen: int, regions: Sequence[tuple[int, int]] | None = None
+) -> DurableProof | None:
     """The first valid SYNCED frame of the file of ``gen`` at or after ``end`` that shows the
     byte at ``end`` was durable before it was written (WAL-16, FLT-1): then whatever stopped
     the log at ``end`` is damage, not a torn tail. ``buf`` supports ``find`` (bytes, bytearray,
     mmap): the search is for the frame's first 22 bytes, which name this file's gen, so it
-    runs at memory speed and a recycled file's older frames never match."""
+    runs at memory speed and a recycled file's older frames never match. ``regions``: the
+    ``[start, end)`` ranges that may hold data (``SEEK_DATA``); a frame is never in a hole, so
+    the search skips a preallocated file's unwritten blocks instead of reading them."""
     pattern = _FRAME.pack(SYNCED_SIZE - 4, _SYNCED, BATCH_END, 0, gen, 0, 0, 0, 2)[:22]
-    pos = end
     mv = memoryview(buf)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
     try:
-        while (hit := buf.find(pattern, pos)) >= 0:
-            got = _decode_at(mv, hit, True, gen)
-            if isinstance(got, Frame) and got.ts > end:
-                return DurableProof(hit, got.ts)
-            pos = hit + 1
+        for lo, hi in regions if regions is not None else [(end, len(mv))]:
+            pos = max(lo, end)
+            while (hit := buf.find(pattern, pos, hi)) >= 0:
+                got = _decode_at(mv, hit, True, gen)
+                if isinstance(got, Frame) and got.ts > end:
+                    return DurableProof(hit, got.ts)
+                pos = hit + 1
         return None
     finally:
         mv.release()
