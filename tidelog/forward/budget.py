@@ -143,7 +143,8 @@ def _malloc_trim() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim  # type: ignore[no-any-return]
+        trim: ctypes._CFuncPtr = libc.malloc_trim  # type: ignore[name-defined]
+        return trim
     except (OSError, AttributeError):  # not glibc
         return None
 
