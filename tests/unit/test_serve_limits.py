@@ -547,17 +547,18 @@ def test_FWD_25_memory_is_returned_after_a_flood(
     tmp_path: Path, served: Callable[..., Served]
 ) -> None:
     """FWD-25 regression: after a 300 MiB flood into a file:// store, the receiver's anonymous
-    memory comes back to within 64 MiB of where it started (the store keeps up to
-    checkpoint_bytes of records in memory; the rest is slack). It used to keep about 270 MiB:
-    the C allocator held on to the freed frame buffers."""
+    memory comes back to within 128 MiB of where it started (the store keeps up to
+    checkpoint_bytes of records in memory; the rest is slack for a loaded CI machine, where
+    64 MiB was once exceeded by 9). It used to keep 270-380 MiB: the C allocator held on to
+    the freed frame buffers."""
     uri = rx_uri(
         tmp_path / "rx", wal_file_bytes="8MiB", checkpoint_bytes="4MiB", segment_max_bytes="8MiB"
     )
     rx = served(uri, *BOUNDS)
     base = rss_anon_mib(rx.proc.pid)
     flood(tmp_path, rx.port, lambda: None)
-    after = memory_returned(rx.proc.pid, base + 64)
-    assert after <= base + 64, f"RssAnon {base:.0f} MiB before the flood, {after:.0f} after"
+    after = memory_returned(rx.proc.pid, base + 128)
+    assert after <= base + 128, f"RssAnon {base:.0f} MiB before the flood, {after:.0f} after"
     stats = rx.terminate()
     assert stats["stored"] == FLOOD_BYTES // FLOOD_FRAME
     assert 0 < stats["peak_held_bytes"] <= 16 * MIB

@@ -164,6 +164,7 @@ class Receiver:
         self._warned: set[str] = set()
         self._taken_since_trim = 0  # bytes taken since the last returns of free memory began
         self._trims_due = 0
+        self._checkpoints_seen: object = None  # the store's checkpoint at the last look
         self._refused_tried: dict[str, int] = {}
         self._next_trim = 0.0
         self._append_lock = threading.Lock()
@@ -558,19 +559,28 @@ class Receiver:
 
     async def _return_memory(self) -> None:
         """Once nothing is held after a flood, give freed buffers back to the operating system
-        (FWD-25): three times, a second apart, since the store frees its own copies of the
-        frames a little later (at its checkpoints)."""
+        (FWD-25): at most once a second, three times after a flood, and three times again
+        after each checkpoint the store makes meanwhile, since the store frees its own copies
+        of the frames when it seals them, however late a loaded machine runs its checkpoints."""
         if self._budget.held:
             return
-        if self._taken_since_trim >= _TRIM_AFTER:
-            self._taken_since_trim = 0
-            self._trims_due = 3
         now = asyncio.get_running_loop().time()
-        if not self._trims_due or now < self._next_trim:
+        if now < self._next_trim:
             return
-        self._trims_due -= 1
         self._next_trim = now + 1.0
-        await asyncio.to_thread(return_free_memory)
+        checkpoints = await asyncio.to_thread(self._checkpoints)
+        if self._taken_since_trim >= _TRIM_AFTER or checkpoints != self._checkpoints_seen:
+            self._taken_since_trim = 0
+            self._checkpoints_seen = checkpoints
+            self._trims_due = 3
+        if self._trims_due:
+            self._trims_due -= 1
+            await asyncio.to_thread(return_free_memory)
+
+    def _checkpoints(self) -> object:
+        """The store's last checkpoint, as ``describe()`` says (None where it has none)."""
+        checkpoint = self.store.describe().get("checkpoint")
+        return checkpoint.get("snapshot") if isinstance(checkpoint, dict) else None
 
     def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` under the append lock, on a worker thread: an append may hold the lock
