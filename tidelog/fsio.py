@@ -36,6 +36,7 @@ __all__ = [
     "make_dirs",
     "read_whole",
     "write_whole",
+    "replace_file",
     "whole_object",
     "written_prefix",
     "zero_after",
@@ -135,16 +136,27 @@ def read_whole(fs: FS, path: str) -> bytes:
         h.close()
 
 
-def write_whole(fs: FS, path: str, data: bytes) -> None:
+def write_whole(fs: FS, path: str, data: bytes, *, data_only: bool = False) -> None:
     """Replace the content of the file at ``path`` (created if missing) with ``data`` and
-    fsync it; its directory entry is the caller's to sync."""
+    fsync it (``fdatasync`` with ``data_only``); its directory entry is the caller's to sync."""
     h = fs.open(path)
     try:
         h.truncate(0)
         h.pwrite(data, 0)
-        h.fsync()
+        if data_only:
+            h.fdatasync()
+        else:
+            h.fsync()
     finally:
         h.close()
+
+
+def replace_file(fs: FS, path: str, data: bytes) -> None:
+    """Replace ``path`` atomically and durably (spec/FORMATS.md LAY-3): write ``path.tmp``,
+    sync it, rename it over ``path``, sync the directory."""
+    write_whole(fs, path + ".tmp", data, data_only=True)
+    fs.rename(path + ".tmp", path)
+    fs.fsync_dir(os.path.dirname(path))
 
 
 def whole_object(view: memoryview) -> Any:

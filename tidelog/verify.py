@@ -22,20 +22,12 @@ import posixpath
 import re
 
 from tidelog.backends.file.verify import ERROR, WARNING, Problem, Report
-from tidelog.fsio import FS, OsFS
+from tidelog.fsio import FS, OsFS, read_whole
 
 __all__ = ["verify_path", "verify_slot", "verify_qseg", "detect", "KINDS", "Problem", "Report"]
 
 KINDS = ("file", "sf", "sf_dir", "qseg", "blockdev")
 _PID = re.compile(r"[0-9]+\n")
-
-
-def _read(fs: FS, path: str) -> bytes:
-    h = fs.open_read(path)
-    try:
-        return h.pread(h.size(), 0)
-    finally:
-        h.close()
 
 
 def _is_slot(fs: FS, path: str) -> bool:
@@ -132,7 +124,7 @@ def verify_slot(fs: FS, slot_dir: str) -> Report:
         names = fs.listdir(slot_dir)
         for name in names:
             if name == ".lock.pid":
-                data = _read(fs, posixpath.join(slot_dir, name))
+                data = read_whole(fs, posixpath.join(slot_dir, name))
                 if data and not _PID.fullmatch(data.decode("utf-8", "replace")):
                     add(WARNING, name, 0, "SF-2", f"expected '<pid>\\n', found {data[:40]!r}")
             elif name == FAILED_FILE:
@@ -160,7 +152,7 @@ def verify_qseg(fs: FS, path: str) -> Report:
 
     report = Report(path)
     try:
-        data = _read(fs, path)
+        data = read_whole(fs, path)
     except OSError as exc:
         report.problems.append(Problem(path, None, "QSEG-1", ERROR, f"cannot read: {exc}"))
         return report

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from tidelog.errors import Corrupt
-from tidelog.fsio import FS, make_dirs
+from tidelog.fsio import FS, make_dirs, replace_file
 
 from ..common.progress import SubState
 from .format import progress as prgfmt
@@ -26,18 +26,8 @@ def _path(root: str, tid: int, name: str) -> str:
 def write_progress(fs: FS, root: str, tid: int, name: str, s: SubState) -> None:
     directory = topic_dir(root, tid)
     make_dirs(fs, directory)
-    path = _path(root, tid, name)
-    tmp = path + ".tmp"
     data = prgfmt.encode_progress(s.hwm, [q for q in s.outcomes if q > s.hwm], s.base, s.gap)
-    h = fs.open(tmp)
-    try:
-        h.truncate(0)
-        h.pwrite(data, 0)
-        h.fdatasync()
-    finally:
-        h.close()
-    fs.rename(tmp, path)
-    fs.fsync_dir(directory)
+    replace_file(fs, _path(root, tid, name), data)
 
 
 def read_progress(fs: FS, root: str, tid: int, name: str) -> prgfmt.Progress | None:

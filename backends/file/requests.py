@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tidelog.errors import Locked, StorageError
-from tidelog.fsio import FS, OsFS, make_dirs
+from tidelog.fsio import FS, OsFS, make_dirs, replace_file
 
 __all__ = ["submit", "pending", "finish", "outcome", "call", "REQUESTS_DIR", "read_staged"]
 
@@ -32,24 +32,11 @@ def _dir(root: str) -> str:
     return os.path.join(root, REQUESTS_DIR)
 
 
-def _write_atomic(fs: FS, path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    h = fs.open(tmp)
-    try:
-        h.truncate(0)
-        h.pwrite(data, 0)
-        h.fdatasync()
-    finally:
-        h.close()
-    fs.rename(tmp, path)
-    fs.fsync_dir(os.path.dirname(path))
-
-
 def submit(fs: FS, root: str, body: dict[str, Any]) -> str:
     """Write a request durably; returns its id (ids sort in submission order, XPR-2)."""
     rid = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
     make_dirs(fs, _dir(root))
-    _write_atomic(
+    replace_file(
         fs, os.path.join(_dir(root), rid + ".req"), json.dumps(body, sort_keys=True).encode()
     )
     return rid
@@ -80,7 +67,7 @@ def pending(fs: FS, root: str) -> list[tuple[str, dict[str, Any] | None]]:
 def finish(fs: FS, root: str, rid: str, result: dict[str, Any]) -> None:
     """Record the outcome (``.done`` first, then drop the ``.req``: never both missing)."""
     directory = _dir(root)
-    _write_atomic(fs, os.path.join(directory, rid + ".done"), json.dumps(result).encode())
+    replace_file(fs, os.path.join(directory, rid + ".done"), json.dumps(result).encode())
     req = os.path.join(directory, rid + ".req")
     if fs.exists(req):
         fs.unlink(req)

@@ -1,4 +1,4 @@
-"""The slot lock (seed 003 §5.1, spec/FORWARD.md SF-2; links refused as spec/FORMATS.md LOCK-4).
+"""The slot lock (spec/FORWARD.md SF-2; links refused as spec/FORMATS.md LOCK-4).
 
 An exclusive advisory ``flock`` on ``<slot>/.lock`` held for the slot's whole lifetime, and the
 holder's PID plus a newline in ``.lock.pid`` (a separate file because Windows' mandatory locks

@@ -1,4 +1,4 @@
-"""The recovery scan of a slot directory (seed 003 §6.5, §18.1; spec/FORWARD.md SF-7..SF-10,
+"""The recovery scan of a slot directory (spec/FORWARD.md SF-7..SF-10,
 SF-17, SF-18).
 
 Read-only: ``examine`` reports what is on disk as findings (errors: recovery refuses; warnings:
