@@ -463,9 +463,10 @@ def _scan_copied(
                 continue
             if not result.sealed and header.version >= 3:
                 end = walfmt.batches_end(frames, offset)
-                if walfmt.durable_proof(buf, end, header.gen) is not None:
+                read = [(0, filled)]  # only what was read: the rest of the map is zeros
+                if walfmt.durable_proof(buf, end, header.gen, read) is not None:
                     if reread:
-                        _refuse_damage(buf, path, header, end)
+                        _refuse_damage(buf, path, header, end, read)
                     reread = True  # the writer may have written it since we read it
                     got = h.pread(filled - pos, pos)
                     mv[pos : pos + len(got)] = got
