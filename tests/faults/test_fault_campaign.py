@@ -181,6 +181,16 @@ def _check_real(campaign: Campaign, tmp: Path, results_path: Path, tally: Tally,
     else:
         acked = diverged
         in_flight = diverged + 1 if campaign.steps[diverged][0] != "open" else None
+    if not (tmp / "store").exists():
+        # the fault failed the store's first open, which removes what it created (URI-8):
+        # nothing can have been acknowledged
+        if acked:
+            problems.append(f"the store is gone, yet {acked} ops were acknowledged")
+        else:
+            tally.states += 1
+        if problems:
+            tally.problems.append(f"{what}: results {results}:\n  " + "\n  ".join(problems))
+        return
     state = RecordingFS.from_directory(str(tmp / "store"), at=ROOT)
     models = campaign.models
     try:
@@ -209,7 +219,7 @@ _STRACE_CALLS = {
     "mkdir": ("EIO", "ENOSPC"),
     "pread64": ("EIO",),
 }
-_LINE = re.compile(r"^(\d+) (\w+)\((.*)$")
+_LINE = re.compile(r"^(\d+) +(\w+)\((.*)$")  # strace pads a short pid with spaces
 
 
 def _strace_targets(campaign: Campaign, tmp: Path) -> list[tuple[str, int]]:
