@@ -620,14 +620,12 @@ class Engine(Backend):
             if q < log.earliest:  # seqs below earliest are not live: examined and skipped
                 q = log.earliest
                 cursor = q - 1
-            gap_from = s.gap[0] if s.gap is not None else head + 1
             while len(items) < limit:
-                if q >= gap_from and s.gap is not None:  # SUB-4: the gap in seq order
+                if s.gap is not None and q >= s.gap[0]:  # SUB-4: the gap in seq order
                     items.append(Tombstone(*s.gap))
                     cursor = max(cursor, s.gap[1])
                     q = cursor + 1
                     s.gap = None
-                    gap_from = head + 1
                     continue
                 if q > head:
                     break
