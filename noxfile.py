@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,11 +41,12 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests"]
 
 ROOT = Path(__file__).resolve().parent
-# Where the package's subpackages live in the source tree (mirrors setup.py's ROOTS).
+# Where the package's subpackages live in the source tree: pyproject.toml's one folder map.
+with open(ROOT / "pyproject.toml", "rb") as _f:
+    PACKAGE_FOLDERS: dict[str, str] = tomllib.load(_f)["tool"]["tidelog"]["package-folders"]
 SOURCE_FOLDERS = {
-    "tidelog/model/": "model/",
-    "tidelog/backends/": "backends/",
-    "tidelog/adapters/": "adapters/",
+    package.replace(".", "/") + "/": folder + "/"
+    for package, folder in sorted(PACKAGE_FOLDERS.items(), key=lambda kv: -len(kv[0]))
 }
 BUILD_REQUIREMENTS = ("setuptools>=68", "wheel")
 

@@ -1,21 +1,19 @@
-"""Map the fixed top-level folders into the one ``tidelog`` package (see pyproject.toml).
+"""Map the fixed top-level folders into the one ``tidelog`` package.
 
-``model/`` -> ``tidelog.model``, ``backends/`` -> ``tidelog.backends``, ``adapters/`` ->
-``tidelog.adapters``, ``bench/`` -> ``tidelog.bench`` (``tidelog bench``). find_packages runs
+The map (``model/`` -> ``tidelog.model``, ``backends/`` -> ``tidelog.backends``, ...) is
+pyproject.toml's ``[tool.tidelog.package-folders]``, its one source. find_packages runs
 under each root so a new subpackage is never forgotten
 (a folder without ``__init__.py`` is not a package: tests/packaging/ fails if a .py file is left
 out of the wheel). Wheel, sdist and editable (PEP 660) installs all honour this mapping.
 """
 
+import tomllib
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
-ROOTS = {
-    "tidelog": "tidelog",
-    "tidelog.model": "model",
-    "tidelog.backends": "backends",
-    "tidelog.adapters": "adapters",
-    "tidelog.bench": "bench",
-}
+with open(Path(__file__).resolve().parent / "pyproject.toml", "rb") as f:
+    ROOTS: dict[str, str] = tomllib.load(f)["tool"]["tidelog"]["package-folders"]
 
 packages: list[str] = []
 package_dir: dict[str, str] = {}

@@ -25,7 +25,7 @@ BUILTIN: MappingProxyType[str, str] = MappingProxyType(
         "file": "tidelog.backends.file:open_backend",
         "memory": "tidelog.backends.memory:open_backend",
         "model": "tidelog.model:open_backend",
-        "sf": "tidelog.sf:open_backend",
+        "sf": "tidelog.backends.sf:open_backend",
     }
 )
 

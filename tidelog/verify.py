@@ -31,8 +31,8 @@ _PID = re.compile(r"[0-9]+\n")
 
 
 def _is_slot(fs: FS, path: str) -> bool:
-    from tidelog.sf.format import is_segment_name
-    from tidelog.sf.recovery import WATERMARK_FILE
+    from tidelog.backends.sf.format import is_segment_name
+    from tidelog.backends.sf.recovery import WATERMARK_FILE
 
     names = fs.listdir(path)
     return any(is_segment_name(n) or n == WATERMARK_FILE for n in names)
@@ -111,8 +111,14 @@ def verify_slot(fs: FS, slot_dir: str) -> Report:
     recovery reads (SF-18: what recovery refuses is an error, what it repairs or ignores a
     warning, from the same code); the lock files, ``.failed`` and unknown entries are checked
     here."""
-    from tidelog.sf import format as sff
-    from tidelog.sf.recovery import FAILED_FILE, SYNC_FILE, TMP_SUFFIX, WATERMARK_FILE, examine
+    from tidelog.backends.sf import format as sff
+    from tidelog.backends.sf.recovery import (
+        FAILED_FILE,
+        SYNC_FILE,
+        TMP_SUFFIX,
+        WATERMARK_FILE,
+        examine,
+    )
 
     report = Report(slot_dir)
 

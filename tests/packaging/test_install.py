@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import warnings
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -35,14 +36,9 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# Package -> source folder, as in setup.py.
-ROOTS = {
-    "tidelog": "tidelog",
-    "tidelog.model": "model",
-    "tidelog.backends": "backends",
-    "tidelog.adapters": "adapters",
-    "tidelog.bench": "bench",
-}
+# Package -> source folder: pyproject.toml's one map, which setup.py builds from.
+with open(REPO / "pyproject.toml", "rb") as _f:
+    ROOTS: dict[str, str] = tomllib.load(_f)["tool"]["tidelog"]["package-folders"]
 MUST_RESOLVE = [
     "tidelog",
     "tidelog.model",

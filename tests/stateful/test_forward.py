@@ -57,10 +57,10 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 import tidelog
+from tidelog.backends.sf.recovery import read_watermark, recover
 from tidelog.forward import Forwarder, Receiver, SenderFailed, wire
 from tidelog.forward.dedup import forwarded
 from tidelog.model.fsn import ForwarderModel, effective_policy, status_category
-from tidelog.sf.recovery import read_watermark, recover
 
 DEFAULT_SCENARIOS = 32
 DEFAULT_STEPS = 16

@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 from websockets.asyncio.server import ServerConnection, serve
 
 import tidelog
+from tidelog.backends.sf.recovery import FAILED_FILE
+from tidelog.backends.sf.slot import Slot
 from tidelog.clock import FakeClock
 from tidelog.errors import Backpressure, BadOption, NotAvailable
 from tidelog.forward import (
@@ -36,8 +38,6 @@ from tidelog.forward.ackstate import ConnState
 from tidelog.forward.dedup import forwarded
 from tidelog.forward.errors import default_error_handler
 from tidelog.model.fsn import ForwarderModel, backoff_sleep
-from tidelog.sf.recovery import FAILED_FILE
-from tidelog.sf.slot import Slot
 
 WAIT = 30.0
 

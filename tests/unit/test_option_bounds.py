@@ -19,10 +19,10 @@ import tidelog
 from tidelog.backend import COMMON_OPTIONS
 from tidelog.backends.blockdev.options import _BLOCKDEV_OPTIONS
 from tidelog.backends.file.options import _FILE_OPTIONS
+from tidelog.backends.sf.backend import _OPTIONS as SF_OPTIONS
 from tidelog.config import _PARSERS as TOPIC_OPTIONS
 from tidelog.errors import TidelogError
 from tidelog.options import parse_int, parse_size
-from tidelog.sf.backend import _OPTIONS as SF_OPTIONS
 
 TABLES: dict[str, dict[str, Callable[[str, Any], Any]]] = {
     "common": COMMON_OPTIONS,

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 import pytest
 from damage_report import report
 
+from tidelog.backends.sf import format as fmt
+from tidelog.backends.sf.recovery import SYNC_FILE, WATERMARK_FILE, examine
+from tidelog.backends.sf.slot import Slot
+from tidelog.backends.sf.view import SlotView
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.errors import Corrupt
-from tidelog.sf import format as fmt
-from tidelog.sf.recovery import SYNC_FILE, WATERMARK_FILE, examine
-from tidelog.sf.slot import Slot
-from tidelog.sf.view import SlotView
 from tidelog.verify import verify_slot
 
 SF_DIR = "/sf"

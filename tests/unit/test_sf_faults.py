@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 
+from tidelog.backends.sf.slot import Slot
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.errors import StorageError
 from tidelog.fsio import Handle
-from tidelog.sf.slot import Slot
 
 SF_DIR = "/sf"
 SENDER = "a"
@@ -425,7 +425,7 @@ def test_SF_19_recovery_read_errors_are_io_errors_and_unlock() -> None:
 def test_SF_19_the_sf_store_surfaces_the_poison() -> None:
     """SF-15, SF-19, FLT-3: through the sf:// store: a failed sync of an append is io_error,
     describe() names the poison, flush and close raise it, and the slot reopens."""
-    from tidelog.sf.backend import TOPIC, SfBackend
+    from tidelog.backends.sf.backend import TOPIC, SfBackend
 
     fs = FaultFS(RecordingFS(dirs=[SF_DIR]))
     backend = SfBackend(open_slot(fs, "append", 4096), max_record_bytes=1024, deadline_ms=0)

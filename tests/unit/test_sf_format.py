@@ -18,6 +18,9 @@ from typing import Any
 import pytest
 
 import tidelog
+from tidelog.backends.sf import format as fmt
+from tidelog.backends.sf.recovery import FAILED_FILE, WATERMARK_FILE, recover
+from tidelog.backends.sf.slot import Slot, check_sender_id, write_failed
 from tidelog.errors import (
     Backpressure,
     BadArgument,
@@ -29,9 +32,6 @@ from tidelog.errors import (
 )
 from tidelog.fsio import OsFS
 from tidelog.model.fsn import ForwarderModel
-from tidelog.sf import format as fmt
-from tidelog.sf.recovery import FAILED_FILE, WATERMARK_FILE, recover
-from tidelog.sf.slot import Slot, check_sender_id, write_failed
 
 
 # --- an independent encoder -----------------------------------------------------------------
@@ -619,7 +619,9 @@ def test_SF_15_sf_uri_is_a_one_topic_store(tmp_path: Path) -> None:
     subscribers, queue mode, deletes and other topics are not_available; options validated."""
     from tidelog import registry
 
-    assert registry.BUILTIN["sf"] == "tidelog.sf:open_backend"  # no import needed to use it
+    assert (
+        registry.BUILTIN["sf"] == "tidelog.backends.sf:open_backend"
+    )  # no import needed to use it
     uri = f"sf://{tmp_path}/edge?sf_max_bytes=256&sf_durability=append"
     with tidelog.open(uri) as store:
         assert store.topics() == ["frames"]

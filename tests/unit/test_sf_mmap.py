@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import tidelog
+from tidelog.backends.sf import recovery
 from tidelog.errors import StorageError
-from tidelog.sf import recovery
 
 SMALL = "sf_max_bytes=4KiB&sf_max_total_bytes=1MiB"
 

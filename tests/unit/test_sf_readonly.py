@@ -29,14 +29,14 @@ from hypothesis import strategies as st
 from test_cli_process import WAIT, Lines, procs, start, tidelog_cmd
 
 import tidelog
+from tidelog.backends.sf import Slot, SlotView
+from tidelog.backends.sf import format as fmt
+from tidelog.backends.sf.recovery import SYNC_FILE
+from tidelog.backends.sf.view import walk_frames
 from tidelog.cli import main
 from tidelog.errors import BadOption, Corrupt, NotAvailable, ReadOnly, StorageError
 from tidelog.fsio import OsFS
 from tidelog.records import Record
-from tidelog.sf import Slot, SlotView
-from tidelog.sf import format as fmt
-from tidelog.sf.recovery import SYNC_FILE
-from tidelog.sf.view import walk_frames
 
 __all__ = ["procs"]  # a fixture, imported for the process tests
 
@@ -501,7 +501,7 @@ def test_SF_21_a_view_never_fails_beside_a_writer_thread(tmp_path: Path, durabil
 LIVE_WRITER = textwrap.dedent(
     """
     import sys, threading, time
-    from tidelog.sf import Slot
+    from tidelog.backends.sf import Slot
     def payload(fsn):
         return b"frame-%d:" % fsn + b"x" * (fsn % 300)
     slot = Slot.open(sys.argv[1], "live", max_bytes=4096, max_total_bytes=64 * 4096,

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from tidelog.backends.sf.slot import Slot
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.errors import Corrupt
-from tidelog.sf.slot import Slot
 
 SF_DIR = "/sf"
 SENDER = "a"

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from tidelog.backends.sf.slot import DURABILITIES, check_sender_id
 from tidelog.errors import BadOption
 from tidelog.model.fsn import (
     DEFAULT_INITIAL_BACKOFF_MS,
@@ -22,7 +23,6 @@ from tidelog.model.fsn import (
     Policy,
 )
 from tidelog.options import parse_bool, parse_choice, parse_int, parse_size
-from tidelog.sf.slot import DURABILITIES, check_sender_id
 
 __all__ = ["SenderConfig", "parse_conf", "POLICY_KEYS", "DEFAULT_PATH"]
 

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from tidelog.api import Topic
+from tidelog.backends.sf.slot import Slot
 from tidelog.clock import Clock
 from tidelog.errors import NotAvailable
 from tidelog.fsio import FS
-from tidelog.sf.slot import Slot
 
 from .conf import SenderConfig, parse_conf
 from .errors import ErrorHandler, ErrorInbox, SenderError, SenderFailed

@@ -22,12 +22,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tidelog.backends.sf.format import is_segment_name
+from tidelog.backends.sf.recovery import FAILED_FILE
+from tidelog.backends.sf.slot import Slot, write_failed
 from tidelog.clock import Clock
 from tidelog.errors import Corrupt, Locked, TidelogError
 from tidelog.fsio import FS, OsFS
-from tidelog.sf.format import is_segment_name
-from tidelog.sf.recovery import FAILED_FILE
-from tidelog.sf.slot import Slot, write_failed
 
 from .conf import SenderConfig
 from .errors import ErrorHandler, SenderFailed

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tidelog.api import Subscriber, Topic
+from tidelog.backends.sf.slot import Slot
 from tidelog.errors import Backpressure, Closed, TidelogError, TooLarge
 from tidelog.records import Record, Tombstone
-from tidelog.sf.slot import Slot
 
 __all__ = ["Gap", "Source", "SlotSource", "MemorySource", "TopicSource"]
 

@@ -1,4 +1,4 @@
-"""tidelog.sf: QuestDB store-and-forward slots, byte-exact (seed 003 §5-§6, spec/FORWARD.md).
+"""tidelog.backends.sf: QuestDB store-and-forward slots, byte-exact (spec/FORWARD.md).
 
     from tidelog.sf import Slot
     with Slot.open("/var/lib/app/sf", "edge-7", durability="append") as slot:
@@ -7,7 +7,7 @@
     tidelog.open("sf:///var/lib/app/sf/edge-7")   # the slot as a one-topic store ("frames")
     tidelog.open("sf:///var/lib/app/sf/edge-7?readonly=true")   # read beside its writer
 
-``open_backend`` is the factory of the ``sf`` URI scheme (see ``tidelog.sf.backend``).
+``open_backend`` is the factory of the ``sf`` URI scheme (see ``tidelog.backends.sf.backend``).
 """
 
 from __future__ import annotations

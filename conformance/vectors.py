@@ -136,7 +136,7 @@ def decode_file(fmt: str, data: bytes, params: dict[str, Any] | None = None) -> 
         return {"hwm": p.hwm, "outcomes": sorted(p.outcomes), "base": p.base,
                 "gap": list(p.gap) if p.gap else None}
     if fmt == "sf-segment":
-        from tidelog.sf import format as sff
+        from tidelog.backends.sf import format as sff
 
         sh = sff.decode_header(data)
         sc = sff.scan_frames(data)
@@ -147,7 +147,7 @@ def decode_file(fmt: str, data: bytes, params: dict[str, Any] | None = None) -> 
         return {"base_seq": sh.base_seq, "created_micros": sh.created_micros, "frames": frames,
                 "last_good": sc.last_good, "torn_tail": sc.torn_tail}
     if fmt == "ack-watermark":
-        from tidelog.sf import format as sff
+        from tidelog.backends.sf import format as sff
 
         return {"fsn": sff.decode_watermark(data)}
     if fmt == "qseg":
@@ -440,13 +440,13 @@ def _progress_vectors(add: Callable[..., None]) -> None:
 
 
 def _crc32c(data: bytes) -> int:
-    from tidelog.sf.format import crc32c
+    from tidelog.backends.sf.format import crc32c
 
     return crc32c(data)
 
 
 def _sf_vectors(add: Callable[..., None]) -> None:
-    from tidelog.sf import format as sff
+    from tidelog.backends.sf import format as sff
 
     payloads = [b"hello", b"", b"x" * 50, b"last"]
     head = sff.encode_header(40, 1_700_000_000_000_000)
@@ -749,8 +749,8 @@ def _file_store_vectors(out: str, add_dir: Callable[..., None]) -> None:
 
 
 def _sf_slot_vectors(out: str, add_dir: Callable[..., None]) -> None:
-    from tidelog.sf import format as sff
-    from tidelog.sf.slot import Slot
+    from tidelog.backends.sf import format as sff
+    from tidelog.backends.sf.slot import Slot
 
     sf_dir = os.path.join(out, "sf-slot")
     base = os.path.join(sf_dir, "valid")
@@ -845,7 +845,7 @@ def _write(path: str, data: bytes) -> None:
 
 def _slot_content(path: str) -> dict[str, Any]:
     """What recovery makes of a slot: the FSN seed and every frame on disk."""
-    from tidelog.sf.recovery import recover
+    from tidelog.backends.sf.recovery import recover
 
     rec = recover(OsFS(), path)
     frames: dict[str, str] = {}

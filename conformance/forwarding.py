@@ -2,7 +2,7 @@
 (spec/CONFORMANCE.md §1, FSN-1..FSN-8; spec/FORWARD.md SF-10, SF-12, SF-13).
 
 ``SlotSender`` is the bookkeeping ``tidelog.forward``'s I/O loop does per connection, driven by
-explicit events instead of a WebSocket: frames live in a real SF slot (``tidelog.sf.Slot``:
+explicit events instead of a WebSocket: frames live in a real SF slot (``tidelog.backends.sf.Slot``:
 segments, rotation, watermark, trim, recovery), each connection is a ``ConnState`` (the class
 the I/O loop uses to map wire sequences to FSNs), and error frames and close codes are routed by
 the same policy functions (``tidelog.model.fsn``). The conformance driver serves it as the
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from tidelog.backends.sf.slot import Slot
 from tidelog.errors import BadArgument
 from tidelog.forward.ackstate import ConnState
 from tidelog.fsio import FS
 from tidelog.model.fsn import close_code_is_terminal, effective_policy, status_category
-from tidelog.sf.slot import Slot
 
 __all__ = ["SlotSender", "SEGMENT_BYTES"]
 
