@@ -214,7 +214,7 @@ GOLDEN_EVICT = (
 
 
 def test_wal_append_frame_golden_bytes() -> None:
-    """WAL-3, WAL-6: seed 000 §2.1 frame layout byte for byte; checksum over [4, end-8)."""
+    """WAL-3, WAL-6: the frame layout byte for byte; checksum over [4, end-8)."""
     got = wal.encode_append(1, 1, TS + 123, "t", None, b"hi", batch_end=True, durable=True)
     assert got.hex() == GOLDEN_APPEND
     assert len(got) == wal.FRAME_OVERHEAD + 3
@@ -230,7 +230,7 @@ def test_wal_control_frame_golden_bytes() -> None:
 def reference_frame(
     ftype: int, flags: int, tid: int, seq: int, ts: int, node: bytes, tag: bytes, data: bytes
 ) -> bytes:
-    """An independent, obviously-correct encoder (seed 000 §2.1) to check the fast one against."""
+    """An independent, obviously-correct encoder (WAL-3) to check the fast one against."""
     body = (
         struct.pack("<BBQQQHHI", ftype, flags, tid, seq, ts, len(node), len(tag), len(data))
         + node
@@ -1051,7 +1051,7 @@ def test_segment_builder_refuses_oversized_data() -> None:
 
 
 def test_segment_large_payload_matches_reference() -> None:
-    """SEG-2: the streaming-hash path gives the seed's close-variant frame."""
+    """SEG-2: the streaming-hash path gives the close-variant record frame."""
     payload = b"z" * 100_000
     frame = seg.encode_record(3, 4, "tag", None, payload)
     body = struct.pack("<BQQHHI", seg.HAS_TAG, 3, 4, 0, 3, len(payload)) + b"tag" + payload
