@@ -5,7 +5,9 @@ A rule is *defined* by a paragraph of a ``spec/*.md`` file that starts with its 
 function (``test_*``, with ``_`` read as ``-``: ``test_TOP_1_...``) or in that function's
 docstring, in a ``tests/**/test_*.py`` file. Every defined rule must be cited; an id of a
 family the spec uses (``TOP``, ``WAL``, ...) that no spec file defines must not appear in the
-code, tests, spec or docs; and no id is defined twice.
+code, tests, spec or docs; and no id is defined twice. Nor do they cite documents outside the
+repository (the source designs by file or section number, research notes, planning issues):
+spec/README.md says which public design each part follows, by title.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ DEFINITION = re.compile(r"^\*\*([A-Z]+-\d+)\*\*", re.MULTILINE)
 #: A paragraph that starts with a bold id in any other form (``**TOP-1 Title.**``).
 MISFORMED = re.compile(r"^\*\*([A-Z]+-\d+)(?!\d|\*\*)", re.MULTILINE)
 RULE_ID = re.compile(r"\b([A-Z]+)-(\d+)\b")
+#: A citation of something a reader of the repository cannot open: a source design by number or
+#: section ("seed 003", "seed §6.1"), notes kept outside the repository, or a planning issue.
+EXTERNAL = re.compile(
+    r"(?i:\bseeds? ?(?:0\d|§)|\bseeds/|\bissue \d+|\bresearch(?:/| §)|shared/research"
+    r"|anchors\.md|failover\.md)|\banchors? [A-Z]\b|\bJQ #"
+)
 
 
 def spec_files() -> list[Path]:
@@ -122,3 +130,17 @@ def test_no_citation_of_an_undefined_rule() -> None:
         if m[1] in families and m[0] not in defined
     )
     assert dangling == []
+
+
+def test_no_citation_of_a_document_outside_the_repository() -> None:
+    """Code, tests, spec and docs cite rule ids and files of the repository, never the source
+    designs by number or section, notes kept elsewhere, or planning issues (spec/README.md,
+    "Provenance", names the designs by title)."""
+    found = sorted(
+        f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}: {m[0]}"
+        for path in citing_files()
+        if path != Path(__file__).resolve()
+        for text in [path.read_text(encoding="utf-8")]
+        for m in EXTERNAL.finditer(text)
+    )
+    assert found == []
