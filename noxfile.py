@@ -275,7 +275,7 @@ def _forward_report(session: nox.Session) -> str:
 
 
 def _log_forward_faults(session: nox.Session, report: str, seed: str) -> None:
-    """Sum what tests/stateful/test_forward.py injected (spec/FORWARD.md, issue 5)."""
+    """Sum what tests/stateful/test_forward.py injected (spec/FORWARD.md)."""
     if not os.path.exists(report):
         return
     import json

@@ -1,4 +1,4 @@
-"""tidelog's benchmark harness (issue 8): ``tidelog bench`` / ``nox -s bench``.
+"""tidelog's benchmark harness (bench/README.md): ``tidelog bench`` / ``nox -s bench``.
 
 Everything runs in one command, side by side on the same machine and disk: the physical limits
 (``limits``), tidelog's backends (``cases``), the Python peers a user would pick instead

@@ -1,4 +1,4 @@
-"""Write amplification of the blockdev ring (issue 4's "Done means"; FORMATS-blockdev BDEV-19).
+"""Write amplification of the blockdev ring (FORMATS-blockdev BDEV-19, BDEV-21).
 
     python bench/blockdev_wa.py [--records 10000] [--page-size 4096] [--dir /tmp]
 

@@ -1,5 +1,5 @@
 """Summaries of a run: medians with min–max over the rounds, ratios to the physical limit and
-to the best peer of equal durability, the speed targets of issue 8, JSON, a Markdown table
+to the best peer of equal durability, the speed targets (bench/README.md), JSON, a Markdown table
 and a PNG plot of throughput against durability."""
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def _isolated(iso: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]
     return out
 
 
-# --- the speed targets (issue 8; file backend, 100-byte records, one run's ratios) ------------
+# --- the speed targets (bench/README.md; file backend, 100-byte records, one run's ratios) ----
 
 TARGETS = [
     ("fsync_single", "durable single appends >= 0.9x raw overwrite-preallocated write+fdatasync"),

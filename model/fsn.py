@@ -1,4 +1,4 @@
-"""Store-and-forward FSN bookkeeping of the sending side (spec FSN-1..FSN-10, seed 003).
+"""Store-and-forward FSN bookkeeping of the sending side (spec FSN-1..FSN-10).
 
 A forwarder drains frames, numbered by a monotonic frame sequence number (FSN), to a receiver.
 Each connection numbers what it sends from 0 (the wire sequence); the receiver echoes wire
@@ -56,7 +56,7 @@ Policy = Literal["HALT", "DROP_AND_CONTINUE"]
 CATEGORIES: Final[tuple[Category, ...]] = get_args(Category)
 POLICIES: Final[tuple[Policy, ...]] = get_args(Policy)
 
-#: Error-frame status byte -> category (FSN-7, seed 003 §14.2). Anything else is UNKNOWN.
+#: Error-frame status byte -> category (FSN-7, FWD-9). Anything else is UNKNOWN.
 _STATUS_CATEGORY: Final[Mapping[int, Category]] = {
     3: "SCHEMA_MISMATCH",
     5: "PARSE_ERROR",
@@ -72,7 +72,7 @@ _FORCED_HALT: Final = frozenset({"PROTOCOL_VIOLATION", "UNKNOWN"})
 #: WebSocket close codes that mean a protocol violation: halt, do not reconnect (FSN-8).
 TERMINAL_CLOSE_CODES: Final = frozenset({1002, 1003, 1007, 1008, 1009, 1010})
 
-#: Seed 003 §13.2 defaults for the reconnect loop (FSN-9).
+#: Defaults for the reconnect loop (FSN-9; FWD-1 lists them).
 DEFAULT_INITIAL_BACKOFF_MS: Final = 100
 DEFAULT_MAX_BACKOFF_MS: Final = 5_000
 DEFAULT_MAX_OUTAGE_MS: Final = 300_000
@@ -263,7 +263,7 @@ class Halt(NamedTuple):
 
 
 class ForwarderModel:
-    """Executable model of the forwarder's FSN bookkeeping (seed 003 §7, §9, §10, §13.5, §14).
+    """Executable model of the forwarder's FSN bookkeeping (FWD-5, FWD-6, FWD-7, FSN-6, FWD-9).
 
     Drive it with the events a real forwarder sees; it answers which FSN to send next and keeps
     ``acked_fsn``. The ``FSN_n`` methods assert the invariants checkable from the state alone.
@@ -317,7 +317,7 @@ class ForwarderModel:
     def disconnect(self) -> None:
         """The connection failed or closed with a reconnect-eligible code."""
         if self.connected:
-            # Frames published from now on are new, not replays (seed 003 §13.5); a counter only.
+            # Frames published from now on are new, not replays (FSN-6); a counter only.
             self.replay_target_fsn = self.published_fsn
         self.connected = False
         self.pending_durable = []
@@ -371,7 +371,7 @@ class ForwarderModel:
         if self.durable_mode:
             self.pending_durable.append((target - self.fsn_at_zero, dict(tables or {})))
             # An empty OK (no tables) is trivially durable: it drains at once when it reaches the
-            # head of the queue (seed 003 §9.3), so an idle sender's close() can finish.
+            # head of the queue (FWD-7), so an idle sender's close() can finish.
             self._drain_durable()
         else:
             self.acked_fsn = max(self.acked_fsn, target)

@@ -1,4 +1,4 @@
-"""Flash ring page numbering and head detection (spec RING-1..RING-6, seed 004).
+"""Flash ring page numbering and head detection (spec RING-1..RING-6).
 
 A ring of ``n`` pages is written in order 0..n-1 and then wraps; each pass is a "lap". Every page
 carries a u16 sequence number (RING-1) so that, after a restart, the head (the last page written)

@@ -114,7 +114,7 @@ def pytest_terminal_summary(
 
 
 def _mutation_report(terminalreporter: pytest.TerminalReporter) -> None:
-    """The mutation score of tests/conformance/test_mutants.py (issue 7): caught / planted, and
+    """The mutation score of tests/conformance/test_mutants.py (CNF-32): caught / planted, and
     each mutant's time to its first failure (workers append rows to $TIDELOG_MUTATION_REPORT)."""
     path = os.environ.get(_MUTATION_REPORT)
     if not path or not os.path.exists(path):

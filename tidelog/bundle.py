@@ -1,15 +1,15 @@
-"""Arrow RecordBundles (seed 002, Quiver) and their record payload encoding (spec/BUNDLES.md).
+"""Arrow RecordBundles and their record payload encoding (spec/BUNDLES.md BND).
 
 A ``RecordBundle`` is a fixed set of up to 64 optional *slots*; each present slot holds one
 ``pyarrow.RecordBatch``. Slots are how one logical arrival carries several tables with unrelated
 schemas (Quiver: Logs, LogAttrs, ResourceAttrs, ...). A bundle is stored as one tidelog record
-whose payload is the seed's WAL entry body (slot bitmap, per-slot metadata, one Arrow IPC
+whose payload is Quiver's WAL entry body (slot bitmap, per-slot metadata, one Arrow IPC
 *stream* per slot) behind a small tidelog header (BND-1..BND-8).
 
 The per-slot IPC stream is written and read by Arrow itself, so the schema comes back exactly:
 dictionary key types (``int8`` stays ``int8``), field metadata, nullability and schema
 metadata. Nothing is unified across bundles, so the schema of a slot may drift freely from one
-bundle to the next (seed 002, "Dictionary Handling").
+bundle to the next (BND-7).
 
 pyarrow is imported lazily by the functions that need it: ``import tidelog`` stays light.
 """
@@ -54,7 +54,7 @@ HEADER_STRUCT = struct.Struct("<4sHHQ")
 #: payload_type_id u16 | schema_fingerprint [32] | row_count u32 | payload_len u32 (BND-3)
 SLOT_META_STRUCT = struct.Struct("<H32sII")
 SLOT_META_SIZE = SLOT_META_STRUCT.size  # 42
-MAX_SLOTS = 64  # one u64 bitmap (seed 002: "current encoding fits <= 64 slots")
+MAX_SLOTS = 64  # one u64 bitmap (BND-2)
 _U32 = (1 << 32) - 1
 _CONTINUATION = b"\xff\xff\xff\xff"
 

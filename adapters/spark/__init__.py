@@ -42,6 +42,6 @@ def data_source() -> type[Any]:
 
 
 def register(spark: Any) -> None:
-    """Register the ``tidelog`` format on a SparkSession (per session, research §2)."""
+    """Register the ``tidelog`` format on a SparkSession (per session, SPK-1)."""
     source = data_source()  # NotAvailable first, whatever ``spark`` is
     spark.dataSource.register(source)

@@ -3,7 +3,7 @@ Python data source (no pyspark needed here: executors only need pyarrow).
 
 Spark checks the first batch a reader yields against its expected Arrow schema with
 ``Schema.equals``: names, order, types (``timestamp[us, tz=UTC]``, never ``large_binary``) and
-nullability must all match (research §4). Every schema below is therefore spelled out exactly
+nullability must all match (SPK-3). Every schema below is therefore spelled out exactly
 as ``to_arrow_schema(StructType, timezone="UTC")`` produces it, and a test pins the equality.
 """
 
@@ -71,7 +71,7 @@ def _strings(values: Sequence[str | None]) -> pa.Array:
 
 def log_batch(topic: str, items: Sequence[Item], tombstone_rows: bool) -> pa.RecordBatch:
     """Records (and, in rows mode, tombstones) as one batch of ``log_schema``. Columns are built
-    from per-column Python lists in one C call each: no per-row Arrow work (research §5)."""
+    from per-column Python lists in one C call each: no per-row Arrow work."""
     n = len(items)
     seqs: list[int] = []
     tss: list[int | None] = []

@@ -1,7 +1,7 @@
 """The ``tidelog`` PySpark data source (spec/BUNDLES.md SPK-1..SPK-12). Imports pyspark:
 reach it through ``tidelog.adapters.spark.register(spark)``, which imports it lazily.
 
-Where each piece runs (research §3) decides how it reaches the store:
+Where each piece runs (SPK-2, SPK-9) decides how it reaches the store:
 
 * ``schema`` / ``reader`` / ``partitions`` / ``writer``: short-lived planner workers on the
   driver -> a read-only view (XPR-1).
@@ -207,7 +207,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return int(result["hwm"])
 
     def initialOffset(self) -> dict[str, int]:
-        # Spark calls this twice (research §6): the first answer is kept, so "latest" cannot
+        # Spark calls this twice (SPK-9): the first answer is kept, so "latest" cannot
         # move between the calls.
         if self._initial is None:
             start = self.opts.starting_offsets
@@ -247,7 +247,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(self.opts, lo, hi) if lo <= hi else []
 
     def commit(self, end: dict[str, int]) -> None:
-        # Spark calls this for batch N-1 while planning batch N (research §6.1): everything up
+        # Spark calls this for batch N-1 while planning batch N (SPK-10): everything up
         # to ``end`` is durably in the sink, so the subscriber may resolve it and the owner
         # trim it (SPK-10). Never beyond: uncommitted batches are replayed after a restart.
         staging.request(
@@ -261,7 +261,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             },
         )
 
-    def stop(self) -> None:  # never called by Spark 4.3 (research §6.9): nothing relies on it
+    def stop(self) -> None:  # never called by Spark 4.3 (SPK-10): nothing relies on it
         pass
 
     # executor side -------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""tidelog.backends.blockdev: the ``blockdev://`` backend, a flash page ring (seed 004).
+"""tidelog.backends.blockdev: the ``blockdev://`` backend, a flash page ring (FORMATS-blockdev.md).
 
 ``blockdev:///dev/sdX`` (a raw block device: its size comes from the device; formatting it needs
 ``format=true``) or ``blockdev:///path/ring.img?size=64MiB&page_size=4096&topic=events`` (an image

@@ -4,7 +4,7 @@ Every byte goes through a ``tidelog.fsio.Handle``, so crash tests can record it.
 opened through the store's ``FS`` (ordinary I/O + fdatasync). Raw block devices (only ever on the
 real file system) get a ``DeviceHandle``: its size comes from ``lseek(SEEK_END)`` (``fstat``
 says 0 for a device) and, where the kernel allows, it uses ``O_DIRECT`` with page-aligned bounce
-buffers from an anonymous ``mmap``, so page writes skip the page cache (seed 004: every write is
+buffers from an anonymous ``mmap``, so page writes skip the page cache (BDEV-20: every write is
 costly; the cache would only delay and merge them).
 """
 

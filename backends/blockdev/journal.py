@@ -255,10 +255,10 @@ class RingJournal:
         wrapped = ring.advance()
         self.pages_since_meta += 1
         meta = False
-        if ring.num_pages < 3:  # seed 004: num_pages is recorded for the first three pages
+        if ring.num_pages < 3:  # BDEV-14: num_pages is recorded for the first three pages
             ring.num_pages += 1
             meta = True
-        if wrapped and not ring.looped:  # seed 004: first wrap
+        if wrapped and not ring.looped:  # BDEV-14: first wrap
             ring.looped = True
             meta = True
         every = b.bopts.meta_every

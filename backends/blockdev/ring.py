@@ -57,7 +57,7 @@ class RingState:
     ring_id: int
     next_index: int = 0
     lap: int = 0  # lap of the next page written (its parity numbers the page: RING-1)
-    num_pages: int = 0  # seed 004: 0..3, pages written since format, saturating
+    num_pages: int = 0  # BDEV-1: 0..3, pages written since format, saturating
     looped: bool = False  # the ring wrapped at least once since format
     slots: list[tuple[int, int] | None] = field(default_factory=list)  # page -> (first, last) seq
     # TOP-11: producer id -> (its current sequence, the page holding the newest copy of that mark)

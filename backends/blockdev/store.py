@@ -1,4 +1,4 @@
-"""The ``blockdev://`` backend: the engine over a flash page ring (seed 004, FORMATS-blockdev.md).
+"""The ``blockdev://`` backend: the engine over a flash page ring (FORMATS-blockdev.md, SPEC RING).
 
 Lifecycle: attach the device or image (device.py), load its metadata slot or format it
 (BDEV-11..13), find the head and rebuild the engine from the retained pages (recovery.py), then
@@ -319,7 +319,7 @@ class BlockdevBackend(Engine):
             raise storage_error(exc, f"reading {self.path} at offset {offset}") from None
 
     def _format(self, device_bytes: int, block: bytes) -> None:
-        """Format (BDEV-11): zero pages 0 and 1 unless the image is new (seed 004, RING-5), then
+        """Format (BDEV-11): zero pages 0 and 1 unless the image is new (RING-5), then
         write the metadata slot one generation above any valid slot there, the other slot
         zeroed (so no slot of the old ring outranks the new one)."""
         o = self.bopts

@@ -1,6 +1,5 @@
 """The engine: spec/SPEC.md semantics over the efficient per-topic structures, written once
-(seed 000 §11: "the serving and indexing logic is written once") and shared by backends that
-differ only in where bytes live.
+and shared by backends that differ only in where bytes live.
 
 Every public op reads the clock once (``now``), applies the lazy time effects (RET-4, QUE-5) of
 its topic, checks everything that can fail before changing anything (ERR-2, RET-7), then applies

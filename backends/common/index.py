@@ -1,4 +1,4 @@
-"""The per-topic log index: seed 000 §1's base+offset vector, tag index and lazy front reclaim.
+"""The per-topic log index: a base+offset vector, tag index and lazy front reclaim.
 
 The newest records live in the *tail*: slot ``i`` holds seq ``base + i`` as a payload (None once
 the record is gone), a ts, a tag and a node, in parallel lists so reads are a tight loop with no

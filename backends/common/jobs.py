@@ -1,4 +1,4 @@
-"""Queue-mode state of one topic (spec QUE, seed 000 §12): leases, reclaim freelist, delivery
+"""Queue-mode state of one topic (spec QUE): leases, reclaim freelist, delivery
 counts, delayed nacks. Expiry is lazy: heaps ordered by deadline let each op find what is due in
 O(log n) without timers (QUE-5).
 """

@@ -1,4 +1,4 @@
-"""Checkpoints: WAL -> sealed segments + an atomic metadata snapshot (seed 000 §3.1, §5).
+"""Checkpoints: WAL -> sealed segments + an atomic metadata snapshot (SEG, SNAP-4).
 
 1. Under the engine lock, capture at one instant: every topic's unsealed tail (references, no
    copy), the metadata body, and each WAL shard's current position (every effect so far has been
@@ -326,9 +326,9 @@ def _write_plain(
 def _write_qseg(
     b: FileBackend, directory: str, tid: int, cols: _Columns, first: int
 ) -> QsegChunk | None:
-    """A Quiver segment (QSEG-1..QSEG-11): written to ``.tmp``, made read-only (0440, seed 002
-    "Read-Only Enforcement"), fsynced, renamed into place (the directory is fsynced by the
-    caller before the snapshot naming it). None when a payload cannot be sealed byte-exactly
+    """A Quiver segment (QSEG-1..QSEG-11): written to ``.tmp``, made read-only (0440,
+    QSEG-10), fsynced, renamed into place (the directory is fsynced by the caller before the
+    snapshot naming it). None when a payload cannot be sealed byte-exactly
     (QSEG-9): the caller seals that segment in the plain format instead."""
     from .format import qseg as qsegfmt  # pyarrow: only bundle topics need it
     from .qchunk import QsegChunk

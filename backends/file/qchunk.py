@@ -30,7 +30,7 @@ class QsegChunk(DeadSlots):
         self.data = handle.map()
         try:
             self.reader = qsegfmt.open_qseg(self.data)
-        except qsegfmt.QsegError as exc:  # seed 002's typed error, naming the file
+        except qsegfmt.QsegError as exc:  # QSEG-7's typed error, naming the file
             self.close()
             raise type(exc)(exc.rule, f"{path}: {exc.detail}") from None
         if self.reader.first_seq != first_seq:

@@ -1,4 +1,4 @@
-"""Opening a file store: snapshot + sealed segments + progress files + WAL replay (seed 000 §4).
+"""Opening a file store: snapshot + sealed segments + progress files + WAL replay (SNAP-4, PRG-9).
 
 1. Load the newest valid snapshot (an older one if the newest is damaged; none = a new store).
 2. Rebuild every topic from it: config, floors, sealed segments (.idx columns, mmap'd .data),
@@ -143,7 +143,7 @@ def open_chunk(b: FileBackend, tid: int, first: int) -> SegChunk | QsegChunk:
 
 
 def _index_tags(t: EngineTopic) -> None:
-    """Rebuild the tag index from the sealed records that carry a tag (seed 000 §4 step 2):
+    """Rebuild the tag index from the sealed records that carry a tag (SEG-11, DEL-5):
     one range of equally tagged live records at a time, from the index's label runs (SEG-11),
     so the work is per run, not per record."""
     for c in t.log.chunks:

@@ -96,7 +96,7 @@ class SfBackend(Backend):
         self.capabilities = Capabilities(
             persistent=True,
             # memory durability never syncs: a power loss can leave a hole between segments,
-            # which recovery refuses (seed §6.5), so only flush/append are crash-safe.
+            # which recovery refuses (SF-7), so only flush/append are crash-safe.
             crash_safe=slot.durability != "memory",
             deletes=False,
             subscribers=False,

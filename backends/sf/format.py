@@ -1,15 +1,15 @@
-"""Byte layouts of a QuestDB store-and-forward slot (seed 003 §5-§6; spec/FORWARD.md SF-1..SF-6).
+"""Byte layouts of a QuestDB store-and-forward slot (spec/FORWARD.md SF-1..SF-6).
 
 Pure codecs, no I/O: the 24-byte segment header, the CRC-32C frame envelope, the 16-byte
 ``.ack-watermark`` record, segment file names, and the recovery walk over a segment's bytes.
-Every multi-byte integer is little-endian and written explicitly so (seed §6: the reference relies
-on native order; portable clients must not).
+Every multi-byte integer is little-endian and written explicitly so (SF-3, SF-4: the
+reference client relies on native order; portable clients must not).
 
 ``scan_frames`` is on the recovery path and must survive anything a crash leaves behind: it never
 raises and never yields a frame whose checksum fails.
 
 The sync record and the watermark check (spec/FORWARD.md SF-17) are tidelog's own, in
-``.tidelog-sync``: the segment and watermark bytes stay exactly the seed's.
+``.tidelog-sync``: the segment and watermark bytes stay exactly SF-3..SF-6's.
 """
 
 from __future__ import annotations
@@ -105,17 +105,17 @@ class SegmentHeader(NamedTuple):
 
 
 def encode_header(base_seq: int, created_micros: int) -> bytes:
-    """The 24-byte segment header (seed §6.1)."""
+    """The 24-byte segment header (SF-3)."""
     if base_seq < 0 or base_seq >= 1 << 63:
         raise BadArgument(f"baseSeq must be in [0, 2**63), got {base_seq}")
     return _HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, 0, base_seq, created_micros)
 
 
 def decode_header(data: bytes | bytearray | memoryview, where: str = "segment") -> SegmentHeader:
-    """Validate and decode a segment header (seed §6.5 step 2); ``Corrupt`` names the field.
+    """Validate and decode a segment header (SF-7); ``Corrupt`` names the field.
 
-    ``flags`` and ``reserved`` are not checked: seed §6.5 validates only magic, version and
-    baseSeq, and a later format revision gives header byte 5 a meaning (anchors B, "spec drift").
+    ``flags`` and ``reserved`` are not checked: SF-7 validates only magic, version and baseSeq,
+    and a later revision of the format gives header byte 5 a meaning (SF-3).
     """
     if len(data) < HEADER_SIZE:
         raise Corrupt(f"{where}: {len(data)} bytes, a segment needs at least {HEADER_SIZE}")
@@ -130,7 +130,7 @@ def decode_header(data: bytes | bytearray | memoryview, where: str = "segment") 
 
 
 def encode_frame(payload: bytes | bytearray | memoryview) -> bytes:
-    """One frame: crc32c(payloadLen || payload), payloadLen, payload (seed §6.2)."""
+    """One frame: crc32c(payloadLen || payload), payloadLen, payload (SF-4)."""
     n = len(payload)
     if n >= 1 << 31:
         raise BadArgument(f"frame payload of {n} bytes does not fit an int32 length")
@@ -139,7 +139,7 @@ def encode_frame(payload: bytes | bytearray | memoryview) -> bytes:
 
 
 class FrameScan(NamedTuple):
-    """Result of walking a segment's frames (seed §6.5 steps 3-5)."""
+    """Result of walking a segment's frames (SF-7)."""
 
     offsets: array[int]  # start offset of every verified frame, in order (typecode "q")
     last_good: int  # end of the last verified frame: the append cursor
@@ -148,7 +148,7 @@ class FrameScan(NamedTuple):
 
 def frame_end(data: bytes | bytearray | memoryview, pos: int, *, check: bool = True) -> int | None:
     """The end of the frame at ``pos``, or None when its length is negative or overruns the data
-    (seed §6.2: a torn-tail boundary) or, with ``check``, its CRC does not match. Never raises."""
+    (SF-4, SF-7: a torn-tail boundary) or, with ``check``, its CRC does not match. Never raises."""
     view = memoryview(data)
     size = len(view)
     if pos < 0 or pos + FRAME_HEADER_SIZE > size:
@@ -176,19 +176,19 @@ def scan_frames(data: bytes | bytearray | memoryview) -> FrameScan:
 
 def torn_tail_bytes(data: bytes | bytearray | memoryview, last_good: int) -> int:
     """How many of the bytes in ``[last_good, last_good + min(8, size - last_good))`` are
-    non-zero: a writer attempted a frame there and did not finish it (seed §6.5 step 5)."""
+    non-zero: a writer attempted a frame there and did not finish it (SF-7)."""
     window = bytes(data[last_good : last_good + FRAME_HEADER_SIZE])
     return len(window) - window.count(0)
 
 
 def encode_watermark(fsn: int) -> bytes:
-    """The 16-byte ``.ack-watermark`` record (seed §5.4): magic, reserved 0, fsn."""
+    """The 16-byte ``.ack-watermark`` record (SF-6): magic, reserved 0, fsn."""
     return _WATERMARK.pack(WATERMARK_MAGIC, 0, fsn)
 
 
 def decode_watermark(data: bytes | bytearray | memoryview) -> int | None:
     """The watermark FSN, or None when the record is unusable (short, bad magic, non-zero
-    reserved word, negative FSN): recovery then falls back to ``lowestBaseSeq - 1`` (seed §5.4).
+    reserved word, negative FSN): recovery then falls back to ``lowestBaseSeq - 1`` (SF-6).
     """
     if len(data) < WATERMARK_SIZE:
         return None
@@ -199,7 +199,7 @@ def decode_watermark(data: bytes | bytearray | memoryview) -> int | None:
 
 
 def segment_name(generation: int) -> str:
-    """``sf-<gen:016x>.sfa`` (seed §5.3)."""
+    """``sf-<gen:016x>.sfa`` (SF-5)."""
     if not 0 <= generation <= MAX_GENERATION:
         raise BadArgument(f"generation {generation} outside 0..2**64-1")
     return f"sf-{generation:016x}.sfa"
@@ -212,7 +212,7 @@ def is_segment_name(name: str) -> bool:
 
 def segment_generation(name: str) -> int | None:
     """The generation encoded in a segment file name; None for ``sf-initial.sfa``, which has
-    none and is skipped when seeding the next generation (seed §5.3)."""
+    none and is skipped when seeding the next generation (SF-5)."""
     m = _SEGMENT_RE.fullmatch(name)
     if m is None:
         if name == LEGACY_SEGMENT:

@@ -8,7 +8,7 @@ recovery does). The slot then acts on a clean result (removes unborn files, zero
 before appending). The seed arithmetic and the contiguity check are the model's
 (``tidelog.model.fsn.recovery_seed``, FSN-5), so the code and the oracle cannot drift apart.
 
-Fail closed (anchors B, JQ #73): a segment whose header is invalid refuses recovery rather than
+Fail closed (SF-8): a segment whose header is invalid refuses recovery rather than
 being skipped, because skipping it would silently drop whatever unacknowledged frames it holds.
 A defect after the last good frame is a torn tail unless surviving bytes prove it was durable
 (SF-18): a later segment's baseSeq, or the sync record in ``.tidelog-sync`` (SF-17). A file
@@ -101,7 +101,7 @@ class RecoveredSegment:
     size: int  # file size: the segment's capacity
     offsets: array[int]  # start offset of each verified frame ("q")
     append_cursor: int  # end of the last verified frame
-    torn_tail: int  # non-zero bytes right after append_cursor (seed §6.5 step 5)
+    torn_tail: int  # non-zero bytes right after append_cursor (SF-7)
     dirty_end: int  # end of the last non-zero byte at or after append_cursor (0 when clean)
     # A CRC-valid frame right after the bad one at append_cursor (SF-18 item 3), or None.
     valid_after_defect: int | None = None
@@ -146,7 +146,7 @@ class Recovery:
     published_fsn: int
     watermark: int | None  # the watermark recovery trusts (SF-10, SF-17), before the bound check
     watermark_used: bool  # it raised the seed above lowestBaseSeq - 1
-    next_generation: int  # max(existing generation) + 1 (seed §5.3)
+    next_generation: int  # max(existing generation) + 1 (SF-5)
     unborn: list[str] = field(default_factory=list)  # all-zero segment files (no frames)
     leftovers: list[str] = field(default_factory=list)  # *.sfa.tmp: creations cut short
     vanished: list[str] = field(default_factory=list)  # listed, gone when opened (a view's)
@@ -175,7 +175,7 @@ def _read_all(fs: FS, path: str, limit: int | None = None) -> bytes:
 
 
 def _scan_segment(fs: FS, slot_dir: str, name: str) -> RecoveredSegment | None:
-    """Map the segment read-only and walk it (seed §6.5 steps 1-5); None when unborn."""
+    """Map the segment read-only and walk it (SF-7); None when unborn."""
     path = os.path.join(slot_dir, name)
     try:
         h = fs.open_read(path)
@@ -511,7 +511,7 @@ def _check_watermark(
 
 
 def recover(fs: FS, slot_dir: str) -> Recovery:
-    """Scan every ``*.sfa`` of ``slot_dir`` and seed the FSN counters (seed §6.5, FSN-5);
+    """Scan every ``*.sfa`` of ``slot_dir`` and seed the FSN counters (SF-7, FSN-5);
     warnings are logged.
 
     raises: Corrupt (the first error finding: file, offset, rule), StorageError (SF-19)

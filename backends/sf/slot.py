@@ -1,21 +1,21 @@
-"""An SF slot on disk: ``<sf_dir>/<sender_id>/`` (seed 003 §5, §6; spec/FORWARD.md SF-1..SF-14).
+"""An SF slot on disk: ``<sf_dir>/<sender_id>/`` (spec/FORWARD.md SF-1..SF-14).
 
 One writer process (the slot lock), many threads: producers append, the forwarder's I/O loop
 reads, the manager (whoever calls ``apply_acks``) persists the watermark and trims. One condition
 variable guards the metadata; reads and writes happen under it too (they are single positional
 calls), so a trim can never close a file a read is using.
 
-Segments are mmap'd for reading, as the seed's are: the recovery scan walks each file through
-a read-only map (seed §6.5 step 1), and every sealed segment stays mapped until it is trimmed,
+Segments are mmap'd for reading (SF-22): the recovery scan walks each file through
+a read-only map (SF-7), and every sealed segment stays mapped until it is trimmed,
 so the I/O loop reads its frames straight from the mapping; with ``mmap=False`` nothing is mapped
 and every frame is read with ``pread`` (SF-22: a media error is then ``io_error``, not SIGBUS).
 The reads are ``frames.FrameReader``'s, shared with read-only views (``view.SlotView``). Writes
 -- the frames of the active segment, headers, the watermark -- are positional writes through
 the ``FS`` seam instead of stores into a writable map (spec/FORWARD.md SF-4): the bytes on disk
 are identical, the crash simulation can record every write, and a store can never SIGBUS
-(anchors B, JQ #73). The active segment is read with ``pread`` too (the seam's maps are only
+(SF-5, SF-8). The active segment is read with ``pread`` too (the seam's maps are only
 defined for files nobody writes any more). Block reservation at create time
-(``Handle.allocate`` = posix_fallocate) is done as the seed demands, so a full disk fails the
+(``Handle.allocate`` = posix_fallocate) is done as SF-5 demands, so a full disk fails the
 segment's creation, cleanly, never a later append.
 
 Every sync point is recorded in ``.tidelog-sync`` (SF-17), so recovery can tell a torn tail from
@@ -64,8 +64,8 @@ __all__ = ["DURABILITIES", "Slot", "SlotStats", "check_sender_id", "write_failed
 
 log = logging.getLogger("tidelog.sf")
 
-#: sf_durability (seed §4.1, §21): memory = never fsync (the seed's only mode); flush = fsync on
-#: the producer's flush(); append = fsync before every append returns (tidelog implements both).
+#: sf_durability (SF-11): memory = never fsync; flush = fsync on the producer's flush();
+#: append = fsync before every append returns (flush and append are SF-11's Deviation).
 DURABILITIES: Final = ("memory", "flush", "append")
 _ZERO_CHUNK: Final = bytes(1 << 16)
 
@@ -123,7 +123,7 @@ class Slot(FrameReader):
         self._trimmed = 0
         self._created = 0
         self._listeners: list[Callable[[], None]] = []
-        #: called when an append times out waiting for space; returns the message (seed §16)
+        #: called when an append times out waiting for space; returns the message (FWD-14)
         self.backpressure_reason: Callable[[], str] = lambda: "backpressure: SF slot is full"
         self.backpressure_stalls = 0
         try:
@@ -153,10 +153,10 @@ class Slot(FrameReader):
         fail_marker: bool = False,
         mmap: bool = True,
     ) -> Slot:
-        """Lock and recover ``<sf_dir>/<sender_id>`` (created if missing; seed §18.1).
+        """Lock and recover ``<sf_dir>/<sender_id>`` (created if missing, SF-10).
 
         ``fail_marker``: when recovery refuses the slot, write the ``.failed`` sentinel while
-        the lock is still held (an orphan drainer's duty, seed §5.2, §18.2).
+        the lock is still held (an orphan drainer's duty, SF-16, FWD-17).
 
         ``mmap=False`` (SF-22): nothing of the slot is mapped; recovery copies each segment by
         ``pread`` (the default ``fs`` is then ``OsFS(mmap=False)``) and frames are read by
@@ -278,8 +278,8 @@ class Slot(FrameReader):
         return self.max_bytes - HEADER_SIZE - FRAME_HEADER_SIZE
 
     def append(self, payload: bytes, *, deadline_ms: int = 0) -> int:
-        """Append one frame and return its FSN (seed §6.3). Waits up to ``deadline_ms`` for
-        trimming to free space when the slot is at ``max_total_bytes`` (seed §16)."""
+        """Append one frame and return its FSN (SF-5). Waits up to ``deadline_ms`` for
+        trimming to free space when the slot is at ``max_total_bytes`` (FWD-14)."""
         frame = encode_frame(payload)
         if len(frame) > self.max_bytes - HEADER_SIZE:
             raise TooLarge(
@@ -306,7 +306,7 @@ class Slot(FrameReader):
         return fsn
 
     def _rotate(self, deadline_ms: int) -> Segment:
-        """Seal the active segment and create the next one (seed §6.4); waits for space."""
+        """Seal the active segment and create the next one (SF-12); waits for space."""
         size = self.max_bytes
         if self._total_bytes() + size > self.max_total_bytes:
             self.backpressure_stalls += 1
@@ -332,7 +332,7 @@ class Slot(FrameReader):
         with self._io(f"creating SF segment {path}"):
             h = self.fs.open(tmp)
             try:
-                h.allocate(size)  # real blocks: ENOSPC here, never on a later append (seed §6)
+                h.allocate(size)  # real blocks: ENOSPC here, never on a later append (SF-5)
                 h.pwrite(encode_header(self.published_fsn + 1, created), 0)
                 if self.durability != "memory":
                     h.fdatasync()
@@ -358,7 +358,7 @@ class Slot(FrameReader):
     def _seal(self, seg: Segment) -> None:
         # SF-11: under flush/append a sealed segment is synced before the next one takes
         # frames, so a crash can never leave later frames on disk after a hole (a gap refuses
-        # recovery). The memory durability never syncs (the seed's only mode).
+        # recovery). The memory durability never syncs (SF-11).
         if self.durability != "memory" and not seg.synced:
             seg.handle.fdatasync()
             seg.synced = True
@@ -403,7 +403,7 @@ class Slot(FrameReader):
                     self._write_record(self._segments[-1])
 
     def flush(self) -> None:
-        """The producer's flush (seed §1: published into the substrate; §21 flush mode)."""
+        """The producer's flush: the ``flush`` durability syncs what was published (SF-11)."""
         if self.durability == "flush":
             self.sync()
 
@@ -423,7 +423,7 @@ class Slot(FrameReader):
 
     def apply_acks(self) -> int:
         """Persist the watermark, then unlink every sealed segment wholly at or below
-        ``acked_fsn`` (seed §5.4 "persist then trim", §6.4). The active segment is kept even
+        ``acked_fsn`` (SF-12: persist, then trim). The active segment is kept even
         when fully acknowledged (SF-13: it carries the FSN counter across restarts). Returns
         how many segments were trimmed."""
         with self._cond:
@@ -448,7 +448,7 @@ class Slot(FrameReader):
                 trimmed += 1
             self._trimmed += trimmed
             if trimmed:
-                self._cond.notify_all()  # producers waiting for space (seed §16)
+                self._cond.notify_all()  # producers waiting for space (FWD-14)
             return trimmed
 
     def _persist_watermark(self, acked: int) -> None:
@@ -456,9 +456,9 @@ class Slot(FrameReader):
             return
         if self._watermark is None:
             self._watermark = self.fs.open(os.path.join(self.dir, WATERMARK_FILE))
-        # SF-6: the whole 16-byte record in one write (the seed stores the 8-byte FSN alone):
+        # SF-6: the whole 16-byte record in one write (a bare 8-byte FSN could tear undetected):
         # a torn or garbage sector then also spoils the magic or the reserved word, so recovery
-        # rejects it instead of trusting a random FSN. Not fsynced (seed §5.4).
+        # rejects it instead of trusting a random FSN. Not fsynced (SF-6).
         self._watermark.pwrite(encode_watermark(acked), 0)
         self._sync.write_check(acked)  # SF-17: lets recovery catch a raised watermark
         self._persisted = acked
@@ -500,7 +500,7 @@ class Slot(FrameReader):
 
     def close(self) -> None:
         """Flush per durability, record the sync point, persist the watermark, close files,
-        release the lock last. Idempotent. Nothing is unlinked (seed §5.1; SF-13). A poisoned
+        release the lock last. Idempotent. Nothing is unlinked (SF-2, SF-13). A poisoned
         slot writes nothing, still releases everything, then raises (SF-19)."""
         with self._cond:
             if self._closed:
@@ -565,7 +565,7 @@ class Slot(FrameReader):
 
 
 def check_sender_id(sender_id: object) -> str:
-    """A sender_id is a single directory name: non-empty, no path separators (seed §4.6), and
+    """A sender_id is a single directory name: non-empty, no path separators (FWD-1), and
     tidelog adds: not ``.``/``..``, no NUL or control characters."""
     if not isinstance(sender_id, str) or not sender_id:
         raise BadArgument(f"sender_id must be a non-empty string, got {sender_id!r}")
@@ -577,7 +577,7 @@ def check_sender_id(sender_id: object) -> str:
 
 
 def write_failed(fs: FS, slot_dir: str, reason: str) -> None:
-    """Drop the ``.failed`` sentinel (UTF-8 reason; its presence is the signal, seed §5.2). The
+    """Drop the ``.failed`` sentinel (UTF-8 reason, its presence is the signal, SF-16). The
     caller still holds the slot lock: a drainer writes it before releasing the slot.
 
     raises: StorageError (SF-19)

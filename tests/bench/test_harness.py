@@ -1,4 +1,4 @@
-"""The benchmark harness (bench/ -> tidelog.bench, issue 8) runs end to end with tiny sizes and
+"""The benchmark harness (bench/ -> tidelog.bench) runs end to end with tiny sizes and
 produces well-formed results: JSON with every selected case, the Markdown table, the speed
 targets, and the isolated recovery/RSS measurements. Nothing here checks a speed (no timed
 assertions): the figures themselves are only for `tidelog bench`."""

@@ -1,4 +1,4 @@
-"""Mutant implementations: tidelog with one planted defect each (issue 7, "proof the suite can
+"""Mutant implementations: tidelog with one planted defect each (CNF-32, "proof the suite can
 fail"). Each is a thin subclass of a real backend, of the recording FS, of the SF sender or of
 the driver, never a copy; ``make_driver`` serves one of them over the driver protocol:
 

@@ -1,6 +1,6 @@
 """The worked example of docs/conformance.md (a tiny third-party backend and its conformance
 tests) runs as written: its two code blocks are saved as files and pytest runs them, as a user
-would (issue 7 item 2: the kit documented with a complete example)."""
+would (docs/conformance.md: the kit documented with a complete example)."""
 
 from __future__ import annotations
 

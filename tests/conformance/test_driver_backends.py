@@ -1,5 +1,5 @@
 """The conformance suite through tidelog's own driver, across a real process boundary, against
-every backend (issue 7 item 3; spec/CONFORMANCE.md §3, §4): ``tidelog conformance driver``
+every backend (spec/CONFORMANCE.md §3, §4): ``tidelog conformance driver``
 serves memory://, file:// (a directory) and blockdev:// (an image file) and the level runner
 drives it from this process with the model as the oracle. Ordinary levels run on real files;
 the crash level runs the same backends on the recording FS so a crash is a power loss. Small

@@ -1,4 +1,4 @@
-"""Proof the conformance suite can fail (issue 7 item 5): every mutant implementation
+"""Proof the conformance suite can fail (CNF-32): every mutant implementation
 (tests/conformance/mutants.py: tidelog with one planted defect each) is run through the driver
 protocol, in its own driver process, at the conformance level binding the rule it breaks, and
 the suite must report a failure. The run's mutation score and each mutant's time to first
@@ -25,7 +25,7 @@ SEEDS = int(os.environ.get("TIDELOG_MUTANT_SEEDS", "1"))
 
 
 def test_the_issue_defects_are_all_planted() -> None:
-    """CNF-32: the defects issue 7 names each have a mutant (and more besides)."""
+    """CNF-32: each defect below (one per rule it breaks) has a mutant (and more besides)."""
     rules = {m.rule for m in MUTANTS.values()}
     required = {"TMB-1", "TMB-4", "DUR-2", "WAL-5/DUR-6", "SUB-2", "FSN-6", "RING-3", "RET-3"}
     assert required <= rules, required - rules

@@ -1,4 +1,4 @@
-"""Golden vectors (spec/CONFORMANCE.md §5; issue 7 item 4): ``tidelog conformance vectors``
+"""Golden vectors (spec/CONFORMANCE.md §5): ``tidelog conformance vectors``
 writes every format's valid and broken files and containers with a manifest; every manifest
 entry is checked here against the reference decoders, against ``tidelog verify`` (the rule ids
 it must report as errors and warnings) and, for valid containers, against what tidelog's own

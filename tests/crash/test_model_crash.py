@@ -1,6 +1,7 @@
 """The crash semantics of the model (spec §7, DUR-2..DUR-6, DUR-9, TMB-2): which states a topic
 may legally recover to. These are the oracle the crash simulation of durable backends checks
-against (issue 3 drives real recoveries through the same candidate sets)."""
+against (``tidelog.conformance.crashcheck`` checks real recoveries against the same candidate
+sets)."""
 
 from __future__ import annotations
 

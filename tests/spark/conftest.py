@@ -1,5 +1,5 @@
 """One SparkSession per test process (each pytest-xdist worker gets its own), shared by every
-Spark test: a session costs 10-20 s to start on a small machine (research §0).
+Spark test: a session costs 10-20 s to start on a small machine.
 
 local[2], two shuffle partitions, no UI, quiet logs; Python workers run this interpreter so they
 import the tidelog under test. Tests keep stores, checkpoints and outputs under ``tmp_path``.

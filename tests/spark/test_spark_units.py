@@ -37,7 +37,7 @@ def test_SPK_1_importable_without_pyspark() -> None:
 
 
 def test_SPK_3_arrow_schemas_match_what_spark_expects() -> None:
-    """SPK-3: Spark compares the first batch's schema with Schema.equals (research §4):
+    """SPK-3: Spark compares the first batch's schema with Schema.equals:
     the adapter's Arrow schema must be exactly to_arrow_schema(the DDL, tz=UTC)."""
     pytest.importorskip("pyspark")
     from pyspark.sql.pandas.types import to_arrow_schema

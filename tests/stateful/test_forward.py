@@ -278,7 +278,7 @@ class FaultProxy:
 
     def _cover(self, pair: _Pair) -> None:
         """Durable mode: the OKs at the head whose every seqTxn the durable acks passed so far
-        reach are durably confirmed (seed §10.2, from the receiver's side of the wire)."""
+        reach are durably confirmed (FWD-7, from the receiver's side of the wire)."""
         marks = pair.watermarks
         while pair.entries and all(
             marks.get(t, -1) >= txn for t, txn in pair.entries[0][1].items()

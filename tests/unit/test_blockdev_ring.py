@@ -177,7 +177,7 @@ def test_RING_3_RING_4_head_on_real_images(tmp_path: Path, n: int) -> None:
 def test_RING_5_fresh_device_with_zeroed_first_pages(tmp_path: Path, n: int) -> None:
     """RING-5, BDEV-11: a fresh device (first two pages zeroed by format, the rest holding an
     older ring's pages and garbage) is an empty ring; so is one where only those two pages are
-    zero and the old ring's id is kept (the seed's own rule, without the ring id)."""
+    zero and the old ring's id is kept (RING-5 alone, without the ring id)."""
     path = tmp_path / "dev.img"
     with new_ring(path, n) as store:
         t = store.topic("t", durability="fsync")
@@ -191,7 +191,7 @@ def test_RING_5_fresh_device_with_zeroed_first_pages(tmp_path: Path, n: int) -> 
     assert fresh[4096 + 2 * PAGE :] == old[4096 + 2 * PAGE :]  # only the two pages were written
     read = _reader(fresh, ring_id_of(fresh))
     assert find_head(n, read) is None and retained_pages(n, None, read) == []
-    # the seed's rule alone: same ring id, first two pages zeroed -> empty
+    # RING-5 alone: same ring id, first two pages zeroed -> empty
     zeroed = old[:4096] + bytes(2 * PAGE) + old[4096 + 2 * PAGE :]
     assert find_head(n, _reader(zeroed, ring_id_of(old))) is None
 
@@ -343,7 +343,7 @@ def _writes(fs: _SeamFS, since: int = 0) -> list[str]:
 def test_BDEV_14_metadata_only_at_init_num_pages_first_wrap_and_close(
     tmp_path: Path, cls: str
 ) -> None:
-    """BDEV-1, BDEV-14, seed 004: counted at the FS seam, every device write is one whole slot or
+    """BDEV-1, BDEV-14: counted at the FS seam, every device write is one whole slot or
     one whole aligned page, synced before the next; on its own the ring writes its metadata only
     at init (format, binding the topic), on the num_pages transitions 0->1->2->3, at the first
     wrap and at clean close: five laps of appends, reads, polls, acks, commits, rejects, cap and
@@ -1002,7 +1002,7 @@ def test_BDEV_14_a_slot_never_names_seqs_of_an_op_whose_end_is_still_in_memory(
     """BDEV-14, BDEV-10 (d), TOP-6, TOP-11 (stateful campaign seed 994787792): an
     ``append_many`` with a producer mark fills a page with its records, the mark (its
     BATCH_END) goes to the next, open page, and sealing the full page queues a metadata slot
-    (seed 004: num_pages for the first pages). That slot must not record the op's seqs as
+    (BDEV-14: num_pages for the first pages). That slot must not record the op's seqs as
     written: after a power loss recovery discards the op (its end never reached the device),
     and a slot naming them made the ring refuse to open ("the metadata records seq 6 as
     written, but the ring ends at seq 4")."""

@@ -118,7 +118,7 @@ def test_CLI_8_stdin_stores_first_while_the_receiver_is_down(tmp_path: Path) -> 
 
 
 def test_CLI_8_explicit_off_fails_at_once_and_stores_nothing(tmp_path: Path) -> None:
-    """CLI-8: initial_connect_retry=off in the connect string keeps the seed's fail-fast
+    """CLI-8: initial_connect_retry=off in the connect string keeps FWD-13's fail-fast
     start: a sender_error (status 2) before any line is read."""
     sf = tmp_path / "sf"
     c = conf(closed_port(), sf_dir=sf, sender_id="edge", initial_connect_retry="off")

@@ -1,5 +1,5 @@
-"""The forwarder and the receiver rule by rule (spec/FORWARD.md FWD-1..FWD-24; seed 003 §4, §8-§20;
-SPEC FSN-1..FSN-9). Real sockets on 127.0.0.1; backoff, clock and jitter injected, so nothing
+"""The forwarder and the receiver rule by rule (spec/FORWARD.md FWD-1..FWD-24; SPEC
+FSN-1..FSN-9). Real sockets on 127.0.0.1; backoff, clock and jitter injected, so nothing
 waits for real backoff; waits are events with generous timeouts.
 """
 
@@ -165,7 +165,7 @@ EVERY_SEED_KEY = (
 
 
 def test_FWD_1_every_seed_key_parses() -> None:
-    """FWD-1: every key of seed §4 is accepted and typed; ';;' is a literal ';'; aliases."""
+    """FWD-1: every key FWD-1 lists is accepted and typed; ';;' is a literal ';'; aliases."""
     c = parse_conf(EVERY_SEED_KEY)
     assert c.addr == (("db1", 9000), ("db2", 9000))
     assert (c.sf_dir, c.sender_id, c.sf_max_bytes, c.sf_max_total_bytes) == (
@@ -549,7 +549,7 @@ def test_FWD_3_auth_failure_is_terminal_at_once() -> None:
 
 
 def test_FWD_3_version_outside_range_is_transient(tmp_path: Path) -> None:
-    """FWD-3 (seed §8, §13.3): an upgrade answering an X-QWP-Version other than 1 is a
+    """FWD-3: an upgrade answering an X-QWP-Version other than 1 is a
     per-endpoint mismatch: transient (retried under initial_connect_retry=on, terminal at the
     first connect under off); an absent header means version 1."""
     versions = iter(["2", "2", None])
@@ -744,7 +744,7 @@ def _halting_server() -> Scripted:
 def test_FWD_15_close_flush_timeout(
     rx: Receiver, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """FWD-15 (seed §17): close() waits up to close_flush_timeout_millis for acks (default
+    """FWD-15: close() waits up to close_flush_timeout_millis for acks (default
     5000); when they do not come it logs a WARNING and the frames stay in the slot for the next
     sender; 0 and -1 skip the wait entirely. No error is latched, so nothing is rethrown."""
     c = conf(rx.port, sf_dir=tmp_path / "sf", close_flush_timeout_millis=5000)
@@ -812,7 +812,7 @@ def test_FWD_15_safety_net_and_its_two_guards(tmp_path: Path) -> None:
 
 
 def test_FWD_16_counters(rx: Receiver) -> None:
-    """FWD-16: the seed §20 counters, under snake_case names."""
+    """FWD-16: the counters, under snake_case names."""
     with Forwarder(conf(rx.port)) as fwd:
         fwd.append(b"x")
         fwd.wait_acked(timeout=WAIT)
@@ -872,7 +872,7 @@ def test_FWD_17_orphan_adoption(rx: Receiver, tmp_path: Path) -> None:
 
 
 def test_FWD_17_drainer_pool_is_bounded(tmp_path: Path) -> None:
-    """FWD-17 (seed §18.2): five orphans, max_background_drainers=2, a receiver that never
+    """FWD-17: five orphans, max_background_drainers=2, a receiver that never
     acknowledges: exactly two drainers run (two orphan connections), the rest wait; closing the
     sender stops them without .failed, and every orphan keeps its frames."""
     sf = tmp_path / "sf"
@@ -1038,26 +1038,9 @@ def test_FWD_2_cli_forward_drains_a_slot_or_a_topic(rx: Receiver, tmp_path: Path
 
 
 def test_FWD_2_memory_mode(rx: Receiver) -> None:
-    """FWD-2: without sf_dir the frames live in RAM (seed §3 Memory mode) and drain the same."""
+    """FWD-2: without sf_dir the frames live in RAM (memory mode) and drain the same."""
     with Forwarder(conf(rx.port, sender_id="mem")) as fwd:
         for i in range(50):
             fwd.append(b"%d" % i)
         assert fwd.wait_acked(timeout=WAIT)
         assert fwd.source.name == "memory"
-
-
-# ---------------------------------------------------------------------------------------------
-# the spec's rule ids
-# ---------------------------------------------------------------------------------------------
-def test_every_forward_rule_is_cited_by_a_test() -> None:
-    """Every SF-n / FWD-n rule spec/FORWARD.md defines is cited literally by some test."""
-    import re
-
-    root = Path(__file__).resolve().parents[2]
-    spec = (root / "spec" / "FORWARD.md").read_text("utf-8")
-    defined = set(re.findall(r"\*\*((?:SF|FWD)-\d+) ", spec))
-    assert len(defined) == 49, sorted(defined)
-    cited: set[str] = set()
-    for path in (root / "tests").rglob("test_*.py"):
-        cited |= set(re.findall(r"\b(?:SF|FWD)-\d+\b", path.read_text("utf-8")))
-    assert defined - cited == set()

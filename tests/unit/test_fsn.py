@@ -1,6 +1,6 @@
-"""Store-and-forward FSN rules and the forwarder model (spec FSN-1..FSN-10, seed 003).
+"""Store-and-forward FSN rules and the forwarder model (spec FSN-1..FSN-10).
 
-Unit tests pin each pure function to the seed's examples; a Hypothesis state machine then drives
+Unit tests pin each pure function to worked examples; a Hypothesis state machine then drives
 :class:`ForwarderModel` against a simulated receiver that records what it really received and
 confirmed, so the model is checked against the receiver's view rather than against itself.
 """
@@ -108,7 +108,7 @@ def test_fsn_5_recovery_without_watermark() -> None:
 
 
 def test_fsn_5_watermark_max_clamp_absorbs_either_order() -> None:
-    """FSN-5 (seed 003 §5.4): persist-then-crash picks the watermark, trim-then-crash the base."""
+    """FSN-5, SF-6, SF-12: persist-then-crash picks the watermark, trim-then-crash the base."""
     assert recovery_seed([(0, 10), (10, 5)], 7) == (7, 14)  # persisted, trim never ran
     assert recovery_seed([(10, 5), (15, 3)], 7) == (9, 17)  # trimmed, watermark stale
     assert recovery_seed([(10, 5), (15, 3)], 17) == (17, 17)  # everything acked
@@ -189,7 +189,7 @@ def test_fsn_6_reconnect_replays_from_acked_plus_one() -> None:
     assert [model.next_frame() for _ in range(4)] == [3, 4, 5, None]
     model.on_ok(1)  # wire seq 1 on this connection is FSN 4
     assert model.acked_fsn == 4
-    # 3 and 4 were published before the disconnect: replayed; 5 is new (seed 003 §13.5).
+    # 3 and 4 were published before the disconnect: replayed; 5 is new (FSN-6).
     assert model.frames_replayed == 2
     model.check_invariants()
 

@@ -252,7 +252,7 @@ def test_QSEG_build_rejects_bad_arguments() -> None:
         build_qseg([42], 1)  # type: ignore[list-item]
 
 
-# -- damaged files: seed 002's error table (QSEG-7, QSEG-8) ----------------------------------------
+# -- damaged files: the error table (QSEG-7, QSEG-8) ----------------------------------------------
 def reseal(body: bytes) -> bytes:
     """``body`` = everything before the crc: append a correct CRC32."""
     return body + struct.pack("<I", zlib.crc32(body))

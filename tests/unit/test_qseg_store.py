@@ -1,6 +1,6 @@
 """Bundle topics in the file backend: sealed segments are Quiver ``.qseg`` files (spec/BUNDLES.md
 BND-9, QSEG-1, QSEG-7, QSEG-9..QSEG-11): written read-only, read back through mmap with exact
-payloads and Arrow schemas, damaged files refused with seed 002's typed errors, and `verify`
+payloads and Arrow schemas, damaged files refused with QSEG-7's typed errors, and `verify`
 checks them."""
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def test_QSEG_7_damaged_segments_are_typed_errors_at_open_and_in_verify(
     tmp_path: Path, case: str, error: type[QsegError], rule: str
 ) -> None:
     """QSEG-7 through the store: a truncated, cut, bad-magic, bad-CRC or bad-IPC segment that
-    the snapshot names refuses to open with seed 002's typed error (a Corrupt naming the file;
+    the snapshot names refuses to open with QSEG-7's typed error (a Corrupt naming the file;
     the records it held were acknowledged: never skipped silently), and `verify` reports the
     file with the rule."""
 

@@ -105,7 +105,7 @@ def test_ring_1_numbering_counts_up_then_down() -> None:
 
 
 def test_ring_1_ring_3_simulator_images() -> None:
-    """RING-1, RING-3: lap 1 with one page written is ``[n, 2, 3, ...]``: the seed's scan for
+    """RING-1, RING-3: lap 1 with one page written is ``[n, 2, 3, ...]``: a scan for
     the extreme value would run into the old data; the prefix rule finds page 0."""
     assert write_image(4, 1, 1) == [4, 2, 3, 4]
     assert find_head(4, reader([4, 2, 3, 4])) == RingHead(0, 1)

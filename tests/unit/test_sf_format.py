@@ -1,5 +1,5 @@
 """QuestDB SF slots byte for byte, and the recovery scan over hand-built slots (spec/FORWARD.md
-SF-1..SF-16; seed 003 §5, §6; SPEC FSN-5).
+SF-1..SF-16; SPEC FSN-5).
 
 Slots are built here with ``struct`` and an independent bitwise CRC-32C, never with the codecs
 under test, so a symmetric bug in encoder and decoder cannot hide. Recovery results are also
@@ -272,7 +272,7 @@ def test_SF_7_garbage_tail_never_yields_frames(tmp_path: Path) -> None:
     ids=["bad-magic", "bad-version", "negative-baseSeq", "short"],
 )
 def test_SF_8_invalid_segments_fail_closed(tmp_path: Path, data: bytes, match: str) -> None:
-    """SF-8: an invalid segment refuses recovery (anchors B, JQ #73: never skip silently)."""
+    """SF-8: an invalid segment refuses recovery (never skip silently)."""
     slot = make_slot(
         tmp_path, {"sf-0000000000000000.sfa": segment(0, [fr(0)]), "sf-0000000000000001.sfa": data}
     )
@@ -421,7 +421,7 @@ def test_SF_5_segments_are_preallocated_and_rotate(tmp_path: Path) -> None:
 def test_SF_5_segments_hold_real_blocks_not_a_sparse_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fallocate: str
 ) -> None:
-    """SF-5 (seed §6): a new segment's blocks are reserved at create time (posix_fallocate;
+    """SF-5: a new segment's blocks are reserved at create time (posix_fallocate;
     where the file system has none, by writing the zeros): the file is never sparse, so a full
     disk fails the creation and never a later append."""
     size = 1 << 20
@@ -440,7 +440,7 @@ def test_SF_5_segments_hold_real_blocks_not_a_sparse_file(
 
 
 def test_SF_4_sealed_segments_are_read_through_a_map(tmp_path: Path) -> None:
-    """SF-4, SF-7 (seed §6.5 step 1): recovery maps every segment; a sealed segment stays
+    """SF-4, SF-7: recovery maps every segment; a sealed segment stays
     mapped (read-only) until it is trimmed and its frames are read from the mapping; the
     active one is read with pread (it is still being written)."""
     maps: list[str] = []

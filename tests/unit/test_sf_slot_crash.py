@@ -6,8 +6,8 @@ A workload of appends, flushes, acknowledgements (watermark + trim) and rotation
 (torn sectors with zero or garbage tails, lost unsynced writes, reordered directory entries) and
 the slot is recovered from each. In every state:
 
-- recovery never raises, except that the ``memory`` durability (which never syncs, as the
-  seed's only mode) may refuse a slot with a hole -- loudly, as ``Corrupt``, never silently;
+- recovery never raises, except that the ``memory`` durability (which never syncs, SF-11)
+  may refuse a slot with a hole -- loudly, as ``Corrupt``, never silently;
 - no acknowledged frame is lost: every frame the durability class promised (``append``: every
   returned append; ``flush``: every append before the last returned flush) is readable unless
   it was acknowledged by the receiver, and ``publishedFsn`` never falls below it;

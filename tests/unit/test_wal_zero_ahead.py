@@ -1,7 +1,7 @@
 """WAL zero-ahead (backends/file/wal.py): small durable writes into a fallocated WAL file also
 zero the next stretch of it, so later appends overwrite initialised blocks instead of converting
-unwritten extents (issue 8's durable single-append target). It never changes what a file holds:
-the bytes past the log's end stay zero (WAL-4), only large batches skip it, everything
+unwritten extents (bench/README.md's durable single-append target). It never changes what a
+file holds: the bytes past the log's end stay zero (WAL-4), only large batches skip it, everything
 reads back after a reopen, and the crash-simulation FS never sees it."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """tidelog.forward: drain a tidelog topic or a QuestDB-compatible SF slot to a receiver over
-WebSocket (seed 003), and the receiver itself (spec/FORWARD.md).
+WebSocket, and the receiver itself (spec/FORWARD.md SF, FWD).
 
     from tidelog.forward import Forwarder, Receiver
 """

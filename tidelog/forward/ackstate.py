@@ -1,11 +1,11 @@
-"""Per-connection acknowledgement bookkeeping (FSN-1, FSN-2, FSN-4, FSN-7; seed 003 §7, §9, §10).
+"""Per-connection acknowledgement bookkeeping (FSN-1, FSN-2, FSN-4, FSN-7, FWD-5, FWD-6, FWD-7).
 
 One ``ConnState`` per successful upgrade: it pins ``fsn_at_zero`` and counts ``next_wire_seq``,
 and turns OK / durable-ack / dropped-error frames into the FSN the trim point may advance to.
 The arithmetic is the model's (``ok_ack_target``, ``fsn_of``); this class adds only the
 durable queue. A state object is never reused across connections, so an acknowledgement that
 arrives for an old connection can never be mapped through a new ``fsn_at_zero`` (the cursor
-race of anchors B, JQ #40).
+race FWD-24 rules out).
 """
 
 from __future__ import annotations
@@ -52,13 +52,13 @@ class ConnState:
         return self._drain()
 
     def on_durable_ack(self, tables: Mapping[str, int]) -> int | None:
-        """Max-merge the watermarks and pop every covered head entry (FSN-4, seed §10.2)."""
+        """Max-merge the watermarks and pop every covered head entry (FSN-4, FWD-7)."""
         for name, seq_txn in tables.items():
             self.table_watermarks[name] = max(self.table_watermarks.get(name, seq_txn), seq_txn)
         return self._drain()
 
     def on_drop(self, sequence: int) -> int | None:
-        """A rejected frame under DROP_AND_CONTINUE (FSN-7, seed §14.4 step 3)."""
+        """A rejected frame under DROP_AND_CONTINUE (FSN-7, FWD-9)."""
         target = self.fsn_for(sequence)
         if target is None:
             return None

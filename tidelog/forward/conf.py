@@ -1,11 +1,11 @@
-"""Connect strings (seed 003 §4; spec/FORWARD.md FWD-1).
+"""Connect strings (spec/FORWARD.md FWD-1).
 
     ws::addr=127.0.0.1:9000;sf_dir=/var/lib/app/sf;sender_id=edge-7;request_durable_ack=on;
 
 ``schema::key=value;key=value;...`` with ``;;`` standing for a literal ``;`` inside a value. Every
-key of seed §4 is accepted and validated; a key nobody defined is rejected (§4.6: forward
+key FWD-1 lists is accepted and validated; a key nobody defined is rejected (FWD-1: forward
 compatibility comes from the spec, not from silently ignoring typos), and so is a repeated key.
-tidelog's own keys are namespaced ``tidelog_*`` (§19).
+tidelog's own keys are namespaced ``tidelog_*`` (FWD-1).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ DEFAULT_PATH: Final = "/write/v4"
 _MEMORY_TOTAL: Final = 128 << 20
 _SF_TOTAL: Final = 10 << 30
 
-#: on_*_error key -> the categories it sets (seed §4.4). on_server_error covers every category a
+#: on_*_error key -> the categories it sets (FWD-1). on_server_error covers every category a
 #: server status byte can carry; a category's own key wins over it (FWD-9).
 POLICY_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "on_schema_error": ("SCHEMA_MISMATCH",),
@@ -51,7 +51,7 @@ _SERVER_CATEGORIES: Final = (
 
 @dataclass(frozen=True)
 class SenderConfig:
-    """A parsed connect string. Fields are the seed's key names."""
+    """A parsed connect string. Fields are the connect-string key names (FWD-1)."""
 
     schema: str = "ws"
     addr: tuple[tuple[str, int], ...] = ()
@@ -262,7 +262,7 @@ def _split(text: str) -> list[tuple[str, str]]:
 
 
 def parse_conf(text: str, **overrides: Any) -> SenderConfig:
-    """Parse a connect string (seed §4) into a SenderConfig; ``overrides`` are already-typed
+    """Parse a connect string (FWD-1) into a SenderConfig; ``overrides`` are already-typed
     field values applied afterwards (for programmatic use and tests).
 
     raises: BadOption naming the key (unknown, repeated, bad value, or inconsistent)
@@ -285,7 +285,7 @@ def parse_conf(text: str, **overrides: Any) -> SenderConfig:
         parser = _KEYS.get(key)
         if parser is None:
             raise BadOption(
-                f"unknown connect-string key {key!r} (seed 003 §4.6); known keys: "
+                f"unknown connect-string key {key!r} (FWD-1); known keys: "
                 f"{', '.join(sorted(_KEYS))}"
             )
         if key in seen:

@@ -1,4 +1,4 @@
-"""Sender errors and the bounded error inbox (seed 003 §14.4-§14.6, §17; FWD-10, FWD-16).
+"""Sender errors and the bounded error inbox (FWD-9, FWD-10, FWD-15, FWD-16).
 
 A ``SenderError`` describes one server rejection, close code or give-up. The I/O loop offers each
 one to an ``ErrorInbox`` (never blocking: overflow drops the oldest and counts it); a lazily
@@ -25,7 +25,7 @@ log = logging.getLogger("tidelog.forward")
 
 @dataclass(frozen=True)
 class SenderError:
-    """One error notification (seed §14.4/§14.5)."""
+    """One error notification (FWD-9, FSN-7)."""
 
     category: str  # model.fsn.CATEGORIES
     policy: str  # HALT | DROP_AND_CONTINUE

@@ -1,4 +1,4 @@
-"""The public forwarder (seed 003 §1, §13.4, §16, §17, §18, §20; FWD-1..FWD-18).
+"""The public forwarder (FWD-1..FWD-18).
 
     from tidelog.forward import Forwarder
     with Forwarder("ws::addr=127.0.0.1:9000;sf_dir=/var/lib/app/sf;sender_id=edge-7;") as fwd:
@@ -152,7 +152,7 @@ class Forwarder:
         return append(payload)
 
     def flush(self) -> None:
-        """Make published frames durable per ``sf_durability`` (seed §21); never waits for acks."""
+        """Make published frames durable per ``sf_durability`` (SF-11); never waits for acks."""
         self.check_error()
         flush: Callable[[], None] | None = getattr(self.source, "flush", None)
         if flush is not None:
@@ -196,7 +196,7 @@ class Forwarder:
         return self._io.running
 
     def counters(self) -> dict[str, Any]:
-        """Seed §20 counters under snake_case names, plus tidelog's extras."""
+        """FWD-16 counters under snake_case names, plus tidelog's extras."""
         out: dict[str, Any] = self._io.counters.as_dict()
         out["dropped_error_notifications"] = self.inbox.dropped
         out["total_error_notifications_delivered"] = self.inbox.delivered
@@ -217,7 +217,7 @@ class Forwarder:
     def last_terminal_error(self) -> SenderError | None:
         return self._io.terminal
 
-    # -- close (seed §17) -------------------------------------------------------------------
+    # -- close (FWD-15) -------------------------------------------------------------------
     def close(self) -> None:
         """Wait up to ``close_flush_timeout_millis`` for every published frame to be
         acknowledged (0 or -1: do not wait), stop the I/O loop, release the source (slot lock)
@@ -247,7 +247,7 @@ class Forwarder:
         self._safety_net()
 
     def _shutdown(self) -> None:
-        # Order matters (anchors B, JQ #67): the I/O loop and the drainers quiesce first, then
+        # Order matters (FWD-15): the I/O loop and the drainers quiesce first, then
         # the source's manager, and only then is the slot (and its lock) released.
         self._io_stop_quietly()
         if self._drainers is not None:

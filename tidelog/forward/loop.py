@@ -1,4 +1,4 @@
-"""The forwarder's I/O loop: connect, send, receive, reconnect (seed 003 §7-§15; FWD-3..FWD-15).
+"""The forwarder's I/O loop: connect, send, receive, reconnect (FWD-3..FWD-15).
 
 It runs on its own thread with its own asyncio event loop. Per connection: a send pump streams
 frames in strict FSN order, one per binary WebSocket message; a receive pump maps OK, durable-ack
@@ -92,7 +92,7 @@ class _MonotonicClock:
 
 
 class Counters:
-    """Seed §20 counters (snake_case), plus tidelog's own (``keepalive_pings``,
+    """FWD-16 counters (snake_case), plus tidelog's own (``keepalive_pings``,
     ``window_resets``, ``frames_sent``). Written by the loop thread only."""
 
     def __init__(self) -> None:
@@ -140,7 +140,7 @@ class IOLoop:
         self.state_cond = threading.Condition()
         self.connected = False
         self.ever_connected = False
-        # Wall time the current outage began, for the backpressure message (seed §16). Until
+        # Wall time the current outage began, for the backpressure message (FWD-14). Until
         # the first connect succeeds the loop is in its retry loop: that is an outage too.
         self.outage_since: float | None = time.time()
         self.outage_attempts = 0
@@ -232,7 +232,7 @@ class IOLoop:
             client_id=self.conf.client_id,
         )
 
-    # -- the reconnect loop (seed §13.6) ---------------------------------------------------------
+    # -- the reconnect loop (FWD-12) ---------------------------------------------------------
     async def _main(self) -> None:
         try:
             await self._reconnect_loop()
@@ -258,7 +258,7 @@ class IOLoop:
                 ),
                 None,
             )
-            if idx is None:  # round exhausted: one sleep, then a fresh round (seed §13.6)
+            if idx is None:  # round exhausted: one sleep, then a fresh round (FWD-12)
                 if outage_start is None:
                     outage_start = self.clock.now_ms()
                 remaining = conf.reconnect_max_duration_millis - (
@@ -320,7 +320,7 @@ class IOLoop:
                     )
                     return
                 continue
-            # Connected: the budget and the doubling restart (seed §13.6, FSN-9).
+            # Connected: the budget and the doubling restart (FWD-12, FSN-9).
             if seen_first:
                 self.counters.total_reconnects_succeeded += 1
             seen_first = True
@@ -339,7 +339,7 @@ class IOLoop:
             outage_start = self.clock.now_ms()
             self.outage_since = time.time()
             # Mid-stream failure: the next untried host is tried at once; with one host the
-            # round is exhausted and one backoff sleep follows (seed §13.6).
+            # round is exhausted and one backoff sleep follows (FWD-12).
 
     async def _sleep(self, delay_ms: int) -> None:
         if self._sleep_fn is not None:
@@ -348,7 +348,7 @@ class IOLoop:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop_event.wait(), delay_ms / 1000.0)
 
-    # -- connecting (seed §8) --------------------------------------------------------------------
+    # -- connecting (FWD-3) --------------------------------------------------------------------
     def _headers(self, fsn_at_zero: int) -> dict[str, str]:
         conf = self.conf
         headers = {
@@ -389,7 +389,7 @@ class IOLoop:
                 compression=None,
                 **_NO_PROXY,
                 open_timeout=conf.tidelog_connect_timeout_millis / 1000.0,
-                ping_interval=None,  # keepalive is ours (seed §11), not the library's
+                ping_interval=None,  # keepalive is ours (FWD-8), not the library's
                 close_timeout=1.0,
                 max_size=None,
                 ssl=self._ssl(),
@@ -410,7 +410,7 @@ class IOLoop:
         headers = ws.response.headers if ws.response is not None else {}
         version = headers.get(wire.H_VERSION, str(wire.QWP_VERSION)).strip()
         if version != str(wire.QWP_VERSION):
-            # seed §8, §13.3: a version outside what we asked for (X-QWP-Max-Version: 1) is a
+            # FWD-3: a version outside what we asked for (X-QWP-Max-Version: 1) is a
             # per-endpoint mismatch: transient, so the walk moves on to the next host.
             ws.transport.abort()
             raise _Transient(f"{host}:{port} negotiated {wire.H_VERSION}: {version!r}, not 1")
@@ -482,13 +482,13 @@ class IOLoop:
                     ws.transport.abort()
             else:
                 ws.transport.abort()
-            # Frames published so far may be re-sent on the next connection (seed §13.5).
+            # Frames published so far may be re-sent on the next connection (FSN-6).
             self.replay_target = self.source.published_fsn()
             self._trace("disconnect", outcome=outcome.value)
         return outcome
 
     def _closed(self, exc: ConnectionClosed) -> Outcome:
-        """WebSocket close-code routing (seed §15, FSN-8)."""
+        """WebSocket close-code routing (FWD-11, FSN-8)."""
         code = exc.rcvd.code if exc.rcvd is not None else 1006
         reason = exc.rcvd.reason if exc.rcvd is not None else ""
         self._trace("close", code=code)
@@ -505,7 +505,7 @@ class IOLoop:
         return self.source.read(fsn, n)
 
     async def _send_pump(self, ws: ClientConnection, st: ConnState) -> Outcome:
-        """Frames in strict FSN order, one per binary message (seed §7.2, §13.5; FSN-1, FSN-6)."""
+        """Frames in strict FSN order, one per binary message (FWD-5, FSN-6, FSN-1)."""
         while True:
             fsn = st.next_fsn()
             if fsn > self.source.published_fsn():
@@ -548,7 +548,7 @@ class IOLoop:
         return Outcome.WINDOW
 
     async def _recv_pump(self, ws: ClientConnection, st: ConnState) -> Outcome:
-        """Map every response back to FSNs (seed §9, §10, §14; FSN-2, FSN-4, FSN-7)."""
+        """Map every response back to FSNs (FWD-6, FWD-7, FWD-9, FSN-2, FSN-4, FSN-7)."""
         overrides = self.conf.policy_overrides
         while True:
             data = await ws.recv()
@@ -598,7 +598,7 @@ class IOLoop:
             self._trace(event[0], **event[1], acked=self.acked)
 
     async def _keepalive_pump(self, ws: ClientConnection, st: ConnState) -> Outcome:
-        """WebSocket PINGs while durable confirmations are pending (seed §11)."""
+        """WebSocket PINGs while durable confirmations are pending (FWD-8)."""
         interval = self.conf.durable_ack_keepalive_interval_millis / 1000.0
         last = time.monotonic()
         pings = 0
@@ -607,7 +607,7 @@ class IOLoop:
             await asyncio.sleep(max(interval - since, interval / 10))
             if st.pending and time.monotonic() - max(last, self._last_send) >= interval:
                 # A fresh payload each time: websockets refuses a second ping whose payload
-                # equals one still awaiting its pong (seed §11: any small payload will do).
+                # equals one still awaiting its pong (FWD-8: any small payload will do).
                 pings += 1
                 await ws.ping(pings.to_bytes(4, "little"))
                 self.counters.keepalive_pings += 1
@@ -615,7 +615,7 @@ class IOLoop:
 
     # -- introspection -------------------------------------------------------------------------
     def backpressure_message(self, cap: int, deadline_ms: int) -> str:
-        """The two distinct messages of seed §16."""
+        """The two distinct messages of FWD-14."""
         if not self.connected:
             began = self.outage_since if self.outage_since is not None else time.time()
             since = datetime.fromtimestamp(began, UTC).isoformat(timespec="seconds")

@@ -1,4 +1,4 @@
-"""Orphan adoption: drain sibling slots another sender left behind (seed 003 §18.2; FWD-17).
+"""Orphan adoption: drain sibling slots another sender left behind (FWD-17).
 
 With ``drain_orphans=on`` the foreground sender, after locking its own slot, lists
 ``<sf_dir>/*`` for slots that are not its own, hold at least one ``*.sfa`` and have no
@@ -40,7 +40,7 @@ log = logging.getLogger("tidelog.forward")
 
 
 def orphan_candidates(fs: FS, sf_dir: str, own: str) -> list[str]:
-    """Sibling slot names worth draining (seed §18.2), sorted."""
+    """Sibling slot names worth draining (FWD-17), sorted."""
     out: list[str] = []
     if not fs.is_dir(sf_dir):
         return out
@@ -159,7 +159,7 @@ class DrainerPool:
                     break
             error = fwd.last_terminal_error
             if error is not None:
-                # .failed goes down while the lock is still ours (seed §5.2).
+                # .failed goes down while the lock is still ours (SF-16).
                 write_failed(self.fs, slot.dir, f"orphan drainer gave up: {error}")
                 log.error("orphan slot %s: drainer gave up: %s", name, error)
                 return "failed"

@@ -462,7 +462,7 @@ class Receiver:
         replies: list[bytes] = []
         if results:
             # One OK for the batch: OKs are cumulative (the sender acknowledges everything up to
-            # the sequence, seed §9.2) and in durable mode the one queue entry carries the
+            # the sequence, FWD-6) and in durable mode the one queue entry carries the
             # batch's highest seqTxn, covered exactly when every frame of the batch is (FWD-18).
             last_wire = first_wire + len(results) - 1
             replies.append(wire.encode_ok(last_wire, {self.table: max(seqtxns)}))
@@ -623,7 +623,7 @@ class Receiver:
 
     async def _send_durable(self, conn: _Conn) -> None:
         """Send the cumulative durable watermark to a connection that has OKs it does not
-        cover yet. Per connection, so a new connection gets the watermark afresh (seed §10.3)
+        cover yet. Per connection, so a new connection gets the watermark afresh (FWD-7)
         even when nothing new was appended (its replays were all duplicates)."""
         if not conn.durable or conn.min_ok is None or self.durable_seq < conn.min_ok:
             return

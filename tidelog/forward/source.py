@@ -2,10 +2,10 @@
 
 A source numbers its frames with FSNs and keeps the trim point. The I/O loop reads frames by FSN
 and calls ``acknowledge``; a manager thread per source applies acknowledgements (watermark,
-unlink, subscriber commit) off the loop, as the seed's segment manager does (§5.4, §6.4).
+unlink, subscriber commit) off the loop (SF-6, SF-12).
 
-- ``SlotSource``: an SF slot on disk (seed §5-§6).
-- ``MemorySource``: seed §3 Memory mode (no ``sf_dir``): frames in RAM, lost at exit.
+- ``SlotSource``: an SF slot on disk (SF-1).
+- ``MemorySource``: memory mode (no ``sf_dir``, FWD-2): frames in RAM, lost at exit.
 - ``TopicSource``: a tidelog topic through a durable subscriber. ``fsn = seq - 1`` (tidelog seqs
   start at 1, FSNs at 0), and acknowledging FSN ``f`` commits the subscriber to seq ``f + 1``,
   so acknowledged records are trimmed from the topic (SUB-5). A topic can have holes (deleted
@@ -136,13 +136,13 @@ class SlotSource:
         self.slot.add_listener(callback)
 
     def close(self) -> None:
-        # The manager quiesces before the slot (and its lock) goes (anchors B, JQ #67).
+        # The manager quiesces before the slot (and its lock) goes (FWD-15).
         self._manager.close()
         self.slot.close()
 
 
 class MemorySource:
-    """Seed §3 Memory mode: frames in RAM up to ``max_total_bytes`` (8 bytes of envelope each,
+    """Memory mode (FWD-2): frames in RAM up to ``max_total_bytes`` (8 bytes of envelope each,
     as on disk), trimmed as soon as they are acknowledged."""
 
     blocking_reads = False

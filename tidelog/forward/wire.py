@@ -1,4 +1,4 @@
-"""Server response frames and handshake headers (seed 003 §8-§10, §14.1; FWD-3..FWD-5).
+"""Server response frames and handshake headers (FWD-3..FWD-7, FWD-9).
 
 Every response starts with a status byte: ``0x00`` OK (sequence + per-table seqTxns), ``0x02``
 durable ack (per-table seqTxns, no sequence), anything else an error frame (sequence + a UTF-8
@@ -36,12 +36,12 @@ __all__ = [
     "decode",
 ]
 
-QWP_VERSION: Final = 1  # the only QWP version tidelog speaks (seed §8)
+QWP_VERSION: Final = 1  # the only QWP version tidelog speaks (FWD-3)
 STATUS_OK: Final = 0x00
 STATUS_DURABLE_ACK: Final = 0x02
 MAX_ERROR_MESSAGE: Final = 1024
 
-# Request headers (seed §8)
+# Request headers (FWD-3)
 H_MAX_VERSION: Final = "X-QWP-Max-Version"
 H_CLIENT_ID: Final = "X-QWP-Client-Id"
 H_REQUEST_DURABLE_ACK: Final = "X-QWP-Request-Durable-Ack"
@@ -97,17 +97,17 @@ def _tables(tables: Mapping[str, int] | Iterable[tuple[str, int]]) -> bytes:
 
 
 def encode_ok(sequence: int, tables: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> bytes:
-    """OK frame (seed §9.1)."""
+    """OK frame (FWD-6)."""
     return bytes([STATUS_OK]) + _SEQ.pack(sequence) + _tables(tables)
 
 
 def encode_durable_ack(tables: Mapping[str, int] | Iterable[tuple[str, int]]) -> bytes:
-    """Durable-ack frame (seed §10.1): no sequence, cumulative per-table watermarks."""
+    """Durable-ack frame (FWD-7): no sequence, cumulative per-table watermarks."""
     return bytes([STATUS_DURABLE_ACK]) + _tables(tables)
 
 
 def encode_error(status: int, sequence: int, message: str) -> bytes:
-    """Error frame (seed §14.1); the message is cut to 1024 bytes on a character boundary."""
+    """Error frame (FWD-9); the message is cut to 1024 bytes on a character boundary."""
     if not 0 <= status <= 0xFF or status in (STATUS_OK, STATUS_DURABLE_ACK):
         raise ValueError(f"error status must be a byte other than 0x00 and 0x02, got {status}")
     raw = message.encode("utf-8")[:MAX_ERROR_MESSAGE]
@@ -134,7 +134,7 @@ def _read_tables(data: bytes, pos: int) -> tuple[dict[str, int], int]:
             raise WireError("table name is not UTF-8") from None
         (seq_txn,) = _SEQ.unpack_from(data, pos + n)
         pos += n + 8
-        # Repeated names max-merge: watermarks are monotonic (seed §7.1).
+        # Repeated names max-merge: watermarks are monotonic (FWD-5).
         tables[name] = max(tables.get(name, seq_txn), seq_txn)
     return tables, pos
 

@@ -1,4 +1,4 @@
-"""Per-subscriber progress files ``quiver.sub.<name>``: Quiver's v1 format (seed 002), PRG-1..
+"""Per-subscriber progress files ``quiver.sub.<name>``: Quiver's v1 format, PRG-1..
 
 Quiver tracks acked bundles per segment; tidelog has neither bundles nor Quiver segments, so it
 maps seqs onto fixed blocks (PRG-4): block ``(seq - 1) // 4096``, bit ``(seq - 1) % 4096``.

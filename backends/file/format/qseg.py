@@ -1,4 +1,4 @@
-"""Quiver segment files (``.qseg``, seed 002 "Multi-Schema Segment Format"; spec/BUNDLES.md QSEG).
+"""Quiver segment files (``.qseg``, spec/BUNDLES.md QSEG).
 
 A pure codec: ``build_qseg`` turns consecutive bundle records into the bytes of one sealed
 segment, ``open_qseg`` validates such bytes (a ``bytes``, ``memoryview``, mmap or
@@ -19,7 +19,7 @@ Layout (QSEG-1..QSEG-9)::
 A stream holds the chunks (batches) of one (slot, payload type, schema fingerprint) key that
 share the same dictionaries; a chunk with different dictionary values opens a new stream for
 the same key (QSEG-4; the Arrow IPC file format cannot replace a dictionary, and unifying them
-would change key types, which seed 002 forbids).
+would change key types, which QSEG-4 forbids).
 """
 
 from __future__ import annotations
@@ -117,10 +117,10 @@ MANIFEST_SCHEMA = pa.schema(
     ]
 )
 
-# -- errors (seed 002 "Error Handling and Recovery") -------------------------------------------
+# -- errors (QSEG-7, QSEG-8) ---------------------------------------------------------------------
 class QsegError(Corrupt):
-    """A ``.qseg`` that cannot be trusted; ``kind`` is seed 002's SegmentError variant and
-    ``rule`` the spec/BUNDLES.md rule broken. Callers skip the file (seed 002)."""
+    """A ``.qseg`` that cannot be trusted; ``kind`` is the error variant QSEG-7 names and
+    ``rule`` the spec/BUNDLES.md rule broken. Callers skip the file (QSEG-7)."""
 
     kind = "Segment"
 
@@ -151,7 +151,7 @@ class StreamNotFound(QsegError):
 
 
 class SlotNotInBundle(BadArgument, LookupError):
-    """Asked for a slot the bundle does not hold (seed 002 ``SlotNotInBundle``): a caller
+    """Asked for a slot the bundle does not hold (``SlotNotInBundle``, QSEG-7): a caller
     error on a valid file, not corruption."""
 
     def __init__(self, bundle_index: int, slot: int) -> None:

@@ -1,6 +1,6 @@
 """Sealed segments: ``seg-<first_seq>.data`` record frames + ``.idx`` fixed-stride index (SEG-1..).
 
-The record frame is seed 000 §3.2's close variant of the WAL frame (no type byte, no topic id:
+The record frame (SEG-2) is a close variant of the WAL frame (no type byte, no topic id:
 a segment holds one topic's appends only). ``read_index`` runs on recovery over possibly
 millions of entries, so it avoids per-entry Python work: the index columns are pulled out with
 strided slices, not a loop. Writers write ``.idx`` version 2 (spec/FORMATS-seg2.md SEG-9..13):

@@ -1,6 +1,6 @@
 """WAL files: a 64-byte file header, then XXH3-64-checksummed frames (spec/FORMATS.md WAL-1..).
 
-The frame is seed 000 §2.1 byte for byte. ``encode_append`` is on the single-append hot path, so
+The frame is WAL-3's, byte for byte. ``encode_append`` is on the single-append hot path, so
 it is kept to one ``struct.pack``, one XXH3 call and one concatenation. ``encode_append_batch``
 frames a whole run of records (WAL-14) with C-level calls only: lengths through ``map(len)``, one
 join, one XXH3 pass; ``split_append_batch`` undoes it the same way on replay.
@@ -98,7 +98,7 @@ _STREAM_AT = 4096
 
 
 class FrameType(IntEnum):
-    """Frame types (WAL-8). Numbers follow seed 000 §2.1 where the meaning matches."""
+    """Frame types (WAL-8). Numbers as WAL-8 fixes them."""
 
     APPEND = 1
     TOPIC_CREATE = 2
