@@ -34,7 +34,8 @@ from .journal import WalJournal
 from .layout import LAYOUT
 from .options import FileOptions
 from .progressfiles import remove_progress, write_progress
-from .recovery import list_streams, load_snapshot, lose, rebuild, replay_wal
+from .recovery import RecoveryPlan, WalPlan, list_streams, plan_recovery, plan_wal
+from .replay import Replay, lose
 from .wal import WalOptions, WalShard
 
 __all__ = ["FileBackend", "CAPABILITIES"]
@@ -55,14 +56,10 @@ class FileBackend(Engine):
         self.shards: list[WalShard] = []
         self.ceilings: dict[int, int] = {}
         self.progress_written: dict[tuple[int, str], tuple[Any, ...]] = {}
-        # subscribers a replay registered, whose progress files it applies at its end (PRG-9)
-        self.unloaded: list[tuple[EngineTopic, str, SubState]] = []
-        self.dropped_tids: list[EngineTopic] = []
+        self.dropped_tids: list[EngineTopic] = []  # dropped since the last checkpoint
         self.warnings: list[str] = []
-        self.truncations: list[tuple[str, int]] = []
-        self.seals: list[tuple[str, int, int]] = []  # (path, end, seed): FILE_END goes there
-        self.positions: dict[str, list[int]] = {}  # stream -> [gen, offset] replayed up to
-        self.discards: list[str] = []
+        # a read-only view: stream -> (gen, offset) it replayed up to (XPR-1)
+        self.view_at: dict[str, tuple[int, int]] = {}
         self.checkpoint_lock = threading.Lock()
         self.closing = False
         self.clean_open = False
@@ -109,69 +106,82 @@ class FileBackend(Engine):
             self._maintenance.start()
 
     def _recover(self) -> None:
+        """Read the files into a plan (nothing written: a refusal leaves them as they were,
+        FLT-2), apply it to the engine, then to the files, then start new WAL files."""
         fs, root = self.fs, self.root
         for d in ("meta", "wal", "topics"):
             make_dirs(fs, os.path.join(root, d))
-        found = load_snapshot(self)
-        if found is None:
-            if any(
-                name
-                for _, d in list_streams(self)
-                for name in fs.listdir(d)
-                if walfmt.parse_file_name(name) is not None
-            ):
-                raise Corrupt(
-                    f"{root}: WAL files but no snapshot: not a store this version "
-                    "wrote, or its metadata was removed (SNAP)"
-                )
-            self.store_id = os.urandom(16)
-            body: dict[str, Any] = {
-                "version": 1,
-                "store_id": self.store_id.hex(),
-                "next_topic_id": 1,
-                "incarnations": 0,
-                "wal": {"shards": 0, "replay_from": {}},
-                "topics": [],
-            }
-            write_snapshot(fs, root, 0, body)
-        else:
-            self.snapshot_n, body = found
-            rebuild(self, body)
-        replay_from = body["wal"]["replay_from"]
-        highest = replay_wal(self, replay_from, wal_durable=bool(body["wal"].get("wal_durable")))
-        # a clean close wrote the snapshot with every restart rule applied and nothing after it
-        self.clean_open = bool(body.get("clean")) and not self.replayed_batches
-        for path, end in self.truncations:
+        plan = plan_recovery(fs, root)
+        try:
+            if plan.snapshot is None:
+                self.store_id = os.urandom(16)
+                body: dict[str, Any] = {
+                    "version": 1,
+                    "store_id": self.store_id.hex(),
+                    "next_topic_id": 1,
+                    "incarnations": 0,
+                    "wal": {"shards": 0, "replay_from": {}},
+                    "topics": [],
+                }
+                write_snapshot(fs, root, 0, body)
+            self._apply_plan(plan)
+        finally:
+            plan.wal.release()
+        self.clean_open = plan.clean
+        self._apply_to_files(plan.wal)
+        self._start_shards(dict(plan.wal.highest))
+        self._after_crash()
+        self.apply_requests()
+
+    def _apply_plan(self, plan: RecoveryPlan) -> None:
+        """The recovered state into the engine, through its ``apply_*`` path (replay.py)."""
+        self.warnings += plan.warnings
+        replay = Replay(self, self.fs, self.root, self.ceilings)
+        if plan.snapshot is not None:
+            self.snapshot_n, body = plan.snapshot
+            self.store_id = bytes.fromhex(body["store_id"])
+            replay.rebuild(body)
+        self._replay_wal(replay, plan.wal)
+
+    def _replay_wal(self, replay: Replay, plan: WalPlan) -> None:
+        self.warnings += plan.warnings
+        replay.wal(plan)
+        self.replayed_batches += plan.effects
+        for tid, name, s in replay.loaded:
+            self.progress_written[(tid, name)] = self.progress_key(s)
+        self.view_at = dict(plan.positions)
+
+    def _apply_to_files(self, plan: WalPlan) -> None:
+        """What the plan says opening does to the WAL files: cut torn tails (WAL-4), seal
+        version-3 files (WAL-15, before the next file gets a byte), remove files a crash left
+        without a header."""
+        fs = self.fs
+        for path, end in plan.truncate:
             h = fs.open(path)
             try:
                 h.truncate(end)
                 h.fsync()
             finally:
                 h.close()
-        for path, end, seed in self.seals:  # WAL-15, before the next file gets a byte
+        for path, end, seed in plan.seal:
             h = fs.open(path, create=False)
             try:
                 h.pwrite(walfmt.encode_file_end(seed), end)
                 h.fdatasync()
             finally:
                 h.close()
-        for path in self.discards:
+        for path in plan.discard:
             fs.unlink(path)
             fs.fsync_dir(os.path.dirname(path))
-        self._start_shards(highest)
-        self._after_crash()
-        self.apply_requests()
 
     # -- read-only views (XPR-1) ---------------------------------------------------------------
     def _recover_readonly(self) -> None:
         """Snapshot + WAL replay in memory only: no lock, no truncation, no file written."""
         self.readonly = True
-        found = load_snapshot(self)
-        if found is None:
+        plan = plan_recovery(self.fs, self.root, readonly=True)
+        if plan.snapshot is None:
             raise StorageError(f"{self.root} has no snapshot yet: nothing to read")
-        self.snapshot_n, body = found
-        rebuild(self, body)
-        replay_wal(self, body["wal"]["replay_from"], readonly=True)
+        self._apply_plan(plan)
         self._publish_all()
 
     def _publish_all(self) -> None:
@@ -197,7 +207,8 @@ class FileBackend(Engine):
             )
             if newest == self.snapshot_n:
                 try:
-                    replay_wal(self, {k: list(v) for k, v in self.positions.items()}, readonly=True)
+                    plan = plan_wal(self.fs, self.root, self.store_id, self.view_at, readonly=True)
+                    self._replay_wal(Replay(self, self.fs, self.root, self.ceilings), plan)
                     self._publish_all()
                     return
                 except (FileNotFoundError, Corrupt):
@@ -209,7 +220,7 @@ class FileBackend(Engine):
             for c in t.log.chunks:
                 c.close()  # type: ignore[attr-defined]
         self.topics, self.by_id, self.incarnations = {}, {}, 0
-        self.ceilings, self.positions, self.progress_written = {}, {}, {}
+        self.ceilings, self.view_at, self.progress_written = {}, {}, {}
         self._recover_readonly()
 
     def _start_shards(self, highest: dict[str, int]) -> None:
@@ -266,7 +277,9 @@ class FileBackend(Engine):
         ceiling = self.ceilings.get(t.tid, log.head)
         cls = t.config.durability
         if cls in ("disk", "ephemeral") and ceiling > log.head:
-            lose(self, t, log.head + 1, ceiling, log=True)
+            lost = lose(t, log.head + 1, ceiling)
+            if lost is not None and self.journal is not None:
+                self.journal.loss(t, *lost)  # type: ignore[attr-defined]
         if cls == "ephemeral" and log.evict_floor <= log.head:
             log.evict_floor = log.head + 1
             log.losses = []
@@ -297,7 +310,7 @@ class FileBackend(Engine):
         """WAL directories of another shard layout: absorbed by the checkpoint just written."""
         n = len(self.shards)
         mine = {"flat"} if n == 1 else {f"{s:02d}" for s in range(n)}
-        for key, directory in list_streams(self):
+        for key, directory in list_streams(self.fs, self.root):
             if key in mine:
                 continue
             for name in self.fs.listdir(directory):

@@ -14,6 +14,7 @@ be in a cycle with ``tidelog/__init__.py``).
 from __future__ import annotations
 
 import ast
+import itertools
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,7 +193,7 @@ def _cycle_in(graph: dict[str, dict[str, int]], members: set[str]) -> list[str]:
 def _describe(cycle: list[str], graph: dict[str, dict[str, int]], modules: dict[str, Path]) -> str:
     steps = [
         f"{a} ({modules[a].relative_to(REPO)}:{graph[a][b]}) imports {b}"
-        for a, b in zip(cycle, cycle[1:])
+        for a, b in itertools.pairwise(cycle)
     ]
     return "\n  ".join(steps)
 
