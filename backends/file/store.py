@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tidelog import dirlock, storedir
@@ -27,9 +27,10 @@ from tidelog.fsio import FS, Handle, io_errors, make_dirs, storage_error
 from ..common.engine import Engine, EngineTopic
 from ..common.progress import SubState
 from . import lockfile, requests
-from .checkpoint import checkpoint, write_snapshot
+from .checkpoint import StoreState, checkpoint, write_snapshot
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
+from .format.wal import FrameType
 from .journal import WalJournal
 from .layout import LAYOUT
 from .options import FileOptions
@@ -306,7 +307,50 @@ class FileBackend(Engine):
     def stream_key(shard: int) -> str:
         return "flat" if shard == 0 else f"{shard:02d}"
 
-    def retire_foreign_streams(self) -> None:
+    # -- the checkpoint's port (checkpoint.CheckpointPort) -------------------------------------
+    def checkpoint_state(self) -> StoreState:
+        dropped, self.dropped_tids = self.dropped_tids, []
+        fo = self.fopts
+        return StoreState(
+            snapshot=self.snapshot_n,
+            store_id=self.store_id,
+            incarnations=self.incarnations,
+            topics=sorted(self.by_id.values(), key=lambda t: t.tid),
+            ceilings=dict(self.ceilings),
+            clean=self.closing,
+            wal={self.stream_key(s.shard): s.position() for s in self.shards},
+            wal_submitted=sum(s.submitted for s in self.shards),
+            dropped=dropped,
+            segment_max=(fo.segment_max_records, fo.segment_max_bytes),
+        )
+
+    def sync_wal(self) -> None:
+        for shard in self.shards:
+            shard.flush(sync=True, prove=False)
+
+    def sealed(self, n: int) -> None:
+        self.snapshot_n = n
+
+    def retire_wal(self, n: int, positions: Mapping[str, tuple[int, int]]) -> None:
+        for shard in self.shards:
+            # WAL-8: an informational mark of where this checkpoint happened (replay skips
+            # it); submitted like every op, under the store lock (WalShard)
+            with self.lock:
+                seed = shard.gen
+                mark = walfmt.encode_control(FrameType.CHECKPOINT, 0, {"snapshot": n}, seed=seed)
+                shard.submit(mark, seed)
+            shard.flush(sync=True)
+            gen, _ = positions[self.stream_key(shard.shard)]
+            shard.retire_before(gen)
+        self._retire_foreign_streams()
+
+    def checkpointed(self, state: StoreState) -> None:
+        self.wal_checkpointed = state.wal_submitted
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+    def _retire_foreign_streams(self) -> None:
         """WAL directories of another shard layout: absorbed by the checkpoint just written."""
         n = len(self.shards)
         mine = {"flat"} if n == 1 else {f"{s:02d}" for s in range(n)}
@@ -444,7 +488,7 @@ class FileBackend(Engine):
                 submitted = sum(s.submitted for s in self.shards)
                 if submitted - self._wal_at_checkpoint >= self.fopts.checkpoint_bytes:
                     self._wal_at_checkpoint = submitted
-                    checkpoint(self)
+                    self._checkpoint()
             except OSError as exc:  # StorageError too: poisoned (FLT-3: surfaced at next op)
                 self.poison(storage_error(exc, f"maintenance of {self.root}"))
             except TidelogError as exc:
@@ -455,7 +499,20 @@ class FileBackend(Engine):
         here on)."""
         self._check_open()
         self._wal_at_checkpoint = sum(s.submitted for s in self.shards)
-        return checkpoint(self)
+        return self._checkpoint()
+
+    def _checkpoint(self) -> int:
+        """One checkpoint (checkpoint.py); returns the new snapshot number. A poisoned store
+        refuses; a failure poisons it (FLT-6) and leaves as io_error."""
+        with self.checkpoint_lock:
+            self._check_open()
+            try:
+                return checkpoint(self)
+            except OSError as exc:  # StorageError too (a WAL shard failed)
+                raise self.poison(storage_error(exc, f"checkpoint of {self.root}")) from None
+            except Exception as exc:
+                self.poison(StorageError(f"checkpoint of {self.root} failed: {exc!r}"))
+                raise
 
     def abandon(self) -> None:
         """Stop every thread and drop every handle without writing anything: what a killed
@@ -490,7 +547,7 @@ class FileBackend(Engine):
         error: TidelogError | None = None
         try:
             self._check_open()  # poisoned: nothing more is written (FLT-4)
-            checkpoint(self)
+            self._checkpoint()
             self._write_all_progress()
             with self.lock:
                 super().close()
