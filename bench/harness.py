@@ -10,7 +10,6 @@ Durability tiers (for "best peer of equal durability"):
 
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import shutil
@@ -18,140 +17,20 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cases, isolated, limits, peers
+from . import cases, isolated
+from .catalog import CASES, SIZES, Case
 from .measure import Ctx, Metrics, device_of
 
 __all__ = ["Case", "CASES", "Settings", "run", "main"]
-
-SIZES = (100, 4096)
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    label: str
-    group: str  # "limit" | "tidelog" | "peer"
-    fn: Callable[[Ctx], Metrics]
-    tier: str = "-"  # "durable" | "buffered" | "-" (limits, reads)
-    mode: str = "single"  # single | batch | read | consume | other
-    limit: str | None = None  # the physical limit this case is compared with
-    guarantee: str = ""
-    sizes: tuple[int, ...] = SIZES
-    quick: bool = True
 
 
 def _bd_page_payload() -> int:
     from tidelog.backends.blockdev.format import max_payload
 
     return int(max_payload(4096))
-
-
-P = functools.partial
-_DUR = "acknowledged put survives power loss"
-CASES: list[Case] = [
-    # -- physical limits ------------------------------------------------------------------------
-    Case("raw_append", "os.write+fdatasync per record, appending", "limit", limits.raw_append,
-         "durable", guarantee=_DUR),
-    Case("raw_overwrite", "os.pwrite+fdatasync per record, overwriting a preallocated file",
-         "limit", limits.raw_overwrite, "durable", guarantee=_DUR),
-    Case("raw_joined", "1000 records joined: one os.pwrite + one fdatasync", "limit",
-         limits.raw_joined, "durable", "batch", guarantee=_DUR),
-    Case("seq_write", "1 MiB sequential os.write, fdatasync at end", "limit", limits.seq_write,
-         mode="other", sizes=(1 << 20,)),
-    Case("mmap_read", "mmap read of a page-cached file (record-sized slices -> bytes)", "limit",
-         limits.mmap_read, mode="read"),
-    Case("loop_floor", "Python per-record floor: pack header + copy + XXH3 (no I/O)", "limit",
-         limits.loop_floor, mode="other"),
-    # -- tidelog ---------------------------------------------------------------------------------
-    Case("tl_memory", "tidelog memory:// append, 1 thread", "tidelog", cases.memory_single,
-         "buffered", limit="loop_floor", guarantee="process memory only"),
-    Case("tl_file_fsync", "tidelog file:// fsync append, 1 thread", "tidelog",
-         P(cases.file_single, durability="fsync"), "durable", limit="raw_overwrite",
-         guarantee=_DUR),
-    Case("tl_file_fsync_steady", "tidelog file:// fsync append, 1 thread, steady state "
-         "(recycled WAL file, WAL-15)", "tidelog",
-         P(cases.file_single, durability="fsync", steady=True), "durable",
-         limit="raw_overwrite", guarantee=_DUR),
-    Case("tl_file_disk", "tidelog file:// disk append, 1 thread", "tidelog",
-         P(cases.file_single, durability="disk"), "buffered", limit="loop_floor",
-         guarantee="synced within commit_interval_ms (10 ms); crash loses a suffix, seqs kept"),
-    Case("tl_file_memory", "tidelog file:// memory append, 1 thread", "tidelog",
-         P(cases.file_single, durability="memory"), "buffered", limit="loop_floor",
-         guarantee="as disk, but head may regress after a crash (DUR-4)"),
-    Case("tl_file_ephemeral", "tidelog file:// ephemeral append, 1 thread", "tidelog",
-         P(cases.file_single, durability="ephemeral"), "buffered", limit="loop_floor",
-         guarantee="records end with the process (DUR-5)"),
-    Case("tl_file_fsync_many", "tidelog file:// fsync append_many(1000), 1 thread", "tidelog",
-         P(cases.file_many, durability="fsync"), "durable", "batch", limit="raw_joined",
-         guarantee=_DUR),
-    Case("tl_file_fsync_many_steady", "tidelog file:// fsync append_many(1000), 1 thread, "
-         "steady state (recycled WAL file, WAL-15)", "tidelog",
-         P(cases.file_many, durability="fsync", steady=True), "durable", "batch",
-         limit="raw_joined", guarantee=_DUR),
-    Case("tl_file_disk_many", "tidelog file:// disk append_many(1000), 1 thread", "tidelog",
-         P(cases.file_many, durability="disk"), "buffered", "batch", limit="loop_floor",
-         guarantee="synced within commit_interval_ms (10 ms)"),
-    Case("tl_file_fsync_t8", "tidelog file:// fsync append, 8 threads (group commit)", "tidelog",
-         P(cases.file_threads, durability="fsync"), "durable", limit="raw_overwrite",
-         guarantee=_DUR),
-    Case("tl_blockdev_fsync", "tidelog blockdev:// image fsync append, 1 thread", "tidelog",
-         P(cases.blockdev_single, durability="fsync"), "durable", limit="raw_overwrite",
-         guarantee=_DUR, sizes=(100, -1)),
-    Case("tl_blockdev_fsync_many", "tidelog blockdev:// image fsync append_many(1000)",
-         "tidelog", P(cases.blockdev_many, durability="fsync"), "durable", "batch",
-         limit="raw_joined", guarantee=_DUR, sizes=(100, -1)),
-    Case("tl_read_sealed", "tidelog file:// read(after, limit=10000), sealed segments",
-         "tidelog", cases.read_sealed, mode="read", limit="mmap_read"),
-    Case("tl_read_tail", "tidelog file:// read(after, limit=10000), unsealed tail", "tidelog",
-         cases.read_tail, mode="read", limit="mmap_read"),
-    Case("tl_sub_commit", "tidelog subscriber poll(1000) + commit(last)", "tidelog",
-         cases.subscriber_commit, "buffered", "consume", limit="mmap_read",
-         guarantee="progress file at least once (DUR-9)"),
-    Case("tl_sub_ack", "tidelog subscriber poll(1000) + ack(seq) per record", "tidelog",
-         cases.subscriber_ack, "buffered", "consume", limit="mmap_read",
-         guarantee="progress file at least once (DUR-9)"),
-    # -- peers -------------------------------------------------------------------------------------
-    Case("sqlite_full_1", "sqlite3 WAL synchronous=FULL, 1 row/txn", "peer",
-         P(peers.sqlite, synchronous="FULL", per_txn=1), "durable", guarantee=_DUR),
-    Case("sqlite_full_1000", "sqlite3 WAL synchronous=FULL, 1000 rows/txn", "peer",
-         P(peers.sqlite, synchronous="FULL", per_txn=1000), "durable", "batch", guarantee=_DUR),
-    Case("sqlite_normal_1", "sqlite3 WAL synchronous=NORMAL, 1 row/txn", "peer",
-         P(peers.sqlite, synchronous="NORMAL", per_txn=1), "buffered",
-         guarantee="survives a process crash, not power loss"),
-    Case("sqlite_normal_1000", "sqlite3 WAL synchronous=NORMAL, 1000 rows/txn", "peer",
-         P(peers.sqlite, synchronous="NORMAL", per_txn=1000), "buffered", "batch",
-         guarantee="survives a process crash, not power loss"),
-    Case("pq_sqlite", "persist-queue SQLiteQueue (WAL, FULL)", "peer", peers.persist_queue,
-         "durable", guarantee=_DUR),
-    Case("pq_sqlite_ack", "persist-queue SQLiteAckQueue (WAL, FULL)", "peer",
-         P(peers.persist_queue, ack=True), "durable", guarantee=_DUR),
-    Case("dc_sync2", "diskcache Deque sqlite_synchronous=2 (FULL)", "peer",
-         P(peers.diskcache_deque, sqlite_synchronous=2), "durable", guarantee=_DUR),
-    Case("dc_default", "diskcache Deque default (synchronous=1 NORMAL)", "peer",
-         P(peers.diskcache_deque, sqlite_synchronous=None), "buffered",
-         guarantee="survives a process crash, not power loss"),
-    Case("queuelib_fifo", "queuelib FifoDiskQueue (never fsyncs)", "peer", peers.queuelib_fifo,
-         "buffered", guarantee="head/tail info written only at close: a crash loses the queue"),
-    Case("litequeue", "litequeue default (WAL, NORMAL hard-coded)", "peer",
-         P(peers.litequeue_queue, full=False), "buffered",
-         guarantee="survives a process crash, not power loss"),
-    Case("litequeue_full", "litequeue + PRAGMA synchronous=FULL", "peer",
-         P(peers.litequeue_queue, full=True), "durable", guarantee=_DUR),
-    Case("lmdb_sync_1", "lmdb sync=True, 1 put/txn", "peer",
-         P(peers.lmdb_env, sync=True, per_txn=1), "durable", guarantee=_DUR),
-    Case("lmdb_sync_1000", "lmdb sync=True, 1000 puts/txn", "peer",
-         P(peers.lmdb_env, sync=True, per_txn=1000), "durable", "batch", guarantee=_DUR),
-    Case("lmdb_nosync_1", "lmdb sync=False, 1 put/txn", "peer",
-         P(peers.lmdb_env, sync=False, per_txn=1), "buffered",
-         guarantee="survives a process crash, not power loss"),
-    Case("lmdb_nosync_1000", "lmdb sync=False, 1000 puts/txn", "peer",
-         P(peers.lmdb_env, sync=False, per_txn=1000), "buffered", "batch",
-         guarantee="survives a process crash, not power loss"),
-]  # fmt: skip
 
 
 @dataclass
@@ -307,9 +186,7 @@ def _recovery(settings: Settings, run_dir: str) -> dict[str, Any]:
         opens = []
         for _ in range(settings.repeats):
             opens.append(isolated.run_child("open", root=root))
-        du = sum(
-            os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs
-        )
+        du = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
         out[kind] = {"build": built, "opens": opens, "disk_bytes": du}
         _progress(f"recovery ({kind}): open {sorted(o['open_s'] for o in opens)} s")
         shutil.rmtree(root, ignore_errors=True)
@@ -334,8 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, help="seconds per timed measurement")
     ap.add_argument("--dir", help="directory on the disk to test [default: the temp dir]")
     ap.add_argument("--out", help="where to write results.json, table.md, plot.png")
-    ap.add_argument("--only", action="append", default=[],
-                    help="case id prefix (repeatable); 'recovery' for the isolated part")
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="case id prefix (repeatable); 'recovery' for the isolated part",
+    )
     ap.add_argument("--sizes", help="record sizes, comma-separated [default: 100,4096]")
     ap.add_argument("--recovery-bytes", type=int, help="payload bytes of the recovery store")
     ap.add_argument("--rss-records", type=int, help="records appended in the RSS run")

@@ -9,7 +9,7 @@ import os
 import statistics
 from typing import Any
 
-from .harness import CASES, Case
+from .catalog import CASES, Case
 
 __all__ = ["summarise", "table", "write", "TARGETS"]
 
@@ -197,8 +197,12 @@ def _targets(rows: list[dict[str, Any]], iso: dict[str, Any]) -> list[dict[str, 
     fs = med("tl_file_fsync")
     add("fsync_single", _ratio(fs, med("raw_overwrite")), 0.9, "x raw_overwrite")
     add("fsync_many", _ratio(med("tl_file_fsync_many"), med("raw_joined")), 0.5, "x raw_joined")
-    add("fsync_many_steady", _ratio(med("tl_file_fsync_many_steady"), med("raw_joined")), 0.5,
-        "x raw_joined")
+    add(
+        "fsync_many_steady",
+        _ratio(med("tl_file_fsync_many_steady"), med("raw_joined")),
+        0.5,
+        "x raw_joined",
+    )
     add("fsync_threads", _ratio(med("tl_file_fsync_t8"), fs), 4.0, "x tl_file_fsync")
     add("disk_single", _ratio(med("tl_file_disk"), med("queuelib_fifo")), 1.0, "x queuelib put")
     rd = med("tl_read_sealed")
@@ -217,11 +221,21 @@ def _targets(rows: list[dict[str, Any]], iso: dict[str, Any]) -> list[dict[str, 
         if crash else "", le=True)  # fmt: skip
     tl_dev = med("tl_file_fsync", "dev_wbytes_per_rec")
     raw_dev = med("raw_overwrite", "dev_wbytes_per_rec")
-    add("device_bytes", _ratio(tl_dev, raw_dev), 1.0,
-        f"{(tl_dev or 0):,.0f} vs {(raw_dev or 0):,.0f} B/rec (/proc/diskstats)", le=True)
+    add(
+        "device_bytes",
+        _ratio(tl_dev, raw_dev),
+        1.0,
+        f"{(tl_dev or 0):,.0f} vs {(raw_dev or 0):,.0f} B/rec (/proc/diskstats)",
+        le=True,
+    )
     st_dev = med("tl_file_fsync_steady", "dev_wbytes_per_rec")
-    add("device_bytes_steady", _ratio(st_dev, raw_dev), 1.0,
-        f"{(st_dev or 0):,.0f} vs {(raw_dev or 0):,.0f} B/rec (/proc/diskstats)", le=True)
+    add(
+        "device_bytes_steady",
+        _ratio(st_dev, raw_dev),
+        1.0,
+        f"{(st_dev or 0):,.0f} vs {(raw_dev or 0):,.0f} B/rec (/proc/diskstats)",
+        le=True,
+    )
     wa = None
     for r in rows:
         if r["id"] == "tl_blockdev_fsync_many" and r["size"] not in (100, 4096):
@@ -340,8 +354,7 @@ def plot(summary: dict[str, Any], path: str) -> bool:
     tiers = ["durable", "buffered"]
     for ax, size in zip(axes[0], sizes):
         for r in summary["rows"]:
-            if r["size"] != size or r["tier"] not in tiers or r["mode"] not in ("single",
-                                                                                "batch"):
+            if r["size"] != size or r["tier"] not in tiers or r["mode"] not in ("single", "batch"):
                 continue
             y = _med(r)
             if not y:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from tidelog.cli import main
+from tidelog.cli_group import main
 
 __all__ = ["bench_cmd"]
 

@@ -19,7 +19,7 @@ import click
 import tidelog
 from tidelog._cli_format import escape
 from tidelog.backends.blockdev import verify_image
-from tidelog.cli import EXIT_FAILED, main
+from tidelog.cli_group import EXIT_FAILED, main
 from tidelog.cli_open import file_location
 from tidelog.errors import BadArgument
 from tidelog.fsio import OsFS

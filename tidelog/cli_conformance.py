@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from tidelog.cli import EXIT_FAILED, main
+from tidelog.cli_group import EXIT_FAILED, main
 
 __all__ = ["conformance"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from tidelog.cli import EXIT_FAILED, main, sigterm_as_interrupt
+from tidelog.cli_group import EXIT_FAILED, main, sigterm_as_interrupt
 from tidelog.cli_open import open_existing
 from tidelog.config import TopicConfig
 from tidelog.errors import BadArgument

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from tidelog._cli_format import escape
-from tidelog.cli import EXIT_FAILED, main
+from tidelog.cli_group import EXIT_FAILED, main
 from tidelog.cli_open import file_location
 from tidelog.errors import BadArgument
 from tidelog.fsio import OsFS

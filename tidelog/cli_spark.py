@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tidelog.cli import EXIT_FAILED, demo_cmd, main
+from tidelog.cli_group import EXIT_FAILED, main
 
 __all__ = ["spark_demo_cmd"]
 
@@ -70,7 +70,8 @@ def spark_demo_cmd(
     every produced row must be in the Parquet output exactly once (else exit status 1).
     """
     if local:
-        ctx.invoke(demo_cmd, records=records, producers=producers, seed=seed)
+        # tidelog.cli's `demo-local`, looked up on the group it registered on
+        ctx.invoke(main.commands["demo-local"], records=records, producers=producers, seed=seed)
         return
     from tidelog.adapters.spark.demo import DemoConfig, run
 

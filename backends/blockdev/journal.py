@@ -17,8 +17,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tidelog.model.ring import page_seq
 
@@ -32,12 +33,40 @@ from .format import (
     encode_record,
     page_capacity,
 )
-from .writer import Item
+from .ring import RingState
+from .writer import IoQueue, Item
 
-if TYPE_CHECKING:
-    from .store import BlockdevBackend
+__all__ = ["OpenPage", "RingJournal", "RingPort"]
 
-__all__ = ["OpenPage", "RingJournal"]
+
+class RingPort(Protocol):
+    """What the journal needs of its store, and no more: the ring and the write queue it
+    fills, the engine lock drains wait under, and the store's part of sealing a page."""
+
+    @property
+    def ring(self) -> RingState: ...
+    @property
+    def io(self) -> IoQueue: ...
+    @property
+    def lock(self) -> threading.RLock: ...
+    @property
+    def meta_gen(self) -> int:
+        """The metadata slot generation a sealed page is stamped with (BDEV-7)."""
+
+    def topic_or_none(self) -> EngineTopic | None:
+        """The ring's one topic, if it exists."""
+
+    def facts_reset(self) -> None:
+        """A topic was created: the slot's durable facts start over."""
+
+    def new_ring(self) -> None:
+        """The topic was dropped: a fresh ring id invalidates every page (RING-5)."""
+
+    def overwrite(self, index: int) -> None:
+        """Page ``index`` is about to be reused: evict its live records (BDEV-16)."""
+
+    def enqueue_meta(self) -> None:
+        """Queue a metadata slot write if anything it records changed."""
 
 
 class OpenPage:
@@ -96,8 +125,12 @@ class OpenPage:
 
 
 class RingJournal:
-    def __init__(self, b: BlockdevBackend) -> None:
+    """Engine effects into pages and slot writes, through the store's ``RingPort``; a slot
+    write is queued at least every ``meta_every`` pages (0: only when needed)."""
+
+    def __init__(self, b: RingPort, meta_every: int) -> None:
         self.b = b
+        self.meta_every = meta_every
         self.open = OpenPage(page_capacity(b.ring.geometry.page_size))
         self.open_index = -1  # ring page the open page will be written to (-1: not started)
         self.op_entries = 0  # entries the current op placed
@@ -261,7 +294,7 @@ class RingJournal:
         if wrapped and not ring.looped:  # BDEV-14: first wrap
             ring.looped = True
             meta = True
-        every = b.bopts.meta_every
+        every = self.meta_every
         if meta or (every and self.pages_since_meta >= every):
             b.enqueue_meta()
 

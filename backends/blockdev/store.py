@@ -26,6 +26,7 @@ from typing import Any
 
 from tidelog.backend import Capabilities, StoreOptions, TopicRef
 from tidelog.clock import Clock
+from tidelog.config import TopicConfig
 from tidelog.errors import (
     BadOption,
     Closed,
@@ -47,6 +48,7 @@ from .format import (
     META_BYTES,
     SLOT_BYTES,
     FormatCorrupt,
+    RecordOut,
     Slot,
     decode_slot,
     encode_slot,
@@ -58,7 +60,7 @@ from .format import (
 )
 from .journal import RingJournal
 from .options import DEFAULT_PAGE_SIZE, DEFAULT_TOPIC, BlockdevOptions
-from .recovery import recover
+from .recovery import RingPlan, plan_recovery, read_pages
 from .ring import RingState
 from .writer import IoQueue, IoStats, Item
 
@@ -152,8 +154,8 @@ class BlockdevBackend(Engine):
             self._format(device_bytes, block)
         else:
             self._adopt(slot, device_bytes)
-            past = recover(self, slot)  # journal off: replay writes nothing
-        self.journal = RingJournal(self)
+            past = self._apply_plan(self._plan(slot))  # journal off: replay writes nothing
+        self.journal = RingJournal(self, self.bopts.meta_every)
         if past:
             # the crash lost records the slot's progress covers; their seqs will be assigned
             # again, so the recovered progress reaches the device first (BDEV-17, SUB-7)
@@ -190,7 +192,7 @@ class BlockdevBackend(Engine):
         slot = self._load_slot(block)
         assert slot is not None
         self._adopt(slot, device_bytes)
-        recover(self, slot)  # progress past the head is clamped in memory only (BDEV-17)
+        self._apply_plan(self._plan(slot))  # progress past the head: clamped in memory only
         self._seen = self._look()
 
     def _look(self) -> tuple[bytes, bytes]:
@@ -359,6 +361,111 @@ class BlockdevBackend(Engine):
     def _zero_pages(self, geom: Geometry) -> bool:
         data = self._pread(2 * geom.page_size, geom.offset(0))
         return data.count(0) == len(data)
+
+    # -- recovery (recovery.py reads the ring into a plan; applying it is the store's) ------------
+    def _plan(self, slot: Slot) -> RingPlan:
+        geometry = self.ring.geometry
+        pages = read_pages(self.dev.handle, self.path, geometry)
+        return plan_recovery(self.path, geometry, slot, pages)
+
+    def _apply_plan(self, plan: RingPlan) -> bool:
+        """Rebuild the engine from the plan through the ``apply_*`` path (journal off); True
+        when the slot's progress went past the recovered head and must be rewritten before new
+        seqs are assigned (BDEV-17)."""
+        self.warnings += plan.warnings
+        ring = self.ring
+        ring.next_index, ring.lap = plan.next_index, plan.lap
+        for i, rng in plan.ranges.items():
+            ring.slots[i] = rng
+        ring.marks = dict(plan.marks)
+        body = plan.slot.body
+        self.incarnations = int(body.get("incarnations", 0))
+        config = body.get("config")
+        if config is None:  # records with no topic are refused by examine (BDEV-4)
+            return False
+        t = self.apply_create(self.bound, TopicConfig(**config), int(body["tid"]))
+        self._replay(t, plan)
+        for pid, (n, _) in sorted(plan.marks.items()):
+            self.apply_produced(t, pid, n)
+        return self._apply_facts(t, plan)
+
+    def _replay(self, t: EngineTopic, plan: RingPlan) -> None:
+        """Records oldest first; the seqs of LOSS pages (BDEV-25) are skipped over and become
+        loss ranges (TMB-2): readers get a tombstone, and no seq is assigned again."""
+        log = t.log
+        run: list[RecordOut] = []
+        for r in plan.records:
+            if run and (
+                (r.ts, r.tag, r.node) != (run[0].ts, run[0].tag, run[0].node)
+                or r.seq != run[-1].seq + 1
+            ):
+                self._append_run(t, run)
+                run = []
+            if not run and r.seq > log.head + 1:
+                log.skip_to(r.seq - 1)  # below the first record, or a LOSS page's seqs
+            run.append(r)
+        if run:
+            self._append_run(t, run)
+        log.skip_to(plan.head_seq)  # a LOSS page, or records of an abandoned op, after the last
+        for lo, hi in plan.losses:
+            log.add_loss(lo, hi)
+
+    def _append_run(self, t: EngineTopic, run: list[RecordOut]) -> None:
+        r0 = run[0]
+        self.apply_append(t, [r.payload for r in run], r0.tag, r0.node, r0.ts)
+
+    def _apply_facts(self, t: EngineTopic, plan: RingPlan) -> bool:
+        """The slot's and the head page's facts, in the order of recovery.py's docstring."""
+        slot = plan.slot
+        log = t.log
+        head = log.head
+        facts = slot.body.get("state") or {}
+        log.last_ts = log.last_ts if log.last_ts is not None else facts.get("last_ts")
+        newest = plan.newest
+        same_gen = newest is not None and newest.meta_gen == slot.generation
+        past = int(facts.get("floor", 1)) > head + 1  # progress past the head (BDEV-17)
+        # 1. subscribers
+        for name, sub in sorted((slot.body.get("subs") or {}).items()):
+            base = min(int(sub["base"]), head)
+            hwm = int(sub["hwm"])
+            if same_gen and newest is not None:
+                hwm = max(hwm, newest.min_hwm)
+            gap = sub.get("gap")
+            outcomes = [*sub.get("acked", []), *sub.get("rejected", [])]
+            past = past or max(int(sub["base"]), hwm, int(gap[1]) if gap else 0, *outcomes) > head
+            hwm = max(base, min(hwm, head))
+            s = t.progress.add(name, base)
+            s.hwm = hwm
+            s.outcomes = {q: "acked" for q in sub.get("acked", []) if hwm < q <= head}
+            s.outcomes.update({q: "rejected" for q in sub.get("rejected", []) if hwm < q <= head})
+            s.gap = _clip(int(gap[0]), int(gap[1]), head) if gap else None
+        # 2. trimmed ranges (voluntary, silent)
+        trimmed = [r for lo, hi in facts.get("trimmed", []) if (r := _clip(int(lo), int(hi), head))]
+        dead = [q for lo, hi in trimmed for q in log.live_between(lo, hi)]
+        if dead:
+            self.apply_remove(t, dead, "trimmed")
+        # 3. the floor
+        floor = max(int(facts.get("floor", 1)), newest.floor if newest is not None else 1)
+        floor = min(floor, head + 1)
+        first = plan.records[0].seq if plan.records else head + 1
+        if first > floor and not _covered(floor, first - 1, trimmed):
+            floor = first  # fates below the ring unknown: tombstone them rather than hide them
+        if floor > 1:
+            for s in t.progress.subs.values():
+                if s.hwm < floor - 1:
+                    lo, hi = s.hwm + 1, floor - 1
+                    s.gap = (lo, hi) if s.gap is None else (min(s.gap[0], lo), max(s.gap[1], hi))
+            self.apply_evict(t, floor - 1, "recovery")
+            log.evict_floor = max(log.evict_floor, floor)
+        # 4. settle, caps, restart rules (SUB-9)
+        self._settle(t)
+        evict = log.eviction_plan(0, 0)
+        if evict:
+            self.apply_evict(t, evict[-1], "cap")
+        for s in t.progress.subs.values():
+            s.cursor = s.flushed_hwm = s.hwm
+        log.visible = log.head
+        return past
 
     # -- metadata ----------------------------------------------------------------------------
     def topic_or_none(self) -> EngineTopic | None:
@@ -702,3 +809,19 @@ def _stored_page_size(block: bytes) -> int | None:
         with contextlib.suppress(FormatCorrupt):
             return decode_slot(block[i * SLOT_BYTES : (i + 1) * SLOT_BYTES], i).page_size
     return None
+
+
+def _clip(lo: int, hi: int, head: int) -> tuple[int, int] | None:
+    hi = min(hi, head)
+    return (lo, hi) if lo <= hi else None
+
+
+def _covered(lo: int, hi: int, ranges: list[tuple[int, int]]) -> bool:
+    q = lo
+    for a, z in sorted(ranges):
+        if a > q:
+            break
+        q = max(q, z + 1)
+        if q > hi:
+            return True
+    return q > hi

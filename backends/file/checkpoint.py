@@ -16,25 +16,30 @@ the new one (whose segments were durable before it was written).
 
 A checkpoint that fails poisons the store (spec/SPEC.md FLT-6): after a failed rename or
 directory sync the new snapshot may or may not survive a crash, and the next checkpoint would
-rewrite in place the segment files it names; so none runs again in this process.
+rewrite in place the segment files it names; so none runs again in this process (the store's
+``checkpoint`` sees to that).
+
+The checkpoint sees its store through ``CheckpointPort``: the state it captures, the WAL it syncs
+and retires, and where it reports what it sealed; files go through the port's FS.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tidelog.errors import BadArgument, Corrupt, StorageError
-from tidelog.fsio import FS, make_dirs, storage_error, write_whole
+from tidelog.errors import BadArgument, Corrupt
+from tidelog.fsio import FS, make_dirs, write_whole
 
 from ..common.engine import EngineTopic
 from .chunk import SegChunk
 from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
-from .format import wal as walfmt
 from .format.seal import build_columns
 from .journal import ranges
 from .progressfiles import topic_dir
@@ -42,9 +47,60 @@ from .walchunk import WalChunk
 
 if TYPE_CHECKING:
     from .qchunk import QsegChunk
-    from .store import FileBackend
 
-__all__ = ["checkpoint"]
+__all__ = ["checkpoint", "write_snapshot", "CheckpointPort", "StoreState"]
+
+
+@dataclass(frozen=True)
+class StoreState:
+    """What a checkpoint captures of its store, at one instant under the store lock (every
+    effect so far has been submitted to the WAL: ops end under the same lock)."""
+
+    snapshot: int  # the current snapshot's number (the checkpoint writes the next)
+    store_id: bytes
+    incarnations: int
+    topics: Sequence[EngineTopic]  # live topics, by tid
+    ceilings: Mapping[int, int]  # tid -> highest seq reserved durably (DUR-3)
+    clean: bool  # the store is closing: every restart rule is applied (DUR-1)
+    wal: Mapping[str, tuple[int, int]]  # stream key -> its position (the replay position)
+    wal_submitted: int  # WAL bytes submitted so far
+    dropped: Sequence[EngineTopic]  # topics dropped since the last checkpoint
+    segment_max: tuple[int, int]  # segment_max_records, segment_max_bytes (SEG-7)
+
+
+class CheckpointPort(Protocol):
+    """What a checkpoint needs of its store, and no more."""
+
+    @property
+    def fs(self) -> FS: ...
+    @property
+    def root(self) -> str: ...
+    @property
+    def lock(self) -> AbstractContextManager[Any]:
+        """The store lock: the capture and the swap of sealed chunks happen under it."""
+
+    @property
+    def by_id(self) -> Mapping[int, EngineTopic]:
+        """The live topics now (one may be dropped while segments are written)."""
+
+    def checkpoint_state(self) -> StoreState:
+        """Under the lock: the state to checkpoint; the dropped topics are handed over."""
+
+    def sync_wal(self) -> None:
+        """Make every WAL position of the state durable (WAL-10: the file the snapshot
+        replays from exists before the snapshot does)."""
+
+    def sealed(self, n: int) -> None:
+        """Under the lock: snapshot ``n`` is durable and its segments swapped in."""
+
+    def retire_wal(self, n: int, positions: Mapping[str, tuple[int, int]]) -> None:
+        """Mark checkpoint ``n`` in the WAL (WAL-8) and remove the WAL files before
+        ``positions``, and those of another shard layout."""
+
+    def checkpointed(self, state: StoreState) -> None:
+        """The checkpoint of ``state`` is complete: its WAL is retired."""
+
+    def warn(self, message: str) -> None: ...
 
 
 _Columns = tuple[list[bytes | None], list[int], list[str | None], list[str | None]]
@@ -92,37 +148,24 @@ class _Capture:
     segments: dict[int, list[int]]  # tid -> its body's "segments" (the tails' cuts go last)
 
 
-def checkpoint(b: FileBackend) -> int:
-    """Run one checkpoint; returns the new snapshot number. A poisoned store refuses; a
-    failure poisons it (FLT-6) and leaves as io_error."""
-    with b.checkpoint_lock:
-        b._check_open()
-        try:
-            return _checkpoint(b)
-        except OSError as exc:  # StorageError too (a WAL shard failed)
-            raise b.poison(storage_error(exc, f"checkpoint of {b.root}")) from None
-        except Exception as exc:
-            b.poison(StorageError(f"checkpoint of {b.root} failed: {exc!r}"))
-            raise
-
-
-def _checkpoint(b: FileBackend) -> int:
+def checkpoint(b: CheckpointPort) -> int:
+    """Run one checkpoint; returns the new snapshot number. The caller serialises checkpoints
+    and poisons the store if one fails (FLT-6)."""
     with b.lock:
-        cap = _capture(b)
-        submitted = sum(s.submitted for s in b.shards)
+        state = b.checkpoint_state()
+        cap = _capture(state)
     # cut into segments outside the store lock: a copy of the tail is all it reads, and
     # appenders would wait for its per-record passes (tens of ms per checkpoint)
     for tail in cap.tails:
-        tail.splits = _split(b, tail)
+        tail.splits = _split(tail, *state.segment_max)
         cap.segments[tail.tid] += [lo for lo, _ in tail.splits]
-    n = b.snapshot_n + 1
+    n = state.snapshot + 1
     try:
         for tail in cap.tails:
             _write_segments(b, tail)
         # the WAL file the snapshot replays from exists durably before the snapshot does, so
         # recovery may take a missing one for damage (WAL-10: "wal_durable")
-        for shard in b.shards:
-            shard.flush(sync=True, prove=False)
+        b.sync_wal()
         write_snapshot(b.fs, b.root, n, cap.body)
     except BaseException:
         for tail in cap.tails:  # never swapped in: their maps go now
@@ -141,10 +184,10 @@ def _checkpoint(b: FileBackend) -> int:
                     gone.append(t.log.seal(chunk))
                 else:  # dropped meanwhile: its directory goes at the next checkpoint
                     chunk.close()
-        b.snapshot_n = n
+        b.sealed(n)
     del gone  # the sealed payloads are freed here, not under the store lock
     _retire(b, n, cap)
-    b.wal_checkpointed = submitted
+    b.checkpointed(state)
     return n
 
 
@@ -169,12 +212,12 @@ def _reseal(t: EngineTopic | None, tail: _Tail) -> None:
     old.close()
 
 
-def _capture(b: FileBackend) -> _Capture:
+def _capture(state: StoreState) -> _Capture:
     topics: list[dict[str, Any]] = []
     tails: list[_Tail] = []
     detached: list[SegChunk | QsegChunk] = []
     segments: dict[int, list[int]] = {}
-    for t in sorted(b.by_id.values(), key=lambda x: x.tid):
+    for t in state.topics:
         log = t.log
         detached += log.drop_dead_chunks()  # type: ignore[arg-type]
         dead: list[list[int]] = []
@@ -207,7 +250,7 @@ def _capture(b: FileBackend) -> _Capture:
                         [tail.first + i for i, p in enumerate(tail.payloads) if p is None]
                     )
         segments[t.tid] = firsts  # the tails' segments join them after the split (checkpoint)
-        ceiling = b.ceilings.get(t.tid, log.head)
+        ceiling = state.ceilings.get(t.tid, log.head)
         jobs = t.jobs
         topics.append(
             {
@@ -218,7 +261,7 @@ def _capture(b: FileBackend) -> _Capture:
                 "head": log.head,
                 "evict_floor": log.evict_floor,
                 "last_ts": log.last_ts,
-                "ceiling": max(ceiling, log.head) if not b.closing else log.head,
+                "ceiling": max(ceiling, log.head) if not state.clean else log.head,
                 "losses": [[lo, hi] for lo, hi in log.losses],
                 "segments": firsts,
                 "dead": dead,
@@ -235,29 +278,28 @@ def _capture(b: FileBackend) -> _Capture:
                 },
             }
         )
-    positions = {b.stream_key(s.shard): s.position() for s in b.shards}
+    positions = dict(state.wal)
     body = {
         "version": 1,
-        "store_id": b.store_id.hex(),
-        "next_topic_id": b.incarnations + 1,
-        "incarnations": b.incarnations,
-        "clean": b.closing,
+        "store_id": state.store_id.hex(),
+        "next_topic_id": state.incarnations + 1,
+        "incarnations": state.incarnations,
+        "clean": state.clean,
         "wal": {
-            "shards": len(b.shards),
+            "shards": len(positions),
             "replay_from": {k: [g, o] for k, (g, o) in positions.items()},
             "wal_durable": True,
         },
         "topics": topics,
     }
-    dropped, b.dropped_tids = b.dropped_tids, []
-    return _Capture(body, tails, detached, dropped, positions, segments)
+    return _Capture(body, tails, detached, list(state.dropped), positions, segments)
 
 
-def _split(b: FileBackend, tail: _Tail) -> list[tuple[int, int]]:
-    """The tail cut into segments of at most segment_max_records / segment_max_bytes (a record
-    larger than that gets a segment of its own). Work per segment, not per record: the cuts
-    are binary searches over the running total of record sizes."""
-    max_records, max_bytes = b.fopts.segment_max_records, b.fopts.segment_max_bytes
+def _split(tail: _Tail, max_records: int, max_bytes: int) -> list[tuple[int, int]]:
+    """The tail cut into segments of at most ``max_records`` records and ``max_bytes`` bytes
+    of frames (segment_max_records, segment_max_bytes; a record larger than that gets a
+    segment of its own). Work per segment, not per record: the cuts are binary searches over
+    the running total of record sizes."""
     sizes = tail.sizes()
     n = len(sizes)
     total = list(accumulate(sizes, initial=0))  # total[i]: payload bytes before i
@@ -281,7 +323,7 @@ def _split(b: FileBackend, tail: _Tail) -> list[tuple[int, int]]:
     return out
 
 
-def _write_segments(b: FileBackend, tail: _Tail) -> None:
+def _write_segments(b: CheckpointPort, tail: _Tail) -> None:
     directory = topic_dir(b.root, tail.tid)
     make_dirs(b.fs, directory)
     for first, count in tail.splits:
@@ -301,7 +343,7 @@ def _write_segments(b: FileBackend, tail: _Tail) -> None:
 
 
 def _write_plain(
-    b: FileBackend, directory: str, tail: _Tail, cols: _Columns, first: int
+    b: CheckpointPort, directory: str, tail: _Tail, cols: _Columns, first: int
 ) -> SegChunk:
     """A ``.data`` + ``.idx`` pair (SEG-1..SEG-7), encoded column-wise (format/seal.py). A slot
     removed before sealing is an empty placeholder, dead in the snapshot."""
@@ -324,7 +366,7 @@ def _write_plain(
 
 
 def _write_qseg(
-    b: FileBackend, directory: str, tid: int, cols: _Columns, first: int
+    b: CheckpointPort, directory: str, tid: int, cols: _Columns, first: int
 ) -> QsegChunk | None:
     """A Quiver segment (QSEG-1..QSEG-11): written to ``.tmp``, made read-only (0440,
     QSEG-10), fsynced, renamed into place (the directory is fsynced by the caller before the
@@ -337,7 +379,7 @@ def _write_qseg(
     try:
         content = qsegfmt.build_qseg(payloads, first, tss=tss, tags=tags, nodes=nodes)
     except (BadArgument, Corrupt) as exc:
-        b.warnings.append(f"topic {tid:016x} seqs from {first}: sealed plain ({exc})")
+        b.warn(f"topic {tid:016x} seqs from {first}: sealed plain ({exc})")
         return None
     path = os.path.join(directory, qseg_name(first))
     tmp = path + ".tmp"
@@ -355,7 +397,7 @@ def _write_qseg(
     return QsegChunk(path, b.fs.open_read(path), first)
 
 
-def _remove_stale(b: FileBackend, path: str) -> None:
+def _remove_stale(b: CheckpointPort, path: str) -> None:
     """A file for seqs the current snapshot does not name (they are above every sealed
     segment): the leftover of a checkpoint a crash interrupted. Safe to delete."""
     if b.fs.exists(path):
@@ -374,18 +416,8 @@ def write_snapshot(fs: FS, root: str, n: int, body: dict[str, Any]) -> None:
     fs.fsync_dir(meta)
 
 
-def _retire(b: FileBackend, n: int, cap: _Capture) -> None:
-    for shard in b.shards:
-        # WAL-8: an informational mark of where this checkpoint happened (replay skips it);
-        # submitted like every op, under the store lock (WalShard)
-        with b.lock:
-            seed = shard.gen
-            mark = walfmt.encode_control(walfmt.FrameType.CHECKPOINT, 0, {"snapshot": n}, seed=seed)
-            shard.submit(mark, seed)
-        shard.flush(sync=True)
-        gen, _ = cap.positions[b.stream_key(shard.shard)]
-        shard.retire_before(gen)
-    b.retire_foreign_streams()
+def _retire(b: CheckpointPort, n: int, cap: _Capture) -> None:
+    b.retire_wal(n, cap.positions)
     meta = os.path.join(b.root, "meta")
     older = [name for old, names in snapfmt.copies(b.fs.listdir(meta)).items() if old < n
              for name in names]  # fmt: skip

@@ -349,7 +349,7 @@ def _repair_progress(ctx: _Ctx, entry: dict[str, Any], lost: list[tuple[int, int
 def _repair_wal(ctx: _Ctx, body: dict[str, Any]) -> None:
     replay_from = body["wal"]["replay_from"]
     store_id = bytes.fromhex(body["store_id"])
-    for key, directory in list_streams(ctx):  # type: ignore[arg-type]
+    for key, directory in list_streams(ctx.fs, ctx.root):
         start_gen, start_off = replay_from.get(key, [0, walfmt.HEADER_SIZE])
         gens = sorted(
             g

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tidelog import dirlock, storedir
@@ -27,14 +27,16 @@ from tidelog.fsio import FS, Handle, io_errors, make_dirs, storage_error
 from ..common.engine import Engine, EngineTopic
 from ..common.progress import SubState
 from . import lockfile, requests
-from .checkpoint import checkpoint, write_snapshot
+from .checkpoint import StoreState, checkpoint, write_snapshot
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
+from .format.wal import FrameType
 from .journal import WalJournal
 from .layout import LAYOUT
 from .options import FileOptions
 from .progressfiles import remove_progress, write_progress
-from .recovery import list_streams, load_snapshot, lose, rebuild, replay_wal
+from .recovery import RecoveryPlan, WalPlan, list_streams, plan_recovery, plan_wal
+from .replay import Replay, lose
 from .wal import WalOptions, WalShard
 
 __all__ = ["FileBackend", "CAPABILITIES"]
@@ -55,14 +57,10 @@ class FileBackend(Engine):
         self.shards: list[WalShard] = []
         self.ceilings: dict[int, int] = {}
         self.progress_written: dict[tuple[int, str], tuple[Any, ...]] = {}
-        # subscribers a replay registered, whose progress files it applies at its end (PRG-9)
-        self.unloaded: list[tuple[EngineTopic, str, SubState]] = []
-        self.dropped_tids: list[EngineTopic] = []
+        self.dropped_tids: list[EngineTopic] = []  # dropped since the last checkpoint
         self.warnings: list[str] = []
-        self.truncations: list[tuple[str, int]] = []
-        self.seals: list[tuple[str, int, int]] = []  # (path, end, seed): FILE_END goes there
-        self.positions: dict[str, list[int]] = {}  # stream -> [gen, offset] replayed up to
-        self.discards: list[str] = []
+        # a read-only view: stream -> (gen, offset) it replayed up to (XPR-1)
+        self.view_at: dict[str, tuple[int, int]] = {}
         self.checkpoint_lock = threading.Lock()
         self.closing = False
         self.clean_open = False
@@ -109,69 +107,82 @@ class FileBackend(Engine):
             self._maintenance.start()
 
     def _recover(self) -> None:
+        """Read the files into a plan (nothing written: a refusal leaves them as they were,
+        FLT-2), apply it to the engine, then to the files, then start new WAL files."""
         fs, root = self.fs, self.root
         for d in ("meta", "wal", "topics"):
             make_dirs(fs, os.path.join(root, d))
-        found = load_snapshot(self)
-        if found is None:
-            if any(
-                name
-                for _, d in list_streams(self)
-                for name in fs.listdir(d)
-                if walfmt.parse_file_name(name) is not None
-            ):
-                raise Corrupt(
-                    f"{root}: WAL files but no snapshot: not a store this version "
-                    "wrote, or its metadata was removed (SNAP)"
-                )
-            self.store_id = os.urandom(16)
-            body: dict[str, Any] = {
-                "version": 1,
-                "store_id": self.store_id.hex(),
-                "next_topic_id": 1,
-                "incarnations": 0,
-                "wal": {"shards": 0, "replay_from": {}},
-                "topics": [],
-            }
-            write_snapshot(fs, root, 0, body)
-        else:
-            self.snapshot_n, body = found
-            rebuild(self, body)
-        replay_from = body["wal"]["replay_from"]
-        highest = replay_wal(self, replay_from, wal_durable=bool(body["wal"].get("wal_durable")))
-        # a clean close wrote the snapshot with every restart rule applied and nothing after it
-        self.clean_open = bool(body.get("clean")) and not self.replayed_batches
-        for path, end in self.truncations:
+        plan = plan_recovery(fs, root)
+        try:
+            if plan.snapshot is None:
+                self.store_id = os.urandom(16)
+                body: dict[str, Any] = {
+                    "version": 1,
+                    "store_id": self.store_id.hex(),
+                    "next_topic_id": 1,
+                    "incarnations": 0,
+                    "wal": {"shards": 0, "replay_from": {}},
+                    "topics": [],
+                }
+                write_snapshot(fs, root, 0, body)
+            self._apply_plan(plan)
+        finally:
+            plan.wal.release()
+        self.clean_open = plan.clean
+        self._apply_to_files(plan.wal)
+        self._start_shards(dict(plan.wal.highest))
+        self._after_crash()
+        self.apply_requests()
+
+    def _apply_plan(self, plan: RecoveryPlan) -> None:
+        """The recovered state into the engine, through its ``apply_*`` path (replay.py)."""
+        self.warnings += plan.warnings
+        replay = Replay(self, self.fs, self.root, self.ceilings)
+        if plan.snapshot is not None:
+            self.snapshot_n, body = plan.snapshot
+            self.store_id = bytes.fromhex(body["store_id"])
+            replay.rebuild(body)
+        self._replay_wal(replay, plan.wal)
+
+    def _replay_wal(self, replay: Replay, plan: WalPlan) -> None:
+        self.warnings += plan.warnings
+        replay.wal(plan)
+        self.replayed_batches += plan.effects
+        for tid, name, s in replay.loaded:
+            self.progress_written[(tid, name)] = self.progress_key(s)
+        self.view_at = dict(plan.positions)
+
+    def _apply_to_files(self, plan: WalPlan) -> None:
+        """What the plan says opening does to the WAL files: cut torn tails (WAL-4), seal
+        version-3 files (WAL-15, before the next file gets a byte), remove files a crash left
+        without a header."""
+        fs = self.fs
+        for path, end in plan.truncate:
             h = fs.open(path)
             try:
                 h.truncate(end)
                 h.fsync()
             finally:
                 h.close()
-        for path, end, seed in self.seals:  # WAL-15, before the next file gets a byte
+        for path, end, seed in plan.seal:
             h = fs.open(path, create=False)
             try:
                 h.pwrite(walfmt.encode_file_end(seed), end)
                 h.fdatasync()
             finally:
                 h.close()
-        for path in self.discards:
+        for path in plan.discard:
             fs.unlink(path)
             fs.fsync_dir(os.path.dirname(path))
-        self._start_shards(highest)
-        self._after_crash()
-        self.apply_requests()
 
     # -- read-only views (XPR-1) ---------------------------------------------------------------
     def _recover_readonly(self) -> None:
         """Snapshot + WAL replay in memory only: no lock, no truncation, no file written."""
         self.readonly = True
-        found = load_snapshot(self)
-        if found is None:
+        plan = plan_recovery(self.fs, self.root, readonly=True)
+        if plan.snapshot is None:
             raise StorageError(f"{self.root} has no snapshot yet: nothing to read")
-        self.snapshot_n, body = found
-        rebuild(self, body)
-        replay_wal(self, body["wal"]["replay_from"], readonly=True)
+        self._apply_plan(plan)
         self._publish_all()
 
     def _publish_all(self) -> None:
@@ -197,7 +208,8 @@ class FileBackend(Engine):
             )
             if newest == self.snapshot_n:
                 try:
-                    replay_wal(self, {k: list(v) for k, v in self.positions.items()}, readonly=True)
+                    plan = plan_wal(self.fs, self.root, self.store_id, self.view_at, readonly=True)
+                    self._replay_wal(Replay(self, self.fs, self.root, self.ceilings), plan)
                     self._publish_all()
                     return
                 except (FileNotFoundError, Corrupt):
@@ -209,7 +221,7 @@ class FileBackend(Engine):
             for c in t.log.chunks:
                 c.close()  # type: ignore[attr-defined]
         self.topics, self.by_id, self.incarnations = {}, {}, 0
-        self.ceilings, self.positions, self.progress_written = {}, {}, {}
+        self.ceilings, self.view_at, self.progress_written = {}, {}, {}
         self._recover_readonly()
 
     def _start_shards(self, highest: dict[str, int]) -> None:
@@ -266,7 +278,9 @@ class FileBackend(Engine):
         ceiling = self.ceilings.get(t.tid, log.head)
         cls = t.config.durability
         if cls in ("disk", "ephemeral") and ceiling > log.head:
-            lose(self, t, log.head + 1, ceiling, log=True)
+            lost = lose(t, log.head + 1, ceiling)
+            if lost is not None and self.journal is not None:
+                self.journal.loss(t, *lost)  # type: ignore[attr-defined]
         if cls == "ephemeral" and log.evict_floor <= log.head:
             log.evict_floor = log.head + 1
             log.losses = []
@@ -293,11 +307,54 @@ class FileBackend(Engine):
     def stream_key(shard: int) -> str:
         return "flat" if shard == 0 else f"{shard:02d}"
 
-    def retire_foreign_streams(self) -> None:
+    # -- the checkpoint's port (checkpoint.CheckpointPort) -------------------------------------
+    def checkpoint_state(self) -> StoreState:
+        dropped, self.dropped_tids = self.dropped_tids, []
+        fo = self.fopts
+        return StoreState(
+            snapshot=self.snapshot_n,
+            store_id=self.store_id,
+            incarnations=self.incarnations,
+            topics=sorted(self.by_id.values(), key=lambda t: t.tid),
+            ceilings=dict(self.ceilings),
+            clean=self.closing,
+            wal={self.stream_key(s.shard): s.position() for s in self.shards},
+            wal_submitted=sum(s.submitted for s in self.shards),
+            dropped=dropped,
+            segment_max=(fo.segment_max_records, fo.segment_max_bytes),
+        )
+
+    def sync_wal(self) -> None:
+        for shard in self.shards:
+            shard.flush(sync=True, prove=False)
+
+    def sealed(self, n: int) -> None:
+        self.snapshot_n = n
+
+    def retire_wal(self, n: int, positions: Mapping[str, tuple[int, int]]) -> None:
+        for shard in self.shards:
+            # WAL-8: an informational mark of where this checkpoint happened (replay skips
+            # it); submitted like every op, under the store lock (WalShard)
+            with self.lock:
+                seed = shard.gen
+                mark = walfmt.encode_control(FrameType.CHECKPOINT, 0, {"snapshot": n}, seed=seed)
+                shard.submit(mark, seed)
+            shard.flush(sync=True)
+            gen, _ = positions[self.stream_key(shard.shard)]
+            shard.retire_before(gen)
+        self._retire_foreign_streams()
+
+    def checkpointed(self, state: StoreState) -> None:
+        self.wal_checkpointed = state.wal_submitted
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+    def _retire_foreign_streams(self) -> None:
         """WAL directories of another shard layout: absorbed by the checkpoint just written."""
         n = len(self.shards)
         mine = {"flat"} if n == 1 else {f"{s:02d}" for s in range(n)}
-        for key, directory in list_streams(self):
+        for key, directory in list_streams(self.fs, self.root):
             if key in mine:
                 continue
             for name in self.fs.listdir(directory):
@@ -431,7 +488,7 @@ class FileBackend(Engine):
                 submitted = sum(s.submitted for s in self.shards)
                 if submitted - self._wal_at_checkpoint >= self.fopts.checkpoint_bytes:
                     self._wal_at_checkpoint = submitted
-                    checkpoint(self)
+                    self._checkpoint()
             except OSError as exc:  # StorageError too: poisoned (FLT-3: surfaced at next op)
                 self.poison(storage_error(exc, f"maintenance of {self.root}"))
             except TidelogError as exc:
@@ -442,7 +499,20 @@ class FileBackend(Engine):
         here on)."""
         self._check_open()
         self._wal_at_checkpoint = sum(s.submitted for s in self.shards)
-        return checkpoint(self)
+        return self._checkpoint()
+
+    def _checkpoint(self) -> int:
+        """One checkpoint (checkpoint.py); returns the new snapshot number. A poisoned store
+        refuses; a failure poisons it (FLT-6) and leaves as io_error."""
+        with self.checkpoint_lock:
+            self._check_open()
+            try:
+                return checkpoint(self)
+            except OSError as exc:  # StorageError too (a WAL shard failed)
+                raise self.poison(storage_error(exc, f"checkpoint of {self.root}")) from None
+            except Exception as exc:
+                self.poison(StorageError(f"checkpoint of {self.root} failed: {exc!r}"))
+                raise
 
     def abandon(self) -> None:
         """Stop every thread and drop every handle without writing anything: what a killed
@@ -477,7 +547,7 @@ class FileBackend(Engine):
         error: TidelogError | None = None
         try:
             self._check_open()  # poisoned: nothing more is written (FLT-4)
-            checkpoint(self)
+            self._checkpoint()
             self._write_all_progress()
             with self.lock:
                 super().close()

@@ -105,17 +105,10 @@ def test_SEG_7_tails_are_cut_within_both_limits(
     segment_max_records records and segment_max_bytes of frames, or one record that is larger
     on its own; each is as long as the limits allow (the greedy cut)."""
 
-    class Opts:
-        segment_max_records = max_records
-        segment_max_bytes = max_bytes
-
-    class Backend:
-        fopts = Opts()
-
     payloads = [None if s is None else b"x" * s for s in sizes]
     n = len(payloads)
     tail = _Tail(7, 100, payloads, [0] * n, [None] * n, [None] * n, dead=None in payloads)
-    cuts = _split(Backend(), tail)  # type: ignore[arg-type]
+    cuts = _split(tail, max_records, max_bytes)
     frame = [seg.RECORD_OVERHEAD + (s or 0) for s in sizes]
     pos = 0
     for first, count in cuts:

@@ -28,6 +28,7 @@ from tidelog.fsio import FS
 from .conf import SenderConfig, parse_conf
 from .errors import ErrorHandler, ErrorInbox, SenderError, SenderFailed
 from .loop import IOLoop, Sleep, Tracer
+from .orphans import DrainerPool
 from .source import MemorySource, SlotSource, Source, TopicSource
 
 __all__ = ["Forwarder"]
@@ -88,10 +89,14 @@ class Forwarder:
                 self._closed = True
             raise
         if self.conf.drain_orphans:
-            from .orphans import DrainerPool
-
             self._drainers = DrainerPool(
-                self.conf, fs=fs, error_handler=error_handler, rng=rng, clock=clock, sleep=sleep
+                self.conf,
+                Forwarder,
+                fs=fs,
+                error_handler=error_handler,
+                rng=rng,
+                clock=clock,
+                sleep=sleep,
             )
             self._drainers.start()
 

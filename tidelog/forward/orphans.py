@@ -19,6 +19,7 @@ import logging
 import os
 import random
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,11 +57,15 @@ def orphan_candidates(fs: FS, sf_dir: str, own: str) -> list[str]:
 
 
 class DrainerPool:
-    """Runs up to ``max_background_drainers`` orphan drainers; see the module docstring."""
+    """Runs up to ``max_background_drainers`` orphan drainers; see the module docstring.
+
+    ``sender`` builds each drainer (the ``Forwarder`` class, passed in by the forwarder that
+    owns the pool, so this module need not import that one)."""
 
     def __init__(
         self,
         conf: SenderConfig,
+        sender: Callable[..., Any],
         *,
         fs: FS | None = None,
         error_handler: ErrorHandler | None = None,
@@ -70,6 +75,7 @@ class DrainerPool:
     ) -> None:
         assert conf.sf_dir is not None
         self.conf = conf
+        self._sender = sender
         self.fs = fs or OsFS()
         self._kwargs: dict[str, Any] = dict(
             error_handler=error_handler, rng=rng, clock=clock, sleep=sleep, fs=self.fs
@@ -114,8 +120,6 @@ class DrainerPool:
                 self.skipped += 1
 
     def _drain_slot(self, name: str) -> str:
-        from .forwarder import Forwarder  # the forwarder module imports this one lazily
-
         conf = self.conf
         assert conf.sf_dir is not None
         try:
@@ -146,7 +150,7 @@ class DrainerPool:
         )
         source = SlotSource(slot, append_deadline_ms=0)
         try:
-            fwd = Forwarder(drainer_conf, source=source, **self._kwargs)
+            fwd = self._sender(drainer_conf, source=source, **self._kwargs)
         except TidelogError as exc:
             write_failed(self.fs, slot.dir, f"drainer could not start: {exc}")
             source.close()
