@@ -21,8 +21,8 @@ import os
 import posixpath
 import re
 
-from tidelog.backends.file.verify import ERROR, WARNING, Problem, Report
 from tidelog.fsio import FS, OsFS, read_whole
+from tidelog.report import ERROR, WARNING, Problem, Report
 
 __all__ = ["verify_path", "verify_slot", "verify_qseg", "detect", "KINDS", "Problem", "Report"]
 

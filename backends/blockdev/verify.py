@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from tidelog.backends.file.verify import ERROR, Problem, Report
 from tidelog.fsio import FS
+from tidelog.report import ERROR, Problem, Report
 
 from .damage import examine, read_slots, slot_warnings
 from .device import Geometry, is_block_device

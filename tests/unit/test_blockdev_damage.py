@@ -36,11 +36,11 @@ from tidelog.backends.blockdev.device import Geometry
 from tidelog.backends.blockdev.format import SLOT_BYTES, decode_slot, encode_slot, slot_index
 from tidelog.backends.blockdev.repair import read_quarantine, repair_ring
 from tidelog.backends.blockdev.ring import page_reader, scan_ring
-from tidelog.backends.blockdev.verify import Problem
 from tidelog.clock import FakeClock
 from tidelog.errors import Corrupt
 from tidelog.fsio import OsFS
 from tidelog.records import Record, Tombstone
+from tidelog.report import Problem
 
 PAGE = 512
 SEED = int(os.environ.get("TIDELOG_DAMAGE_SEED", "14"))
