@@ -31,6 +31,7 @@ __all__ = [
     "IoStats",
     "RingEviction",
     "io_stats",
+    "dispose",
     "open_backend",
     "open_store",
     "verify_image",
@@ -50,6 +51,13 @@ def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> Block
     # The user's own link (/dev/disk/by-id/...) is followed here, once: the image is then
     # opened without following links (FORMATS LOCK-4).
     return BlockdevBackend(OsFS(), real, clock, store_options, bopts)
+
+
+def dispose(uri: URI) -> None:
+    """Delete the ring image a ``blockdev://`` URI names, never a device (the descriptor's
+    ``dispose``, REG-5: the conformance kit, between examples)."""
+    if os.path.isfile(uri.location):
+        os.unlink(uri.location)
 
 
 def open_store(fs: FS, path: str, clock: Clock | None = None, **options: object) -> Store:

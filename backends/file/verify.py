@@ -37,7 +37,7 @@ from .format import progress as prg
 from .format import segment as seg
 from .format import snapshot as snap
 
-__all__ = ["Problem", "Report", "verify_store"]
+__all__ = ["Problem", "Report", "verify_store", "is_store"]
 
 _MAX_PER_FILE = 20  # repeated findings in one file are summarised after this many
 _PID = re.compile(r"[0-9]+\n")
@@ -775,6 +775,15 @@ def _warn_tmp(ctx: _Ctx, path: str) -> None:
 
 
 # --- entry point ----------------------------------------------------------------------------------
+
+
+def is_store(fs: FS, path: str) -> bool:
+    """``path`` is a file-backend store directory: it holds ``meta/`` (LAY-1). What ``tidelog
+    verify`` asks the ``file`` descriptor (REG-5)."""
+    try:
+        return fs.is_dir(path) and fs.is_dir(posixpath.join(path, META_DIR))
+    except OSError:
+        return False
 
 
 def verify_store(fs: FS, root: str) -> Report:
