@@ -16,6 +16,7 @@ from tidelog.api import Store
 from tidelog.clock import Clock, SystemClock
 from tidelog.errors import BadArgument, NotAvailable
 from tidelog.fsio import FS, OsFS
+from tidelog.hooks import hooks, offers
 from tidelog.uri import URI, store_path
 
 from .device import geometry_for
@@ -73,9 +74,9 @@ def io_stats(store: Store, since: str = "open") -> IoStats:
     payload byte. ``since="open"`` counts this store's writes; ``since="format"`` adds what the
     ring's metadata slot counted since it was formatted (as of its last write before this open).
     A snapshot: later writes do not change it. ``NotAvailable`` for another backend's store."""
-    backend = store._backend
-    if not isinstance(backend, BlockdevBackend):
+    if not offers(store, BlockdevBackend):
         raise NotAvailable(f"{store.uri} is not a blockdev:// store: it keeps no I/O counters")
+    backend = hooks(store, BlockdevBackend)
     if since not in ("open", "format"):
         raise BadArgument(f"since={since!r}: expected 'open' or 'format'")
     return backend.io_stats_snapshot(since)
