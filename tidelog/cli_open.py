@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Any
 
 import tidelog
 from tidelog import registry
@@ -16,6 +17,7 @@ from tidelog.errors import BadArgument, BadURI, StorageError
 from tidelog.uri import URI
 
 __all__ = ["open_existing", "open_read_only", "has_read_only_view", "file_location"]
+
 
 def _path_kind(scheme: str) -> str | None:
     """What a path location of ``scheme`` names (a "store directory"), or None when the
@@ -52,7 +54,8 @@ def open_existing(uri: str) -> Store:
         return tidelog.open(parsed)  # unknown_scheme, naming the known ones
     if described.location == "path":
         _must_exist(parsed)
-    return tidelog.open(parsed, **dict(described.open_existing))
+    options: dict[str, Any] = dict(described.open_existing)
+    return tidelog.open(parsed, **options)
 
 
 def has_read_only_view(uri: str) -> bool:

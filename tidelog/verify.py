@@ -75,14 +75,14 @@ def verify_path(path: str, *, kind: str | None = None, fs: FS | None = None) -> 
     path = os.path.abspath(path) if isinstance(fs, OsFS) else path
     kind = kind or detect(path, fs)
     if kind == "sf_dir":
-        report = Report(path)
+        slots = Report(path)
         for name in fs.listdir(path):
             sub = posixpath.join(path, name)
             if _is_slot(fs, sub):
                 one = verify_slot(fs, sub)
-                report.problems += one.problems
-                report.files_checked += one.files_checked
-        return report
+                slots.problems += one.problems
+                slots.files_checked += one.files_checked
+        return slots
     if kind == "qseg":
         return verify_qseg(fs, path)
     described = registry.find(kind) if kind is not None else None
@@ -97,9 +97,9 @@ def verify_path(path: str, *, kind: str | None = None, fs: FS | None = None) -> 
 # -- store-and-forward slots (spec/FORWARD.md) -----------------------------------------------------
 def verify_slot(fs: FS, slot_dir: str) -> Report:
     """SF-1..SF-20 over one slot directory (``tidelog.backends.sf.verify``)."""
-    from tidelog.backends.sf.verify import verify_slot as check
-
-    return check(fs, slot_dir)
+    check = registry.descriptor("sf").tool("verify")
+    report: Report = check(fs, slot_dir)
+    return report
 
 
 # -- Quiver bundle segments (spec/BUNDLES.md) ------------------------------------------------------
