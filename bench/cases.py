@@ -137,7 +137,7 @@ def _blockdev(ctx: Ctx, durability: str, batch: int) -> Metrics:
     with tidelog.open(f"blockdev://{img}?size={size}") as store:
         t = store.topic("default", durability=durability)
         out = _appends(ctx, store, t, batch)
-        stats = hooks(store, IoCounters).io_stats()  # BDEV-19: the ring counts its device writes
+        stats: dict[str, Any] = hooks(store, IoCounters).io_stats()  # BDEV-19: device writes
         if stats.get("write_amplification") is not None:
             out["write_amplification"] = float(stats["write_amplification"])
         if out.get("records"):
