@@ -64,7 +64,10 @@ def build_store(
         n += len(batch)
     store.flush()
     elapsed = time.perf_counter() - t0
-    backend: Any = store._backend
+    from tidelog.backends.file import FileBackend  # its own counters (REG-5: by its class)
+    from tidelog.hooks import hooks
+
+    backend: Any = hooks(store, FileBackend)
     unflushed = sum(s.submitted for s in backend.shards) - getattr(backend, "_wal_at_checkpoint", 0)
     out = {
         "records": n,
@@ -90,7 +93,10 @@ def open_store(root: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     store = tidelog.open(f"file://{root}")
     elapsed = time.perf_counter() - t0
-    b: Any = store._backend
+    from tidelog.backends.file import FileBackend  # imported after the timed open
+    from tidelog.hooks import hooks
+
+    b: Any = hooks(store, FileBackend)  # the file backend's own counters (REG-5)
     out = {
         "open_s": elapsed,
         "replayed_batches": getattr(b, "replayed_batches", 0),

@@ -21,6 +21,7 @@ from tidelog.api import Store
 from tidelog.backend import TopicRef
 from tidelog.clock import Clock, FakeClock
 from tidelog.errors import TidelogError
+from tidelog.hooks import Abandon, Checkpoint, hooks, offers
 from tidelog.model import ModelStore, TopicModel
 
 from .crashfs import RecordingFS
@@ -53,8 +54,8 @@ def apply_op(store: Store, op: Op, clock: FakeClock, leases: dict[str, list[Any]
         if kind == "flush":
             return store.flush()
         if kind == "checkpoint":
-            run = getattr(store._backend, "checkpoint", None)  # backend-specific; else a no-op
-            return run() if run is not None else None
+            # backend-specific (REG-5); else a no-op
+            return hooks(store, Checkpoint).checkpoint() if offers(store, Checkpoint) else None
         if kind == "create":
             return store.topic(op[1], **op[2]).name
         if kind == "drop":
@@ -184,9 +185,8 @@ class CrashRun:
         for op in self.ops:
             self.results.append(apply_op(store, op, clock, leases))
             self.acks.append(len(self.fs.history))
-        abandon = getattr(store._backend, "abandon", None)
-        if abandon is not None:
-            abandon()
+        if offers(store, Abandon):
+            hooks(store, Abandon).abandon()
         self._models: dict[int, tuple[ModelStore, FakeClock]] = {}
         self.checked = 0
 
@@ -202,7 +202,7 @@ class CrashRun:
                     f"model disagrees with the backend on {op}: model {got!r}, backend "
                     f"{expected!r} (run the stateful suite on this backend first)"
                 )
-            self._models[i] = (store._backend, clock)  # type: ignore[assignment]
+            self._models[i] = (hooks(store, ModelStore), clock)
         return self._models[i]
 
     def acked_by(self, at: int) -> int:

@@ -36,6 +36,8 @@ from tidelog.api import Store, Subscriber, Topic
 from tidelog.backend import Capabilities
 from tidelog.clock import FakeClock
 from tidelog.errors import TidelogError
+from tidelog.hooks import hooks
+from tidelog.model import ModelStore
 from tidelog.records import Lease
 
 from .invariants import check_topic
@@ -320,7 +322,7 @@ class LogMachine(RuleBasedStateMachine):
         if not events:
             return
         self.check_ring(events)
-        apply_ring_evictions(self.model._backend if into is None else into, events)
+        apply_ring_evictions(hooks(self.model, ModelStore) if into is None else into, events)
 
     def check_ring(self, events: list[RingEvent]) -> None:
         """BDEV-16: fail on a reported ring overwrite the ring's size does not allow yet."""
@@ -399,7 +401,7 @@ class LogMachine(RuleBasedStateMachine):
         deadline the model knows of (a record's ts + ttl_ms, a lease's deadline, a nack's ready
         time), or one millisecond before it."""
         now = self.clock.now_ms()
-        model: Any = self.model._backend
+        model = hooks(self.model, ModelStore)
         due = []
         for t in model.topics.values():
             if t.config.ttl_ms is not None:
@@ -692,5 +694,4 @@ class LogMachine(RuleBasedStateMachine):
                     fail(f"hwm of {name}/{sub}: backend {hwm_s}, model {hwm_m}")
         if "dlq" in self.model.topics() and self.model.topic("dlq").state().head_seq:
             event("dead-letter topic received records")
-        backend: Any = self.model._backend
-        backend.check_invariants()
+        hooks(self.model, ModelStore).check_invariants()

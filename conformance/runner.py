@@ -28,6 +28,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from tidelog.clock import FakeClock
 from tidelog.errors import NotAvailable, TidelogError
+from tidelog.hooks import hooks
 from tidelog.model import ModelStore
 
 from .crashcheck import observe
@@ -432,8 +433,7 @@ def _exchange(link: RemoteSut, req: dict[str, Any]) -> dict[str, Any]:
 
 
 def _reference_model(ref: RemoteSut) -> ModelStore:
-    model: ModelStore = ref.transport.driver.store._backend  # type: ignore[attr-defined]
-    return model
+    return hooks(ref.transport.driver.store, ModelStore)  # type: ignore[attr-defined]
 
 
 def _learn_ring(link: RemoteSut, ref: RemoteSut, pages: int | None) -> str | None:

@@ -22,8 +22,11 @@ The subclass says how to reach a store (``store_uri``) and what the backend clai
   simulated on tidelog's recording FS, both in the ``crash`` level and in
   ``test_crash_workloads`` (every crash point of small workloads, exhaustively);
 * with ``verify_format`` (``"file"`` or ``"blockdev"``: the backend writes one of tidelog's
-  on-disk formats): ``test_format_roundtrip``: what it wrote passes ``tidelog verify`` and reads
-  back the same after a reopen.
+  on-disk formats; or a scheme whose descriptor has a ``verify``): ``test_format_roundtrip``:
+  what it wrote passes ``tidelog verify`` and reads back the same after a reopen.
+
+With ``scheme`` naming a registered backend descriptor (``tidelog.registry``, REG-5), the
+capabilities, ``fs_opener``, ``verify_format`` and ``ring`` the class does not set come from it.
 
 Sizes: ``examples`` and ``steps`` per level (``TIDELOG_CONFORMANCE_EXAMPLES`` overrides
 ``examples``); the seed is pytest's ``--hypothesis-seed`` (or ``TIDELOG_SEED``), printed on
@@ -40,6 +43,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from tidelog import registry
 from tidelog.backend import Capabilities
 from tidelog.clock import Clock, FakeClock
 from tidelog.uri import parse_uri
@@ -50,7 +54,7 @@ from .driver import Driver
 from .levels import applies
 from .remote import LocalTransport, RemoteSut
 from .runner import LevelResult, check_refusals, format_report, run_level
-from .sut import FsOpener, LocalSut, durable_dirs
+from .sut import FsOpener, LocalSut, descriptor_opener, durable_dirs
 
 __all__ = ["BackendSuite", "CRASH_WORKLOADS", "session_seed"]
 
@@ -95,11 +99,15 @@ def session_seed() -> int:
 class BackendSuite:
     """Base class of a backend's conformance tests; see the module docstring."""
 
+    #: the URI scheme: with a registered descriptor (REG-5), ``capabilities``, ``fs_opener``,
+    #: ``verify_format`` and ``ring`` default to what the descriptor declares
+    scheme: ClassVar[str | None] = None
     #: what the backend claims (CAP-1); the store's ``capabilities`` must equal it
     capabilities: ClassVar[Capabilities]
     #: open a store through an FS: ``fs_opener(fs, location, clock, **uri_options)``
     fs_opener: ClassVar[FsOpener | None] = None
-    #: "file" or "blockdev": the on-disk format the backend writes (for test_format_roundtrip)
+    #: the scheme whose verifier checks what the backend writes (``"file"``, ``"blockdev"``, or
+    #: a registered scheme whose descriptor has ``verify``; for test_format_roundtrip)
     verify_format: ClassVar[str | None] = None
     #: the store is a flash-style page ring reporting ``ring_evictions`` (BDEV-16)
     ring: ClassVar[bool] = False
@@ -116,6 +124,14 @@ class BackendSuite:
     # -- collection: only the tests whose level applies exist ----------------------------------
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        described = registry.find(cls.scheme) if cls.scheme else None
+        if described is not None:  # REG-5: what the class does not say, its descriptor does
+            _default(cls, "capabilities", described.capabilities)
+            if described.has("fs_opener"):
+                _default(cls, "fs_opener", staticmethod(descriptor_opener(described.scheme)))
+            if described.has("verify"):
+                _default(cls, "verify_format", described.scheme)
+            _default(cls, "ring", "ring_evictions" in described.hooks)
         caps = getattr(cls, "capabilities", None)
         if caps is None:
             return
@@ -262,6 +278,17 @@ class BackendSuite:
             assert observe(again) == before
         finally:
             again.close()
+
+
+def _default(cls: type, attr: str, value: object) -> None:
+    """Set ``attr`` on ``cls`` unless a subclass of BackendSuite declares it."""
+    for klass in cls.__mro__:
+        if klass is BackendSuite:
+            break
+        if attr in vars(klass):
+            return
+    if value is not None:
+        setattr(cls, attr, value)
 
 
 def _expect_pass(result: LevelResult) -> None:

@@ -25,6 +25,7 @@ from hypothesis.stateful import precondition, rule
 import tidelog
 from tidelog.clock import Clock
 from tidelog.errors import TidelogError
+from tidelog.hooks import hooks
 from tidelog.model import ModelStore, forget
 
 from .crashcheck import TopicView, compare_recovered, observe
@@ -133,8 +134,7 @@ class SuiteMachine(LogMachine):
         return self.link.ring_pages()
 
     def model_backend(self) -> ModelStore:
-        backend: ModelStore = self.model._backend  # type: ignore[assignment]
-        return backend
+        return hooks(self.model, ModelStore)
 
     # -- crash level -------------------------------------------------------------------------
     def sut_gone(self) -> None:

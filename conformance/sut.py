@@ -19,47 +19,56 @@ disk, everything written survives).
 from __future__ import annotations
 
 import contextlib
-import os
 import posixpath
 import random
 import re
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Literal
 
 import tidelog
+from tidelog import registry
 from tidelog.api import Store
 from tidelog.clock import Clock, FakeClock
 from tidelog.errors import BadArgument, NotAvailable, TidelogError
 from tidelog.fsio import FS
+from tidelog.hooks import Abandon, RingEvictions, hooks, offers
 from tidelog.uri import parse_uri
 
 from .crashfs import RecordingFS
 from .forwarding import SlotSender
 
-__all__ = ["Sut", "LocalSut", "RingEvent", "FsOpener", "FS_OPENERS", "CRASH_SAMPLES"]
+__all__ = [
+    "Sut",
+    "LocalSut",
+    "RingEvent",
+    "FsOpener",
+    "FS_OPENERS",
+    "CRASH_SAMPLES",
+    "descriptor_opener",
+]
 
 #: ``opener(fs, location, clock, **options) -> Store``: open a store of one scheme through an FS
 FsOpener = Callable[..., Store]
 
 
-def _file_opener(fs: FS, location: str, clock: Clock, **options: object) -> Store:
-    from tidelog.backends.file import open_store
+def descriptor_opener(scheme: str) -> FsOpener:
+    """The ``fs_opener`` of ``scheme``'s descriptor (REG-5), loaded when first called."""
 
-    return open_store(fs, location, clock, **options)
+    def opener(fs: FS, location: str, clock: Clock, **options: object) -> Store:
+        store: Store = registry.descriptor(scheme).tool("fs_opener")(fs, location, clock, **options)
+        return store
 
-
-def _blockdev_opener(fs: FS, location: str, clock: Clock, **options: object) -> Store:
-    from tidelog.backends.blockdev import open_store
-
-    return open_store(fs, location, clock, **options)
+    return opener
 
 
-#: schemes whose backends route all their I/O through the FS seam (crash simulation possible);
-#: a ``--load``-ed module may add its own
-FS_OPENERS: dict[str, FsOpener] = {"file": _file_opener, "blockdev": _blockdev_opener}
+#: the built-in schemes whose backends route all their I/O through the FS seam (crash
+#: simulation possible), from their descriptors; a ``--load``-ed module registers a descriptor
+#: with an ``fs_opener`` to add its own
+FS_OPENERS: dict[str, FsOpener] = {
+    s: descriptor_opener(s) for s, d in registry.DESCRIPTORS.items() if d.has("fs_opener")
+}
 
 #: disk states sampled per simulated power loss (the request's seed picks one of them)
 CRASH_SAMPLES = 8
@@ -140,7 +149,8 @@ class LocalSut(Sut):
             template if callable(template) else (lambda name: template.format(name=name))
         )
         self.recording = fs == "recording"
-        self.openers = dict(FS_OPENERS if openers is None else openers)
+        #: the given openers, else every scheme's descriptor's (REG-5)
+        self.openers = dict(openers) if openers is not None else None
         self.fs = RecordingFS()
         self.sf_fs = RecordingFS()
         self.store: Store | None = None
@@ -148,7 +158,7 @@ class LocalSut(Sut):
         self._sender: SlotSender | None = None
         sample = self.uri_of("probe")
         self.scheme = parse_uri(sample).scheme
-        power = self.recording and self.scheme in self.openers
+        power = self.recording and self._opener(self.scheme) is not None
         shown = sample.replace("probe", "{name}")
         self.hello = {
             "implementation": f"tidelog {tidelog.__version__} ({shown})",
@@ -159,14 +169,21 @@ class LocalSut(Sut):
             "power_loss": power,
         }
 
+    def _opener(self, scheme: str) -> FsOpener | None:
+        if self.openers is not None:
+            return self.openers.get(scheme)
+        described = registry.find(scheme)
+        return descriptor_opener(scheme) if described and described.has("fs_opener") else None
+
     def _abandons(self) -> bool:
-        return self.scheme in ("file", "blockdev")
+        described = registry.find(self.scheme)
+        return described is not None and "abandon" in described.hooks
 
     # -- stores -------------------------------------------------------------------------------
     def open(self, name: str, clock: FakeClock) -> Store:
         uri = self.uri_of(name)
         parsed = parse_uri(uri)
-        opener = self.openers.get(parsed.scheme) if self.recording else None
+        opener = self._opener(parsed.scheme) if self.recording else None
         if opener is not None:
             durable_dirs(self.fs, posixpath.dirname(parsed.location))
             store = opener(self.fs, parsed.location, clock, **dict(parsed.options))
@@ -180,10 +197,9 @@ class LocalSut(Sut):
         store, self.store = self.store, None
         if store is None:
             return
-        abandon = getattr(store._backend, "abandon", None)
-        if abandon is None:
+        if not offers(store, Abandon):
             raise NotAvailable(f"{self.scheme}:// stores cannot simulate a crash")
-        abandon()
+        hooks(store, Abandon).abandon()
 
     def crash(self, seed: int) -> None:
         if not self.hello["crash"]:
@@ -211,19 +227,17 @@ class LocalSut(Sut):
         return events
 
     def ring_evictions(self) -> list[RingEvent]:
-        backend = self.store._backend if self.store is not None else None
-        found = getattr(backend, "ring_evictions", None)
-        if not found:
+        if self.store is None or not offers(self.store, RingEvictions):
             return []
+        found = hooks(self.store, RingEvictions).ring_evictions
         fresh = found[self._seen :]
         self._seen = len(found)
         return [RingEvent(e.topic, e.through, e.head) for e in fresh]
 
     def ring_pages(self) -> int | None:
-        backend = self.store._backend if self.store is not None else None
-        if getattr(backend, "ring_evictions", None) is None:
+        if self.store is None or not offers(self.store, RingEvictions):
             return None
-        pages: Any = backend.describe()["page_count"]  # type: ignore[union-attr]
+        pages: Any = self.store.describe()["page_count"]
         return int(pages)
 
     def ring_head(self, n: int, seqs: list[int | None]) -> tuple[int, int] | None:
@@ -261,17 +275,13 @@ class LocalSut(Sut):
                 self._sender.close()
             self._sender = None
         self.sf_fs = RecordingFS()
-        if self.recording and self.scheme in self.openers:
+        if self.recording and self._opener(self.scheme) is not None:
             self.fs = RecordingFS()  # one store at a time: start the next example from scratch
             return
         uri = parse_uri(self.uri_of(name))
-        if uri.scheme in ("memory", "model"):
-            module = "tidelog.model" if uri.scheme == "model" else "tidelog.backends.memory"
-            import_module(module).forget(uri.location.strip("/"))
-        elif uri.scheme == "file":
-            shutil.rmtree(uri.location, ignore_errors=True)
-        elif uri.scheme == "blockdev" and os.path.isfile(uri.location):
-            os.unlink(uri.location)  # an image file; never a real device
+        described = registry.find(uri.scheme)
+        if described is not None and described.has("dispose"):
+            described.tool("dispose")(uri)  # REG-5: a blockdev image file, never a device
 
     def shutdown(self) -> None:
         if self.store is not None:

@@ -35,6 +35,7 @@ import tidelog
 from tidelog.clock import FakeClock
 from tidelog.errors import TidelogError
 from tidelog.fsio import OsFS
+from tidelog.hooks import Abandon, Checkpoint, hooks
 
 __all__ = ["Vector", "write_vectors", "decode_file", "FORMATS", "store_content"]
 
@@ -628,8 +629,7 @@ def _write_file_store(root: str) -> dict[str, Any]:
     sub.commit(4)
     sub.ack(6)
     sub.flush()
-    backend: Any = store._backend
-    backend.checkpoint()  # seals segments, writes a snapshot
+    hooks(store, Checkpoint).checkpoint()  # seals segments, writes a snapshot
     jobs = store.topic("jobs", durability="disk")
     jobs.append(b"job")
     store.flush()
@@ -887,8 +887,7 @@ def _blockdev_image_vectors(out: str, add_dir: Callable[..., None]) -> None:
         clock.advance(1)
         t.append(f"crash-{i}".encode() * (1 + i % 3))
     content = store_content(store)
-    killed: Any = store._backend
-    killed.abandon()  # killed: the metadata slot is older than the pages
+    hooks(store, Abandon).abandon()  # killed: the metadata slot is older than the pages
     add_dir("blockdev-image/crashed.img", "blockdev-image", True, "a ring left by a killed "
             "writer in its second lap: the metadata predates the pages (BDEV-14, BDEV-17)",
             verify=_verify(True), content=content)

@@ -16,10 +16,23 @@ from tidelog.uri import URI
 
 from .log import ModelStore, QueueModel, SubModel, TopicModel
 
-__all__ = ["ModelStore", "TopicModel", "SubModel", "QueueModel", "open_backend", "forget"]
+__all__ = [
+    "ModelStore",
+    "TopicModel",
+    "SubModel",
+    "QueueModel",
+    "open_backend",
+    "forget",
+    "dispose",
+]
 
 _named: NamedStores[ModelStore] = NamedStores("model")
 forget = _named.forget
+
+
+def dispose(uri: URI) -> None:
+    """Forget the store ``model://NAME`` names (the descriptor's ``dispose``, REG-5)."""
+    forget(uri.location.strip("/"))
 
 
 def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> ModelStore:

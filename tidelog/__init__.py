@@ -35,9 +35,10 @@ def open(uri: str | URI, *, clock: Clock | None = None, **options: Any) -> Store
     parsed = parse_uri(uri)
     merged: dict[str, object] = dict(parsed.options)
     merged.update(options)
-    factory = registry.resolve(parsed.scheme)
+    described = registry.descriptor(parsed.scheme)
+    factory = described.tool("factory")
     backend = factory(parsed, merged, clock if clock is not None else SystemClock())
-    return Store(backend, parsed.render())
+    return Store(backend, parsed.render(), described)
 
 
 __all__ = [

@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from . import registry
 from .backend import Backend, Capabilities, TopicRef
 from .bundle import BundleRecord, RecordBundle, decode_bundle, encode_bundle
 from .config import TopicConfig
-from .errors import Backpressure, BadArgument, Closed, Corrupt, NoSuchSubscriber
+from .errors import Backpressure, BadArgument, Closed, Corrupt, NoSuchSubscriber, NotAvailable
 from .names import check_label, check_subscriber_name, check_topic_name
 from .records import Item, Lease, Tombstone, TopicState
 
@@ -78,10 +79,22 @@ def _wait_until(
 class Store:
     """An open tidelog store. Use as a context manager; see ``tidelog.open``."""
 
-    def __init__(self, backend: Backend, uri: str) -> None:
+    def __init__(
+        self, backend: Backend, uri: str, descriptor: registry.BackendDescriptor | None = None
+    ) -> None:
         self._backend = backend
         self._uri = uri
         self._closed = False
+        self._descriptor = descriptor
+        # REG-4: what the open backend claims, else what its descriptor declares
+        caps: Capabilities | None = getattr(backend, "capabilities", None)
+        if caps is None and descriptor is not None:
+            caps = descriptor.capabilities
+        if caps is None:
+            raise TypeError(f"{type(backend).__name__} claims no capabilities (CAP-1, REG-1)")
+        self._caps = caps
+        #: the capability flags whose operations the core refuses here (CAP-1, REG-4)
+        self._lacks = frozenset(f for f in registry.REFUSED_FLAGS if not getattr(caps, f))
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Store:
@@ -105,6 +118,20 @@ class Store:
             raise Closed(f"store {self._uri} is closed")
         return self._backend
 
+    def _needs(self, flag: str) -> None:
+        """CAP-1, REG-4: an operation needing capability ``flag`` that this store lacks is
+        refused here, once for every backend, with the message its descriptor gives."""
+        if flag in self._lacks:
+            raise self._refusal(flag)
+
+    def _refusal(self, flag: str) -> NotAvailable:
+        d = self._descriptor
+        if d is None:
+            scheme = self._uri.partition("://")[0]
+            d = registry.find(scheme) or registry.BackendDescriptor(scheme, "")
+            self._descriptor = d
+        return d.refusal(flag)
+
     # -- store operations ------------------------------------------------------------------
     @property
     def uri(self) -> str:
@@ -112,7 +139,7 @@ class Store:
 
     @property
     def capabilities(self) -> Capabilities:
-        return self._backend.capabilities
+        return self._caps
 
     def topic(self, name: str, *, create: bool = True, **config: Any) -> Topic:
         """Get (or create) a topic; config keys are fixed at creation (spec TOP-9)."""
@@ -365,7 +392,9 @@ class Topic:
             _int(before_seq, "before_seq", 1)
         check_label(tag, "tag")
         check_label(tag_glob, "tag_glob")
-        return self._store._live().delete(self._ref, before_seq, tag, tag_glob)
+        backend = self._store._live()
+        self._store._needs("deletes")
+        return backend.delete(self._ref, before_seq, tag, tag_glob)
 
     # -- subscribers -----------------------------------------------------------------------
     def subscribe(self, name: str, start: str = "resume") -> Subscriber:
@@ -373,7 +402,9 @@ class Topic:
         check_subscriber_name(name)
         if start not in _STARTS:
             raise BadArgument(f"start must be one of {', '.join(_STARTS)}, got {start!r}")
-        self._store._live().subscribe(self._ref, name, start)
+        backend = self._store._live()
+        self._store._needs("subscribers")
+        backend.subscribe(self._ref, name, start)
         return Subscriber(self, name)
 
     def subscriber(self, name: str) -> Subscriber:
@@ -395,24 +426,31 @@ class Topic:
         _int(max, "max", 1)
         if lease_ms is not None:
             _int(lease_ms, "lease_ms", 1)
-        return self._store._live().claim(self._ref, node, max, lease_ms)
+        backend = self._store._live()
+        self._store._needs("queue")
+        return backend.claim(self._ref, node, max, lease_ms)
 
     def complete(self, seq: int, lease_id: int) -> None:
         """Finish a job: it is deleted from the topic (spec QUE-3)."""
-        self._store._live().complete(self._ref, _int(seq, "seq", 1), _int(lease_id, "lease_id", 1))
+        backend = self._store._live()
+        seq, lease_id = _int(seq, "seq", 1), _int(lease_id, "lease_id", 1)
+        self._store._needs("queue")
+        backend.complete(self._ref, seq, lease_id)
 
     def release(self, seq: int, lease_id: int) -> None:
         """Give a job back at once (spec QUE-4)."""
-        self._store._live().release(self._ref, _int(seq, "seq", 1), _int(lease_id, "lease_id", 1))
+        backend = self._store._live()
+        seq, lease_id = _int(seq, "seq", 1), _int(lease_id, "lease_id", 1)
+        self._store._needs("queue")
+        backend.release(self._ref, seq, lease_id)
 
     def nack(self, seq: int, lease_id: int, *, delay_ms: int = 0) -> None:
         """Give a job back after ``delay_ms`` (spec QUE-4)."""
-        self._store._live().nack(
-            self._ref,
-            _int(seq, "seq", 1),
-            _int(lease_id, "lease_id", 1),
-            _int(delay_ms, "delay_ms", 0),
-        )
+        backend = self._store._live()
+        seq, lease_id = _int(seq, "seq", 1), _int(lease_id, "lease_id", 1)
+        delay_ms = _int(delay_ms, "delay_ms", 0)
+        self._store._needs("queue")
+        backend.nack(self._ref, seq, lease_id, delay_ms)
 
     def __repr__(self) -> str:
         return f"<tidelog.Topic {self._ref.name!r}>"
@@ -435,15 +473,21 @@ class Subscriber:
     def topic(self) -> Topic:
         return self._topic
 
-    def _call(self) -> tuple[Backend, TopicRef]:
-        return self._topic._store._live(), self._topic._ref
+    def _call(self, seq: object = None, minimum: int = 1) -> tuple[Backend, TopicRef, int]:
+        """The live backend, the topic and ``seq`` checked (when given), once subscribers are
+        known to be there (CAP-1, REG-4; in this order: closed, bad argument, not available)."""
+        store = self._topic._store
+        backend = store._live()
+        checked = 0 if seq is None else _int(seq, "seq", minimum)
+        store._needs("subscribers")
+        return backend, self._topic._ref, checked
 
     def poll(self, max: int = 100, *, wait_ms: int = 0) -> list[Item]:
         """Next unresolved records, after any pending tombstone (spec SUB-4, SUB-7). With
         ``wait_ms``, an empty result waits up to that long for something to arrive (CON-3)."""
         _int(max, "max", 1)
         _int(wait_ms, "wait_ms", 0)
-        b, ref = self._call()
+        b, ref, _ = self._call()
 
         def attempt() -> tuple[bool, list[Item]]:
             items = self._topic._store._live().poll(ref, self._name, max)
@@ -452,30 +496,30 @@ class Subscriber:
         return _wait_until(b, ref, wait_ms, attempt)
 
     def ack(self, seq: int) -> bool:
-        b, ref = self._call()
-        return b.ack(ref, self._name, _int(seq, "seq", 1))
+        b, ref, seq = self._call(seq)
+        return b.ack(ref, self._name, seq)
 
     def reject(self, seq: int) -> bool:
-        b, ref = self._call()
-        return b.reject(ref, self._name, _int(seq, "seq", 1))
+        b, ref, seq = self._call(seq)
+        return b.reject(ref, self._name, seq)
 
     def commit(self, seq: int) -> int:
         """Ack every unresolved seq up to ``seq``; returns how many were acked (spec SUB-3)."""
-        b, ref = self._call()
-        return b.commit(ref, self._name, _int(seq, "seq", 0))
+        b, ref, seq = self._call(seq, 0)
+        return b.commit(ref, self._name, seq)
 
     @property
     def hwm(self) -> int:
-        b, ref = self._call()
+        b, ref, _ = self._call()
         return b.hwm(ref, self._name)
 
     def flush(self) -> None:
         """Make this subscriber's progress durable (spec SUB-9, DUR-9)."""
-        b, ref = self._call()
+        b, ref, _ = self._call()
         b.flush_subscriber(ref, self._name)
 
     def unregister(self) -> None:
-        b, ref = self._call()
+        b, ref, _ = self._call()
         b.unregister(ref, self._name)
 
     def __repr__(self) -> str:

@@ -124,51 +124,59 @@ class Backend(ABC):
     @abstractmethod
     def state(self, ref: TopicRef) -> TopicState: ...
 
-    @abstractmethod
+    # -- capability-gated operations (CAP-1, REG-4) --------------------------------------------
+    # tidelog.api calls these only when the store claims the capability (``deletes``,
+    # ``subscribers``, ``queue``) and refuses them itself otherwise, so a backend lacking one
+    # leaves its methods out; the defaults raise should one be called all the same.
+    def _not_implemented(self, op: str) -> NotAvailable:
+        return NotAvailable(f"{type(self).__name__} does not implement {op} (CAP-1)")
+
     def delete(
         self, ref: TopicRef, before_seq: int | None, tag: str | None, tag_glob: str | None
-    ) -> int: ...
+    ) -> int:
+        raise self._not_implemented("delete")
 
     # -- durable subscribers -----------------------------------------------------------------
-    @abstractmethod
-    def subscribe(self, ref: TopicRef, name: str, start: str) -> None: ...
+    def subscribe(self, ref: TopicRef, name: str, start: str) -> None:
+        raise self._not_implemented("subscribe")
 
-    @abstractmethod
-    def subscribers(self, ref: TopicRef) -> list[str]: ...
+    def subscribers(self, ref: TopicRef) -> list[str]:
+        """The topic's subscribers: none where the backend has no subscribers."""
+        return []
 
-    @abstractmethod
-    def poll(self, ref: TopicRef, name: str, limit: int) -> list[Item]: ...
+    def poll(self, ref: TopicRef, name: str, limit: int) -> list[Item]:
+        raise self._not_implemented("poll")
 
-    @abstractmethod
-    def ack(self, ref: TopicRef, name: str, seq: int) -> bool: ...
+    def ack(self, ref: TopicRef, name: str, seq: int) -> bool:
+        raise self._not_implemented("ack")
 
-    @abstractmethod
-    def reject(self, ref: TopicRef, name: str, seq: int) -> bool: ...
+    def reject(self, ref: TopicRef, name: str, seq: int) -> bool:
+        raise self._not_implemented("reject")
 
-    @abstractmethod
-    def commit(self, ref: TopicRef, name: str, seq: int) -> int: ...
+    def commit(self, ref: TopicRef, name: str, seq: int) -> int:
+        raise self._not_implemented("commit")
 
-    @abstractmethod
-    def hwm(self, ref: TopicRef, name: str) -> int: ...
+    def hwm(self, ref: TopicRef, name: str) -> int:
+        raise self._not_implemented("hwm")
 
-    @abstractmethod
-    def flush_subscriber(self, ref: TopicRef, name: str) -> None: ...
+    def flush_subscriber(self, ref: TopicRef, name: str) -> None:
+        raise self._not_implemented("flush_subscriber")
 
-    @abstractmethod
-    def unregister(self, ref: TopicRef, name: str) -> None: ...
+    def unregister(self, ref: TopicRef, name: str) -> None:
+        raise self._not_implemented("unregister")
 
     # -- queue mode --------------------------------------------------------------------------
-    @abstractmethod
-    def claim(self, ref: TopicRef, node: str, limit: int, lease_ms: int | None) -> list[Lease]: ...
+    def claim(self, ref: TopicRef, node: str, limit: int, lease_ms: int | None) -> list[Lease]:
+        raise self._not_implemented("claim")
 
-    @abstractmethod
-    def complete(self, ref: TopicRef, seq: int, lease_id: int) -> None: ...
+    def complete(self, ref: TopicRef, seq: int, lease_id: int) -> None:
+        raise self._not_implemented("complete")
 
-    @abstractmethod
-    def release(self, ref: TopicRef, seq: int, lease_id: int) -> None: ...
+    def release(self, ref: TopicRef, seq: int, lease_id: int) -> None:
+        raise self._not_implemented("release")
 
-    @abstractmethod
-    def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None: ...
+    def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None:
+        raise self._not_implemented("nack")
 
     # -- change notification (optional) ------------------------------------------------------
     def changes(self, ref: TopicRef) -> int:

@@ -8,21 +8,27 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Any
 
 import tidelog
+from tidelog import registry
 from tidelog.api import Store
 from tidelog.errors import BadArgument, BadURI, StorageError
 from tidelog.uri import URI
 
 __all__ = ["open_existing", "open_read_only", "has_read_only_view", "file_location"]
 
-# Schemes whose location is a path on this machine, and what the path must be.
-_PATH_KINDS = {"file": "store directory", "blockdev": "ring image or device", "sf": "SF slot"}
+
+def _path_kind(scheme: str) -> str | None:
+    """What a path location of ``scheme`` names (a "store directory"), or None when the
+    location is not a path on this machine (its descriptor says, REG-2)."""
+    described = registry.find(scheme)
+    return described.names if described is not None and described.location == "path" else None
 
 
 def _missing(uri: URI) -> StorageError | None:
     """The error for a path-based store whose path does not exist, else None."""
-    kind = _PATH_KINDS[uri.scheme]
+    kind = _path_kind(uri.scheme)
     if not uri.location:
         raise BadURI(f"{uri.scheme}:// needs the path of a {kind}")
     path = os.path.abspath(uri.location)
@@ -43,23 +49,20 @@ def open_existing(uri: str) -> Store:
     """Open a store that must already exist, for writing (``forward --from``): a path-based
     store is never created by a typo."""
     parsed = tidelog.parse_uri(uri)
-    if parsed.scheme in _PATH_KINDS:
+    described = registry.find(parsed.scheme)
+    if described is None:
+        return tidelog.open(parsed)  # unknown_scheme, naming the known ones
+    if described.location == "path":
         _must_exist(parsed)
-    if parsed.scheme == "file":
-        return tidelog.open(parsed, create=False)
-    if parsed.scheme == "blockdev":
-        return tidelog.open(parsed, format=False)
-    return tidelog.open(parsed)
-
-
-# Schemes with a read-only view: no lock, nothing written (FORMATS XPR-1, FORMATS-blockdev
-# BDEV-28, FORWARD SF-21).
-_VIEWS = ("file", "blockdev", "sf")
+    options: dict[str, Any] = dict(described.open_existing)
+    return tidelog.open(parsed, **options)
 
 
 def has_read_only_view(uri: str) -> bool:
-    """Whether ``open_read_only`` opens ``uri`` as a view that never writes."""
-    return tidelog.parse_uri(uri).scheme in _VIEWS
+    """Whether ``open_read_only`` opens ``uri`` as a view that never writes (its descriptor
+    says: file://, FORMATS XPR-1; blockdev://, BDEV-28; sf://, SF-21)."""
+    described = registry.find(tidelog.parse_uri(uri).scheme)
+    return described is not None and described.read_only_view
 
 
 def open_read_only(uri: str) -> Store:
@@ -85,10 +88,11 @@ def file_location(target: str) -> str:
     if "://" not in target:
         return os.path.abspath(target)
     parsed = tidelog.parse_uri(target)
-    if parsed.scheme not in _PATH_KINDS:
+    if _path_kind(parsed.scheme) is None:
+        schemes = [f"{d.scheme}://" for d in registry.descriptors() if d.location == "path"]
         raise BadArgument(
-            f"{parsed.scheme}:// keeps no files to verify; give a path, or a file://, "
-            "blockdev:// or sf:// URI"
+            f"{parsed.scheme}:// keeps no files to verify; give a path, or a "
+            f"{', '.join(schemes[:-1])} or {schemes[-1]} URI"
         )
     if not parsed.location:
         raise BadURI(f"{target!r}: {parsed.scheme}:// needs a path")

@@ -1,8 +1,9 @@
 """Store URIs (spec URI-1..3): ``scheme://location?key=value&...``.
 
-``file://`` and ``blockdev://`` locations are paths: ``file:///abs/dir`` is absolute and
-``file://./dir`` or ``file://dir`` are relative to the working directory (the URI's host part is
-read as the start of a relative path; tidelog has no remote hosts). ``memory://NAME`` names a
+``file://``, ``blockdev://`` and ``sf://`` locations are paths (their registry descriptors say
+so, REG-2): ``file:///abs/dir`` is absolute and ``file://./dir`` or ``file://dir`` are relative
+to the working directory (the URI's host part is read as the start of a relative path; tidelog
+has no remote hosts). ``memory://NAME`` names a
 process-wide store; ``memory://`` is a fresh anonymous one. ``store_path`` checks such a path
 (URI-7): no ``.``/``..`` segments, no ``~``, no control characters.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
+from . import registry
 from .errors import BadOption, BadURI
 
 __all__ = ["URI", "parse_uri", "store_path"]
@@ -29,12 +31,19 @@ class URI:
     def render(self) -> str:
         query = f"?{urlencode(dict(self.options))}" if self.options else ""
         loc = self.location
-        if self.scheme in ("file", "blockdev") and not loc.startswith("/"):
+        if not loc.startswith("/") and _dot_relative(self.scheme):
             loc = loc if loc.startswith(".") else "./" + loc
         return f"{self.scheme}://{quote(loc, safe='/._-~')}{query}"
 
     def __str__(self) -> str:
         return self.render()
+
+
+def _dot_relative(scheme: str) -> bool:
+    """Whether a relative path location of ``scheme`` is rendered with a leading ``./``: its
+    descriptor says (REG-2)."""
+    described = registry.find(scheme)
+    return described is not None and described.dot_relative
 
 
 def parse_uri(text: object) -> URI:

@@ -11,8 +11,9 @@ segment's mmap. Anything else (the unsealed tail, tombstones, ts filters, a back
 the two on the same stores.
 
 This module reads the file backend's in-memory structures (``TopicLog.chunks``, ``SegChunk``'s
-index, label runs and dead map) of a read-only view that only this process refreshes; it checks
-their shape and falls back rather than guess when they change.
+index, label runs and dead map) of a read-only view that only this process refreshes, reached
+through the ``topics`` hook (REG-5); it serves only the chunk classes it imports from the file
+backend and leaves any other chunk to the public read.
 """
 
 from __future__ import annotations
@@ -24,11 +25,15 @@ from typing import Any
 import numpy as np  # the spark extra brings it (pyspark's Arrow paths need it too)
 import pyarrow as pa
 
+from tidelog.backends.file.chunk import SegChunk
+from tidelog.backends.file.format.segment import RECORD_HEADER_SIZE
+from tidelog.backends.file.qchunk import QsegChunk
+
 from .columns import log_schema
 
 __all__ = ["available", "chunk_ranges", "read_chunk", "is_qseg_chunk"]
 
-_HEADER = 29  # record frame header (FORMATS SEG-2)
+_HEADER = RECORD_HEADER_SIZE  # record frame header (FORMATS SEG-2)
 _OVERHEAD = _HEADER + 8  # header + XXH3-64 trailer
 _MAX_BATCH_BYTES = 256 << 20  # Arrow binary offsets are int32: stay far below 2 GiB per batch
 
@@ -39,25 +44,14 @@ def available() -> bool:
 
 
 def _is_segchunk(chunk: Any) -> bool:
-    index = getattr(chunk, "index", None)
-    runs = getattr(chunk, "runs", None)
-    return (
-        isinstance(getattr(chunk, "data", None), memoryview)
-        and isinstance(getattr(chunk, "dead", None), bytearray)
-        and callable(getattr(chunk, "verify_slots", None))
-        and index is not None
-        and all(hasattr(index, a) for a in ("offsets", "lengths", "tss"))
-        and runs is not None
-        and all(hasattr(runs, a) for a in ("firsts", "tags", "nodes", "nls", "tls"))
-    )
+    """A sealed segment (``SegChunk``): its mapped ``.data``, index and label runs."""
+    return isinstance(chunk, SegChunk)
 
 
 def is_qseg_chunk(chunk: Any) -> bool:
     """A sealed Quiver segment of a bundle topic (``QsegChunk``): bundles straight from the
     mapped file, zero-copy (spec/BUNDLES.md QSEG-11)."""
-    return callable(getattr(chunk, "bundle", None)) and isinstance(
-        getattr(chunk, "dead", None), bytearray
-    )
+    return isinstance(chunk, QsegChunk)
 
 
 def chunk_ranges(

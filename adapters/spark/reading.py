@@ -18,6 +18,7 @@ import tidelog
 from tidelog.api import Store, Topic
 from tidelog.bundle import decode_bundle
 from tidelog.errors import TidelogError
+from tidelog.hooks import EngineTopics, hooks
 from tidelog.records import Tombstone
 
 from . import fastread
@@ -124,12 +125,13 @@ def _sealed_runs(
         return [], lo
     store = view(opts.root, fresh=False)
     state = store.topic(opts.topic, create=False).state()  # applies lazy TTL first (RET-4)
-    engine_topic = getattr(store._backend, "topics", {}).get(opts.topic)
-    log = getattr(engine_topic, "log", None)
-    if log is None or lo < state.evict_floor:
+    # the engine's topics, a hook of the file backend (REG-5): the sealed chunks to serve
+    engine_topic = hooks(store, EngineTopics).topics.get(opts.topic)
+    if engine_topic is None or lo < state.evict_floor:
         return [], lo
-    hi = min(hi, getattr(log, "visible", state.head_seq))
-    if any(a <= hi and b >= lo for a, b in getattr(log, "losses", [(lo, hi)])):
+    log = engine_topic.log
+    hi = min(hi, log.visible)
+    if any(a <= hi and b >= lo for a, b in log.losses):
         return [], lo
     if accept is None:
         return fastread.chunk_ranges(log, lo, hi)

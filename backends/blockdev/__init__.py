@@ -16,6 +16,7 @@ from tidelog.api import Store
 from tidelog.clock import Clock, SystemClock
 from tidelog.errors import BadArgument, NotAvailable
 from tidelog.fsio import FS, OsFS
+from tidelog.hooks import hooks, offers
 from tidelog.uri import URI, store_path
 
 from .device import geometry_for
@@ -31,6 +32,7 @@ __all__ = [
     "IoStats",
     "RingEviction",
     "io_stats",
+    "dispose",
     "open_backend",
     "open_store",
     "verify_image",
@@ -52,6 +54,13 @@ def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> Block
     return BlockdevBackend(OsFS(), real, clock, store_options, bopts)
 
 
+def dispose(uri: URI) -> None:
+    """Delete the ring image a ``blockdev://`` URI names, never a device (the descriptor's
+    ``dispose``, REG-5: the conformance kit, between examples)."""
+    if os.path.isfile(uri.location):
+        os.unlink(uri.location)
+
+
 def open_store(fs: FS, path: str, clock: Clock | None = None, **options: object) -> Store:
     """Open a ring through an explicit FS (crash tests pass a RecordingFS)."""
     store_options, bopts = parse_blockdev_options(options)
@@ -65,9 +74,9 @@ def io_stats(store: Store, since: str = "open") -> IoStats:
     payload byte. ``since="open"`` counts this store's writes; ``since="format"`` adds what the
     ring's metadata slot counted since it was formatted (as of its last write before this open).
     A snapshot: later writes do not change it. ``NotAvailable`` for another backend's store."""
-    backend = store._backend
-    if not isinstance(backend, BlockdevBackend):
+    if not offers(store, BlockdevBackend):
         raise NotAvailable(f"{store.uri} is not a blockdev:// store: it keeps no I/O counters")
+    backend = hooks(store, BlockdevBackend)
     if since not in ("open", "format"):
         raise BadArgument(f"since={since!r}: expected 'open' or 'format'")
     return backend.io_stats_snapshot(since)

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidelog.backends.file.verify import ERROR, WARNING, Problem
 from tidelog.config import TopicConfig
 from tidelog.errors import Corrupt, TidelogError
 from tidelog.model.ring import page_seq
+from tidelog.report import ERROR, WARNING, Problem
 
 from .device import Geometry
 from .format import SLOT_BYTES, FormatCorrupt, Slot, decode_slot, slot_index

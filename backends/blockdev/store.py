@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tidelog.backend import Capabilities, StoreOptions, TopicRef
+from tidelog import registry
+from tidelog.backend import StoreOptions, TopicRef
 from tidelog.clock import Clock
 from tidelog.config import TopicConfig
 from tidelog.errors import (
@@ -37,7 +38,6 @@ from tidelog.errors import (
     TooLarge,
 )
 from tidelog.fsio import FS, storage_error
-from tidelog.records import Lease
 
 from ..common.engine import Engine, EngineTopic
 from ..common.progress import SubState
@@ -66,16 +66,8 @@ from .writer import IoQueue, IoStats, Item
 
 __all__ = ["BlockdevBackend", "CAPABILITIES", "RingEviction"]
 
-CAPABILITIES = Capabilities(
-    persistent=True,
-    crash_safe=True,
-    deletes=False,
-    subscribers=True,
-    queue=False,
-    multi_topic=False,
-    exact_progress=False,
-    durability=frozenset({"memory", "fsync"}),
-)
+#: declared once, in the scheme's registry entry (REG-1)
+CAPABILITIES = registry.builtin_capabilities("blockdev")
 
 
 @dataclass(frozen=True)
@@ -663,22 +655,7 @@ class BlockdevBackend(Engine):
         j = self.journal
         return j.open.used if isinstance(j, RingJournal) else 0
 
-    def delete(
-        self, ref: TopicRef, before_seq: int | None, tag: str | None, tag_glob: str | None
-    ) -> int:
-        raise NotAvailable("deletes are not available on blockdev (the ring only overwrites)")
-
-    def claim(self, ref: TopicRef, node: str, limit: int, lease_ms: int | None) -> list[Lease]:
-        raise NotAvailable("queue mode is not available on blockdev")
-
-    def complete(self, ref: TopicRef, seq: int, lease_id: int) -> None:
-        raise NotAvailable("queue mode is not available on blockdev")
-
-    def release(self, ref: TopicRef, seq: int, lease_id: int) -> None:
-        raise NotAvailable("queue mode is not available on blockdev")
-
-    def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None:
-        raise NotAvailable("queue mode is not available on blockdev")
+    # deletes and queue mode: refused by tidelog.api from CAPABILITIES (CAP-1, REG-4)
 
     # -- flush / close -----------------------------------------------------------------------
     def _seal_all(self) -> tuple[int, int]:

@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from tidelog.backends.file.verify import ERROR, Problem, Report
 from tidelog.fsio import FS
+from tidelog.report import ERROR, Problem, Report
 
 from .damage import examine, read_slots, slot_warnings
 from .device import Geometry, is_block_device
-from .format import META_BYTES, SLOT_BYTES
+from .format import META_BYTES, SLOT_BYTES, SLOT_MAGIC
 from .ring import page_reader
 
-__all__ = ["verify_image", "Problem", "Report"]
+__all__ = ["verify_image", "is_ring", "Problem", "Report"]
 
 
 class _Ctx:
@@ -41,6 +41,22 @@ def _reader(fs: FS, path: str) -> tuple[Callable[[int, int], bytes], int, Callab
         return (lambda n, off: os.pread(fd, n, off)), size, (lambda: os.close(fd))
     h = fs.open_read(path)
     return h.pread, h.size(), h.close
+
+
+def is_ring(fs: FS, path: str) -> bool:
+    """``path`` is a file or device whose metadata block holds a ring slot (BDEV-2): what
+    ``tidelog verify`` asks the ``blockdev`` descriptor (REG-5)."""
+    try:
+        if fs.is_dir(path):
+            return False
+        h = fs.open_read(path)
+        try:
+            head = h.pread(4096, 0)
+        finally:
+            h.close()
+    except OSError:
+        return False
+    return head[:8] == SLOT_MAGIC or head[SLOT_BYTES : SLOT_BYTES + 8] == SLOT_MAGIC
 
 
 def verify_image(fs: FS, path: str) -> Report:

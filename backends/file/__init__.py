@@ -6,6 +6,7 @@ Crash behaviour: spec/SPEC.md §7 and spec/CRASH.md.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 
 from tidelog.api import Store
@@ -16,7 +17,7 @@ from tidelog.uri import URI, store_path
 from .options import FileOptions, parse_file_options
 from .store import CAPABILITIES, FileBackend
 
-__all__ = ["FileBackend", "FileOptions", "open_backend", "open_store", "CAPABILITIES"]
+__all__ = ["FileBackend", "FileOptions", "open_backend", "open_store", "dispose", "CAPABILITIES"]
 
 
 def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> FileBackend:
@@ -24,6 +25,12 @@ def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> FileB
     store_options, file_options = parse_file_options(options)
     fs = OsFS(mmap=file_options.mmap)
     return FileBackend(fs, root, clock, store_options, file_options)
+
+
+def dispose(uri: URI) -> None:
+    """Delete the store directory a ``file://`` URI names (the descriptor's ``dispose``, REG-5:
+    the conformance kit, between examples)."""
+    shutil.rmtree(uri.location, ignore_errors=True)
 
 
 def open_store(fs: FS, root: str, clock: Clock | None = None, **options: object) -> Store:

@@ -17,9 +17,9 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tidelog import dirlock, storedir
+from tidelog import dirlock, registry, storedir
 from tidelog.api import Store
-from tidelog.backend import Capabilities, StoreOptions
+from tidelog.backend import StoreOptions
 from tidelog.clock import Clock
 from tidelog.errors import BadArgument, Closed, Corrupt, StorageError, TidelogError
 from tidelog.fsio import FS, Handle, io_errors, make_dirs, storage_error
@@ -41,7 +41,8 @@ from .wal import WalOptions, WalShard
 
 __all__ = ["FileBackend", "CAPABILITIES"]
 
-CAPABILITIES = Capabilities(persistent=True, crash_safe=True)
+#: declared once, in the scheme's registry entry (REG-1)
+CAPABILITIES = registry.builtin_capabilities("file")
 
 
 class FileBackend(Engine):

@@ -14,10 +14,10 @@ import re
 from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from itertools import pairwise
 
 from tidelog.fsio import FS
+from tidelog.report import ERROR, WARNING, Problem, Report
 
 from .format import (
     LOCK_FILE,
@@ -37,45 +37,10 @@ from .format import progress as prg
 from .format import segment as seg
 from .format import snapshot as snap
 
-__all__ = ["Problem", "Report", "verify_store"]
+__all__ = ["Problem", "Report", "verify_store", "is_store"]
 
-ERROR = "error"
-WARNING = "warning"
 _MAX_PER_FILE = 20  # repeated findings in one file are summarised after this many
 _PID = re.compile(r"[0-9]+\n")
-
-
-@dataclass(frozen=True)
-class Problem:
-    path: str
-    offset: int | None  # byte offset in ``path``; None for a whole file or directory
-    rule: str
-    severity: str  # "error" | "warning"
-    message: str
-
-    def __str__(self) -> str:
-        where = self.path if self.offset is None else f"{self.path} @ {self.offset}"
-        return f"{self.severity}: {where}: [{self.rule}] {self.message}"
-
-
-@dataclass
-class Report:
-    root: str
-    problems: list[Problem] = field(default_factory=list)
-    files_checked: int = 0
-
-    @property
-    def ok(self) -> bool:
-        """No errors (warnings allowed)."""
-        return not self.errors
-
-    @property
-    def errors(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == ERROR]
-
-    @property
-    def warnings(self) -> list[Problem]:
-        return [p for p in self.problems if p.severity == WARNING]
 
 
 class _Ctx:
@@ -810,6 +775,15 @@ def _warn_tmp(ctx: _Ctx, path: str) -> None:
 
 
 # --- entry point ----------------------------------------------------------------------------------
+
+
+def is_store(fs: FS, path: str) -> bool:
+    """``path`` is a file-backend store directory: it holds ``meta/`` (LAY-1). What ``tidelog
+    verify`` asks the ``file`` descriptor (REG-5)."""
+    try:
+        return fs.is_dir(path) and fs.is_dir(posixpath.join(path, META_DIR))
+    except OSError:
+        return False
 
 
 def verify_store(fs: FS, root: str) -> Report:

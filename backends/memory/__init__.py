@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tidelog.backend import COMMON_OPTIONS, Capabilities, StoreOptions
+from tidelog import registry
+from tidelog.backend import COMMON_OPTIONS, StoreOptions
 from tidelog.clock import Clock
 from tidelog.named import NamedStores
 from tidelog.options import validate_options
@@ -19,9 +20,10 @@ from tidelog.uri import URI
 
 from ..common import Engine
 
-__all__ = ["MemoryBackend", "open_backend", "forget", "CAPABILITIES"]
+__all__ = ["MemoryBackend", "open_backend", "forget", "dispose", "CAPABILITIES"]
 
-CAPABILITIES = Capabilities(persistent=False, crash_safe=False)
+#: declared once, in the scheme's registry entry (REG-1)
+CAPABILITIES = registry.builtin_capabilities("memory")
 
 
 class MemoryBackend(Engine):
@@ -37,6 +39,11 @@ class MemoryBackend(Engine):
 
 _named: NamedStores[MemoryBackend] = NamedStores("memory")
 forget = _named.forget
+
+
+def dispose(uri: URI) -> None:
+    """Forget the store ``memory://NAME`` names (the descriptor's ``dispose``, REG-5)."""
+    forget(uri.location.strip("/"))
 
 
 def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> MemoryBackend:

@@ -51,7 +51,7 @@ from tidelog.options import (
     parse_size,
     validate_options,
 )
-from tidelog.records import Item, Lease, Record, TopicState
+from tidelog.records import Item, Record, TopicState
 from tidelog.storedir import Layout, parse_create
 from tidelog.uri import URI, store_path
 
@@ -195,51 +195,12 @@ class SfBackend(Backend):
             bytes=self.slot.payload_bytes(),
         )
 
-    def delete(
-        self, ref: TopicRef, before_seq: int | None, tag: str | None, tag_glob: str | None
-    ) -> int:
-        raise _unavailable("deletes")
-
-    # -- subscribers and queue mode: not available (CAP-1) ------------------------------------
-    def subscribe(self, ref: TopicRef, name: str, start: str) -> None:
-        raise _unavailable("subscribers")
+    # deletes, subscribers and queue mode: refused by tidelog.api from the capabilities
+    # (CAP-1, REG-4), with the messages the sf:// registry entry gives
 
     def subscribers(self, ref: TopicRef) -> list[str]:
         self._check(ref)
         return []
-
-    def poll(self, ref: TopicRef, name: str, limit: int) -> list[Item]:
-        raise _unavailable("subscribers")
-
-    def ack(self, ref: TopicRef, name: str, seq: int) -> bool:
-        raise _unavailable("subscribers")
-
-    def reject(self, ref: TopicRef, name: str, seq: int) -> bool:
-        raise _unavailable("subscribers")
-
-    def commit(self, ref: TopicRef, name: str, seq: int) -> int:
-        raise _unavailable("subscribers")
-
-    def hwm(self, ref: TopicRef, name: str) -> int:
-        raise _unavailable("subscribers")
-
-    def flush_subscriber(self, ref: TopicRef, name: str) -> None:
-        raise _unavailable("subscribers")
-
-    def unregister(self, ref: TopicRef, name: str) -> None:
-        raise _unavailable("subscribers")
-
-    def claim(self, ref: TopicRef, node: str, limit: int, lease_ms: int | None) -> list[Lease]:
-        raise _unavailable("queue mode")
-
-    def complete(self, ref: TopicRef, seq: int, lease_id: int) -> None:
-        raise _unavailable("queue mode")
-
-    def release(self, ref: TopicRef, seq: int, lease_id: int) -> None:
-        raise _unavailable("queue mode")
-
-    def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None:
-        raise _unavailable("queue mode")
 
     def describe(self) -> dict[str, object]:
         stats = self.slot.stats()

@@ -29,6 +29,7 @@ from tidelog.clock import Clock, FakeClock
 from tidelog.conformance.crashcheck import CrashRun, Op
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.conformance.ringcrash import RingCrashRun
+from tidelog.hooks import Abandon, hooks
 
 IMAGE = "/ring.img"
 
@@ -337,7 +338,7 @@ def test_TOP_11_BDEV_9_producer_marks_survive_a_torn_overwrite() -> None:
             acked.append((len(fs.history), f"p{k % 2}", k + 1))
         else:
             t.append(bytes([65 + k]) * (60 + k))
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     n = 0
     for at in range(len(fs.history) + 1):
         for state in fs.crash_states(at=at, torn="garbage"):

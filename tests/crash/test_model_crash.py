@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 
 import tidelog
 from tidelog import FakeClock, Record, Tombstone
+from tidelog.hooks import hooks
 from tidelog.model import ModelStore, TopicModel
 
 
 def _store() -> tuple[tidelog.Store, ModelStore, FakeClock]:
     clock = FakeClock()
     store = tidelog.open("model://", clock=clock)
-    return store, store._backend, clock  # type: ignore[return-value]
+    return store, hooks(store, ModelStore), clock
 
 
 def _records(t: TopicModel) -> list[tuple[int, bytes]]:

@@ -17,10 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 import tidelog
-from tidelog.backends.blockdev import verify_image
+from tidelog.backends.blockdev import BlockdevBackend, verify_image
 from tidelog.cli import main
 from tidelog.errors import BadOption, Corrupt
 from tidelog.fsio import OsFS
+from tidelog.hooks import IoCounters, hooks
 from tidelog.records import Record
 
 SIZE = 8 << 20
@@ -76,7 +77,7 @@ def _write(dev: str, data: bytes, offset: int = 0) -> None:
 
 
 def _direct_flag(store: tidelog.Store) -> bool:
-    fd = store._backend.dev.handle.fd  # type: ignore[attr-defined]
+    fd = hooks(store, BlockdevBackend).dev.handle.fd  # the device the backend opened
     return bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
 
 
@@ -117,7 +118,7 @@ def test_BDEV_20_direct_io_on_a_512_byte_sector_device(loop: Any) -> None:
             t.append(bytes([i]) * 100)
         t.subscribe("s", start="earliest").commit(20)
         store.flush()
-        io: Any = store._backend.io_stats()  # type: ignore[attr-defined]
+        io: Any = hooks(store, IoCounters).io_stats()
         assert io["page_writes"] == 50
     with tidelog.open(f"blockdev://{dev}") as store:
         t = store.topic("t")

@@ -36,6 +36,7 @@ from tidelog.conformance.crashcheck import apply_op, compare_recovered, observe
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.conformance.faultfs import APPLICABLE, Fault, FaultFS
 from tidelog.errors import TidelogError
+from tidelog.hooks import Abandon, hooks
 from tidelog.model import ModelStore
 
 ROOT = "/data/store"
@@ -117,7 +118,7 @@ def run_steps(
         if diverged is not None and store is None:
             break  # the open that failed, or the close that ended the poisoned run (FLT-4)
     if store is not None:  # a baseline that does not end closed: what a killed process leaves
-        store._backend.abandon()
+        hooks(store, Abandon).abandon()
     return Run(results, marks, fault_step, diverged)
 
 
@@ -163,7 +164,7 @@ class Models:
             leases: dict[str, list[Any]] = {}
             for op in model_ops(self.steps[:n_steps]):
                 apply_op(store, op, clock, leases)
-            self._cache[n_steps] = (store._backend, clock)  # type: ignore[assignment]
+            self._cache[n_steps] = (hooks(store, ModelStore), clock)
         return self._cache[n_steps]
 
 

@@ -18,6 +18,7 @@ from tidelog.clock import FakeClock
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.conformance.faultfs import Fault, FaultFS
 from tidelog.errors import StorageError
+from tidelog.hooks import Abandon, Checkpoint, hooks
 
 ROOT = "/data/store"
 OPTIONS = dict(
@@ -55,7 +56,7 @@ def test_FLT_6_failed_meta_fsync_after_the_snapshot_rename_poisons() -> None:
     for attempt in ("checkpoint", "append", "checkpoint"):
         try:
             if attempt == "checkpoint":
-                store._backend.checkpoint()  # type: ignore[attr-defined]
+                hooks(store, Checkpoint).checkpoint()
             else:
                 t.append(b"late")
                 late_acked = len(inner.history)
@@ -135,9 +136,9 @@ def _store_to_recover(inner: RecordingFS) -> None:
     store = open_store(inner, ROOT, FakeClock(1_000_000), **OPTIONS)
     t = store.topic("t", durability="fsync")
     t.append_many([b"a", b"b", b"c"])
-    store._backend.checkpoint()  # type: ignore[attr-defined]
+    hooks(store, Checkpoint).checkpoint()
     t.append(b"d")
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
 
 
 @pytest.mark.parametrize(
@@ -204,7 +205,7 @@ def test_FLT_8_a_reservation_refused_for_room_halves() -> None:
     payloads = [bytes([i]) * 300_000 for i in range(5)]  # 1.5 MB: past the reservation
     for p in payloads:
         t.append(p)
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     again = open_store(inner, ROOT, FakeClock(2_000_000), **BIG)
     try:
         assert _payloads(again, "t") == payloads
@@ -220,8 +221,8 @@ def test_FLT_8_a_spare_is_used_without_reserving_anything() -> None:
     t = store.topic("t", durability="fsync")
     for i in range(4):  # 64 KiB WAL files: a rotation
         t.append(bytes([65 + i]) * 20_000)
-    store._backend.checkpoint()  # type: ignore[attr-defined]  # the old file: a spare
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Checkpoint).checkpoint()  # the old file: a spare
+    hooks(store, Abandon).abandon()
     assert any(n.startswith("spare-") for n in inner.listdir(f"{ROOT}/wal"))
     fs = FaultFS(inner, [Fault("enospc", kind="allocate", repeat=True)])
     again = open_store(fs, ROOT, FakeClock(2_000_000), **{**OPTIONS, "prealloc": "fallocate"})
@@ -245,11 +246,11 @@ def test_FLT_6_describe_reports_the_failure_and_the_wal_since_the_checkpoint() -
     before = store.describe()
     assert before["failed"] is None
     assert before["checkpoint"]["wal_bytes_since"] > 1000  # type: ignore[index]
-    store._backend.checkpoint()  # type: ignore[attr-defined]
+    hooks(store, Checkpoint).checkpoint()
     assert store.describe()["checkpoint"]["wal_bytes_since"] < 200  # type: ignore[index]
     t.append(b"y" * 1000)
     with pytest.raises(StorageError):
-        store._backend.checkpoint()  # type: ignore[attr-defined]
+        hooks(store, Checkpoint).checkpoint()
     after = store.describe()
     assert "checkpoint of /data/store: Input/output error" in after["failed"]  # type: ignore[operator]
     assert after["checkpoint"]["snapshot"] == 1  # type: ignore[index]
@@ -304,7 +305,7 @@ def test_FLT_9_mmap_false_reads_by_pread_and_a_read_error_is_io_error(
     store.close()  # a checkpoint: sealed segments
     store = _real_store(root, mmap=mmap)
     store.topic("t").append(b"d")
-    store._backend.abandon()  # type: ignore[attr-defined]  # the WAL is replayed next
+    hooks(store, Abandon).abandon()  # the WAL is replayed next
     store = _real_store(root, mmap=mmap)
     try:
         assert [r.payload for r in store.topic("t").read(0, 10)] == [b"a", b"b", b"c", b"d"]

@@ -19,6 +19,7 @@ from tidelog.adapters.spark.columns import log_schema, slot_batch, spark_compati
 from tidelog.adapters.spark.options import parse_options
 from tidelog.adapters.spark.staging import stage
 from tidelog.errors import BadArgument, BadName, BadOption
+from tidelog.hooks import Checkpoint, EngineTopics, hooks
 
 
 def test_SPK_1_importable_without_pyspark() -> None:
@@ -319,9 +320,9 @@ def test_SPK_3_columnar_segment_reads_equal_the_public_read(
     t.delete(before_seq=10)  # the first segment is all dead and dropped at the checkpoint
     sub = t.subscribe("s", start="earliest")
     sub.commit(30)  # trim="acked": silent removals
-    writer._backend.checkpoint()  # type: ignore[attr-defined]
+    hooks(writer, Checkpoint).checkpoint()
     t.append_many([b"tail"] * 5, tag="tail")  # unsealed: read through Topic.read
-    assert len(writer._backend.topics["ev"].log.chunks) >= 3  # type: ignore[attr-defined]
+    assert len(hooks(writer, EngineTopics).topics["ev"].log.chunks) >= 3
     try:
         for rows in ("fail", "rows"):
             opts = parse_options({"path": str(root), "topic": "ev", "tombstones": rows})
@@ -401,7 +402,7 @@ def test_SPK_5_slot_reads_of_sealed_qseg_segments_equal_the_public_read(
             cols["d"] = pa.DictionaryArray.from_arrays(pa.array([0, 1], pa.int8()), ["x", "y"])
         t.append_bundle(RecordBundle({0 if i % 4 else 1: pa.record_batch(cols)}))
     t.delete(before_seq=3)
-    writer._backend.checkpoint()  # type: ignore[attr-defined]
+    hooks(writer, Checkpoint).checkpoint()
     t.append_bundle(RecordBundle({0: pa.record_batch({"n": pa.array([99], pa.uint8())})}))
     try:
         opts = parse_options({"path": str(root), "topic": "b", "slot": "0", "batchRecords": "5"})

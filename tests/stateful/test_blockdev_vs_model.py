@@ -41,9 +41,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from tidelog.api import Store
+from tidelog.backends.blockdev import BlockdevBackend
 from tidelog.conformance.crashcheck import TopicView, check_progress, observe
 from tidelog.conformance.machine import LogMachine
 from tidelog.conformance.ringcrash import allowed_as
+from tidelog.hooks import Abandon, EngineTopics, hooks
 from tidelog.model import ModelStore, SubModel, TopicModel
 
 PAGES = 6
@@ -75,7 +77,7 @@ class BlockdevMachine(LogMachine):
 
     def ring_events(self, store: Store | None = None) -> list[Any]:
         """The evictions ``store`` (default: the open one) reported since the last call."""
-        backend: Any = (store or self.sut)._backend
+        backend: Any = hooks(store or self.sut, BlockdevBackend)  # eviction records name pages
         fresh = backend.ring_evictions[self._seen :]
         self._seen = len(backend.ring_evictions)
         return list(fresh)
@@ -105,11 +107,11 @@ class BlockdevMachine(LogMachine):
         """DUR-2, DUR-4, DUR-6, DUR-9, SUB-7, TOP-11, BDEV-17: the power fails between two ops;
         the reopened ring holds an allowed state, and the model carries on from it."""
         old = self.sut
-        old._backend.abandon()  # type: ignore[attr-defined]
+        hooks(old, Abandon).abandon()
         self.learn_ring(self.ring_events(old))
         self._seen = 0
         self.sut = self.open_sut()
-        model: ModelStore = self.model._backend  # type: ignore[assignment]
+        model = hooks(self.model, ModelStore)
         got = observe(self.sut)
         assert set(got) == set(model.topics), (
             f"DUR-2: topics {sorted(got)} after power loss, {sorted(model.topics)} before"
@@ -151,7 +153,7 @@ class BlockdevMachine(LogMachine):
                 state.fate[q] = "evicted"
         state.evict_floor = view.floor
         state.losses = [(lo, hi) for lo, hi in state.losses if hi >= view.floor]
-        t: Any = self.sut._backend.topics[name]  # type: ignore[attr-defined]
+        t: Any = hooks(self.sut, EngineTopics).topics[name]
         assert t.producers == state.producers, (
             f"TOP-11: producer marks {t.producers} recovered with the records of {state.producers}"
         )
@@ -260,7 +262,7 @@ def test_BDEV_16_BDEV_17_eviction_after_a_power_loss_inside_an_op() -> None:
         assert m.discarded == {"t0": [(2, 5)]}
         _fill(m, 2, 400)
         _fill(m, 2, 400)  # seals page 5, then page 0: seq 1 goes (head 5)
-        backend: Any = m.sut._backend
+        backend: Any = hooks(m.sut, BlockdevBackend)
         assert [(e.through, e.head, e.page) for e in backend.ring_evictions] == [(1, 5, 0)]
         assert m.sut.topic("t0").read(0, 1)[0] == m.model.topic("t0").read(0, 1)[0]
         assert type(m.sut.topic("t0").read(0, 1)[0]).__name__ == "Tombstone"  # not silent

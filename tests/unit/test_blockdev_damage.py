@@ -36,11 +36,12 @@ from tidelog.backends.blockdev.device import Geometry
 from tidelog.backends.blockdev.format import SLOT_BYTES, decode_slot, encode_slot, slot_index
 from tidelog.backends.blockdev.repair import read_quarantine, repair_ring
 from tidelog.backends.blockdev.ring import page_reader, scan_ring
-from tidelog.backends.blockdev.verify import Problem
 from tidelog.clock import FakeClock
 from tidelog.errors import Corrupt
 from tidelog.fsio import OsFS
+from tidelog.hooks import Abandon, hooks
 from tidelog.records import Record, Tombstone
+from tidelog.report import Problem
 
 PAGE = 512
 SEED = int(os.environ.get("TIDELOG_DAMAGE_SEED", "14"))
@@ -159,7 +160,7 @@ def test_BDEV_22_head_page_bit_flip_after_acknowledged_fsync_appends(tmp_path: P
             image = path.read_bytes()
         assert newest_slot(image)  # the image the fuzzer had: acknowledged records, head page 4
         path.write_bytes(flip(image, page_off(4) + 3))
-        store._backend.abandon()  # type: ignore[attr-defined]
+        hooks(store, Abandon).abandon()
         if how != "crash":
             assert_refused(path, page_off(4))
             continue
@@ -185,7 +186,7 @@ def test_BDEV_22_memory_page_written_before_a_slot(tmp_path: Path) -> None:
         t.append(b"m" * 140)
     t.subscribe("s")  # a slot: after pages 0 and 1, while record 7 is only in memory
     image = path.read_bytes()
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     path.write_bytes(flip(image, page_off(1) + 100))
     assert_refused(path, page_off(1))
 
@@ -216,7 +217,7 @@ def test_BDEV_22_older_lap_page_is_refused(tmp_path: Path) -> None:
     for _ in range(11):  # lap 1 holds pages 0..2, lap 0 pages 3..7 (seqs 4..8)
         append(t)
     image = path.read_bytes()
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     for page in (4, 6, 7):
         path.write_bytes(flip(image, page_off(page) + 20))
         assert_refused(path, page_off(page))
@@ -239,7 +240,7 @@ def test_BDEV_22_newest_slot_damaged_with_pages_after_it(tmp_path: Path) -> None
     t.subscribe("s")
     append(t)  # page 3, stamped with the registration's generation; no slot after it
     image = path.read_bytes()
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     gen, _ = newest_slot(image)
     newest = slot_index(gen) * SLOT_BYTES
     path.write_bytes(flip(image, newest + 60))
@@ -337,7 +338,7 @@ def _fsync(
         if closed:
             store.close()
         image = path.read_bytes()
-        store._backend.abandon()  # type: ignore[attr-defined]
+        hooks(store, Abandon).abandon()
         return image, head
 
     return run
@@ -354,7 +355,7 @@ def _memory(path: Path) -> tuple[bytes, int]:
     store.flush()
     append(t, 1)  # only in memory: not in the image
     image = path.read_bytes()
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     return image, 14
 
 

@@ -22,11 +22,12 @@ from typing import Any
 import pytest
 
 import tidelog
-from tidelog.backends.blockdev import open_store
+from tidelog.backends.blockdev import BlockdevBackend, open_store
 from tidelog.backends.blockdev.device import DeviceHandle
 from tidelog.clock import FakeClock
 from tidelog.errors import StorageError
 from tidelog.fsio import OsFS
+from tidelog.hooks import hooks
 from tidelog.records import Record
 
 PAGE = 512
@@ -265,7 +266,7 @@ def test_BDEV_23_raw_device_handle_faults(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(device_mod, "is_block_device", lambda fs, p: p == str(dev))
     uri = f"blockdev://{dev}"
     with tidelog.open(f"{uri}?format=true&topic=t&page_size=4096") as store:
-        assert isinstance(store._backend.dev.handle, DeviceHandle)  # type: ignore[attr-defined]
+        assert isinstance(hooks(store, BlockdevBackend).dev.handle, DeviceHandle)
     for call, err in (("pwrite", errno.EIO), ("fdatasync", errno.EIO), ("pwrite", errno.ENOSPC)):
         store = tidelog.open(uri, clock=FakeClock(1))
         t = store.topic("t", durability="fsync")

@@ -21,6 +21,7 @@ from tidelog.cli import main
 from tidelog.clock import FakeClock
 from tidelog.errors import BadOption, Corrupt, ReadOnly, StorageError
 from tidelog.fsio import OsFS
+from tidelog.hooks import Abandon, hooks
 from tidelog.records import Record, Tombstone
 
 PAGE = 512
@@ -97,7 +98,7 @@ def test_BDEV_28_recovery_in_memory_only(tmp_path: Path) -> None:
     t.append_many([b"m%d" % k for k in range(3)])
     sub.commit(3)
     sub.flush()  # the slot's hwm covers seqs still only in the open page
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     before = digest(path)
     with view(path) as seen:
         topic = seen.topic("events", create=False)
@@ -266,7 +267,7 @@ def test_CLI_3_inspect_and_tail_leave_a_ring_byte_identical(tmp_path: Path) -> N
     t.append_many([b"a", b"b", b"c"])
     sub.commit(3)
     sub.flush()  # progress past what the device holds
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     before = digest(path)
     uri = f"blockdev://{path}"
     runner = CliRunner()

@@ -31,6 +31,7 @@ from tidelog.clock import FakeClock
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.errors import Corrupt, Locked, StorageError
 from tidelog.fsio import OsFS
+from tidelog.hooks import Abandon, hooks
 from tidelog.records import Record, Tombstone
 
 PAGE = 512
@@ -162,7 +163,7 @@ def test_BDEV_25_damaged_newest_pages_lose_as_many_seqs_as_they_could_hold(
     for _ in range(7):  # 140-byte records, three per page: pages 0 and 1 fill and are written
         t.append(b"m" * 140)
     t.subscribe("s")  # a slot after pages 0 and 1 while record 7 is only in memory
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     flip(path, page_off(1) + 100)
     refused(path, page_off(1))
     repaired(path)
@@ -184,7 +185,7 @@ def test_BDEV_25_head_page_proven_durable(tmp_path: Path, how: str) -> None:
     sub.commit(3)
     append(t)  # seq 5, alone in page 4
     {"close": store.close, "store_flush": store.flush, "subscriber_flush": sub.flush}[how]()
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     flip(path, page_off(4) + 3)
     refused(path, page_off(4))
     actions = repaired(path)
@@ -220,7 +221,7 @@ def test_BDEV_25_previous_lap_pages(tmp_path: Path) -> None:
     path = tmp_path / "r.img"
     store = ring(path)
     append(store.topic("t", durability="fsync"), 11)  # lap 1: pages 0..2; lap 0: pages 3..7
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     flip(path, page_off(4) + 6)
     flip(path, page_off(7) + 6)
     refused(path, page_off(4))
@@ -241,7 +242,7 @@ def test_BDEV_26_damaged_newest_slot_with_pages_after_it(tmp_path: Path) -> None
     append(t, 3)
     t.subscribe("s")
     append(t)  # page 3 carries the registration's generation
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     image = path.read_bytes()
     gens = [decode_slot(image[i * SLOT_BYTES : (i + 1) * SLOT_BYTES], i).generation for i in (0, 1)]
     damaged = slot_index(max(gens)) * SLOT_BYTES

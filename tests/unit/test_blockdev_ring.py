@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 import tidelog
-from tidelog.backends.blockdev import verify_image
+from tidelog.backends.blockdev import BlockdevBackend, verify_image
 from tidelog.backends.blockdev.device import DeviceHandle
 from tidelog.backends.blockdev.format import (
     SLOT_BYTES,
@@ -35,6 +35,7 @@ from tidelog.cli import main
 from tidelog.clock import FakeClock
 from tidelog.errors import BadArgument, BadOption, Corrupt, NoSuchTopic, NotAvailable
 from tidelog.fsio import OsFS
+from tidelog.hooks import Abandon, IoCounters, RingEvictions, hooks
 from tidelog.model.ring import RingHead, find_head, find_head_linear, page_seq, retained_pages
 from tidelog.records import Record, Tombstone
 
@@ -207,7 +208,7 @@ def test_BDEV_16_ring_overwrite_is_involuntary_eviction(tmp_path: Path) -> None:
         sub = t.subscribe("s", start="earliest")
         for i in range(6):
             t.append(bytes([i]) * 300)  # one page each
-        b: Any = store._backend
+        b: Any = hooks(store, RingEvictions)
         assert [(e.through, e.head) for e in b.ring_evictions] == [(1, 5), (2, 6)]
         assert all(e.head - e.through >= n for e in b.ring_evictions)
         assert t.state().evict_floor == 3
@@ -226,7 +227,7 @@ def test_BDEV_16_dead_pages_are_reused_silently(tmp_path: Path) -> None:
         t = store.topic("t", durability="fsync", cap_records=2)
         for i in range(20):
             t.append(bytes([i]) * 300)
-        assert store._backend.ring_evictions == []  # type: ignore[attr-defined]
+        assert hooks(store, RingEvictions).ring_evictions == []
         assert store.describe()["looped"] is True
         assert [r.seq for r in t.read() if isinstance(r, Record)] == [19, 20]
 
@@ -441,7 +442,7 @@ def _tail_after_crash(path: Path, every: int) -> tuple[int, int, int]:
         if i == 4:
             slow.commit(5)
     final = fast.hwm
-    store._backend.abandon()  # type: ignore[attr-defined]  # the process dies: no close
+    hooks(store, Abandon).abandon()  # the process dies: no close
     with tidelog.open(uri(path)) as store:
         t = store.topic("t")
         got = t.subscriber("fast")
@@ -478,7 +479,7 @@ def test_BDEV_17_BDEV_16_writing_resumes_after_the_last_page_written(tmp_path: P
     t.subscribe("s", start="earliest")
     t.append_many([b"a" * 60])  # seq 1, page 0
     t.append_many([b"b" * 400] * 4)  # seqs 2-5: pages 0-3 written, seq 5 still in memory
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     store = open_store(fs, path, clock)
     t = store.topic("t")
     assert t.state().head_seq == 1 and store.describe()["next_page"] == 4
@@ -487,7 +488,7 @@ def test_BDEV_17_BDEV_16_writing_resumes_after_the_last_page_written(tmp_path: P
     t.append_many([b"c" * 400] * 2)
     t.append_many([b"d" * 400] * 2)  # seqs 2-5 again; sealing seq 4's page reuses page 0
     assert _writes(fs, mark) == ["page 4", "page 5", "meta", "page 0"]  # meta: the first wrap
-    b: Any = store._backend
+    b: Any = hooks(store, BlockdevBackend)  # its own eviction records name the page
     assert [(e.through, e.head, e.page) for e in b.ring_evictions] == [(1, 5, 0)]
     assert t.read(0, 1) == [Tombstone(1, 1)]
     assert store.topic("t").subscriber("s").poll(1) == [Tombstone(1, 1)]
@@ -509,13 +510,13 @@ def test_BDEV_17_progress_past_the_recovered_head_is_rewritten(tmp_path: Path) -
     t.append(b"a" * 400)  # page 0 (seq 1) written; seq 2 in memory
     t.append(b"x")  # seq 3, in the open page
     assert t.subscribe("s1", start="resume").hwm == 3  # registration: slot with hwm 3
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     mark = len(fs.log)
     store = open_store(fs, path, clock)
     assert _writes(fs, mark) == ["meta"]  # progress past head 1 rewritten before any op
     gen = store.describe()["meta_generation"]
     assert isinstance(gen, int)
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     with open(path, "r+b") as f:  # that slot write torn: the slot before it is kept
         f.seek((gen - 1) % 2 * SLOT_BYTES + 100)
         f.write(bytes(SLOT_BYTES - 100))
@@ -526,7 +527,7 @@ def test_BDEV_17_progress_past_the_recovered_head_is_rewritten(tmp_path: Path) -
     assert t.state().head_seq == 1 and t.subscriber("s1").hwm == 1
     t.append_many([b"b" * 400, b"c" * 400])  # seqs 2 and 3 again; seq 2's page is written
     t.append_many([b"d" * 400])  # seq 4: seq 3's page is written
-    store._backend.abandon()  # type: ignore[attr-defined]
+    hooks(store, Abandon).abandon()
     mark = len(fs.log)
     store = open_store(fs, path, clock)
     assert _writes(fs, mark) == []  # nothing past the head: nothing to rewrite
@@ -546,7 +547,7 @@ def test_BDEV_15_memory_class_writes_full_pages_and_close_writes_the_rest(tmp_pa
     path = tmp_path / "r.img"
     with new_ring(path, 8) as store:
         t = store.topic("t", durability="memory")
-        io: Any = store._backend.io  # type: ignore[attr-defined]
+        io: Any = hooks(store, BlockdevBackend).io  # the writer's own queue
         for i in range(30):
             t.append(bytes([i]) * 40)  # ~43 bytes each: 10 per 448-byte page
         assert io.stats.page_writes == 2 and io.stats.records == 20
@@ -566,7 +567,7 @@ def test_BDEV_15_fsync_reads_only_what_is_on_the_device(tmp_path: Path) -> None:
     commit is one page write."""
     with new_ring(tmp_path / "r.img", 8) as store:
         t = store.topic("t", durability="fsync")
-        io: Any = store._backend.io  # type: ignore[attr-defined]
+        io: Any = hooks(store, BlockdevBackend).io  # the writer's own queue
         for i in range(5):
             t.append(bytes([i]))
             assert io.records_durable == i + 1
@@ -608,7 +609,7 @@ def test_BDEV_15_group_commit(tmp_path: Path) -> None:
     fs = _GateFS()
     store = open_store(fs, str(tmp_path / "r.img"), FakeClock(1), size=4096 + 8 * 4096)
     t = store.topic("default", durability="fsync")
-    io: Any = store._backend.io  # type: ignore[attr-defined]
+    io: Any = hooks(store, BlockdevBackend).io  # the writer's own queue
     fs.armed = True
     first = threading.Thread(target=t.append, args=(b"first",))
     first.start()
@@ -617,7 +618,7 @@ def test_BDEV_15_group_commit(tmp_path: Path) -> None:
     for th in others:
         th.start()
     deadline = 200
-    while store._backend.journal.records_added < 6 and deadline:  # type: ignore[attr-defined]
+    while hooks(store, BlockdevBackend).journal.records_added < 6 and deadline:
         threading.Event().wait(0.01)
         deadline -= 1
     fs.release.set()
@@ -699,11 +700,11 @@ def _amplification(
     path = tmp / f"wa-{cls}-{size}-{batch}.img"
     with new_ring(path, 2048, page_size=4096) as store:
         t = store.topic("t", durability=cls)
-        before = dict(store._backend.io_stats())  # type: ignore[attr-defined]
+        before = dict(hooks(store, IoCounters).io_stats())  # type: ignore[attr-defined]
         for i in range(0, count, batch):
             t.append_many([bytes([i % 256]) * size] * batch)
         store.flush()
-        after = store._backend.io_stats()  # type: ignore[attr-defined]
+        after = hooks(store, IoCounters).io_stats()
     dev = after["device_bytes_written"] - before["device_bytes_written"]
     payload = after["payload_bytes_written"] - before["payload_bytes_written"]
     pages = after["page_writes"] - before["page_writes"]
@@ -824,7 +825,7 @@ def direct_dir(tmp_path: Path) -> Iterator[Path | None]:
 
 
 def _fd_is_direct(store: tidelog.Store) -> bool:
-    handle: Any = store._backend.dev.handle  # type: ignore[attr-defined]
+    handle: Any = hooks(store, BlockdevBackend).dev.handle
     return bool(fcntl.fcntl(handle.fd, fcntl.F_GETFL) & getattr(os, "O_DIRECT", 0))
 
 
@@ -1015,7 +1016,7 @@ def test_BDEV_14_a_slot_never_names_seqs_of_an_op_whose_end_is_still_in_memory(
     t.append(b"\x00")
     t.append(b"\x00", node="n0")  # seqs 3, 4 in page 1
     assert t.append_many([bytes(4), bytes(11)], node="n0", producer=("p0", 1)) == [5, 6]
-    b: Any = store._backend
+    b: Any = hooks(store, BlockdevBackend)  # the ring's own slots
     assert b.ring.slots[1] == (2, 6)  # page 1 holds seqs 2-6 and was queued; the mark was not
     b.abandon()
     store = tidelog.open(uri, clock=clock)  # opens: the slot names no seq beyond the ring

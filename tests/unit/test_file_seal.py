@@ -17,6 +17,7 @@ from tidelog.backends.file.checkpoint import _split, _Tail
 from tidelog.backends.file.format import segment as seg
 from tidelog.backends.file.format.seal import build_columns
 from tidelog.errors import BadArgument
+from tidelog.hooks import hooks
 
 labels = st.one_of(st.none(), st.text(max_size=8))
 slots = st.tuples(
@@ -134,8 +135,7 @@ def test_checkpoint_seals_labelled_dead_and_plain_records(tmp_path: Path) -> Non
         t.delete(tag="x", before_seq=27)
         t.delete(before_seq=4)
         want = [(r.seq, r.tag, r.node, r.payload) for r in t.read()]  # type: ignore[union-attr]
-        b = store._backend
-        assert isinstance(b, FileBackend)
+        b = hooks(store, FileBackend)
         b.checkpoint()
         assert [(r.seq, r.tag, r.node, r.payload) for r in t.read()] == want  # type: ignore[union-attr]
     with tidelog.open(uri) as store:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import tidelog
 from tidelog.backends.file import requests
+from tidelog.hooks import Checkpoint, hooks
 
 
 def stage(path: Path, rows: list[tuple[bytes, str | None, str | None]]) -> str:
@@ -61,7 +62,7 @@ def test_XPR_1_read_only_view_follows_the_writer(tmp_path: Path) -> None:
     assert vt.state().head_seq == 2  # a view is a snapshot until refreshed
     view.refresh()
     assert vt.state().head_seq == 3
-    writer._backend.checkpoint()  # type: ignore[attr-defined]  # new snapshot; WAL retired
+    hooks(writer, Checkpoint).checkpoint()  # new snapshot; WAL retired
     t.append(b"d")
     view.refresh()
     assert [r.payload for r in vt.read()] == [b"a", b"b", b"c", b"d"]  # type: ignore[union-attr]

@@ -28,6 +28,7 @@ from tidelog.bundle import RecordBundle, encode_bundle
 from tidelog.conformance.crashcheck import CrashRun, Op
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.errors import BadArgument, Corrupt
+from tidelog.hooks import Checkpoint, EngineTopics, hooks
 
 OPTS = "background=false&segment_max_records=4"
 
@@ -72,7 +73,7 @@ def test_QSEG_12_bundle_topic_seals_read_only_qseg_read_back_exactly(tmp_path: P
         t.delete(before_seq=2)  # seq 1: dead inside the first segment
         before = t.read(limit=100)
         state = t.state()
-        store._backend.checkpoint()  # type: ignore[attr-defined]
+        hooks(store, Checkpoint).checkpoint()
         assert t.read(limit=100) == before  # served by the sealed chunks now
         assert t.state() == state
     files = segment_files(root)
@@ -90,7 +91,7 @@ def test_QSEG_12_bundle_topic_seals_read_only_qseg_read_back_exactly(tmp_path: P
         tagged = [r.seq for r in t.read(after=0, limit=100) if r[2] == "t1"]  # type: ignore[index]
         assert tagged == [2, 5, 8]
         assert t.delete(tag="t1") == 3  # the tag index was rebuilt from the manifests
-        chunk = store._backend.topics["b"].log.chunks[0]  # type: ignore[attr-defined]
+        chunk = hooks(store, EngineTopics).topics["b"].log.chunks[0]
         mapped = chunk.data
         batch = chunk.bundle(1)[0]
         lo = pa.py_buffer(mapped).address
@@ -144,7 +145,7 @@ def test_QSEG_9_a_payload_arrow_would_encode_differently_is_sealed_plain(tmp_pat
         t = store.topic("b", payload="bundles")
         t.append_many([encode_bundle(bundle(i)) for i in range(4)])  # seqs 1..4: a .qseg
         t.append(legacy)  # seq 5: plain
-        store._backend.checkpoint()  # type: ignore[attr-defined]
+        hooks(store, Checkpoint).checkpoint()
         warnings = store.describe()["warnings"]
         assert any("sealed plain" in w for w in warnings)  # type: ignore[union-attr]
     assert segment_files(root) == [

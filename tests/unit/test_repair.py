@@ -18,6 +18,7 @@ from tidelog.backends.file.repair import repair_store
 from tidelog.backends.file.verify import verify_store
 from tidelog.cli import main
 from tidelog.fsio import OsFS
+from tidelog.hooks import hooks
 from tidelog.records import Record, Tombstone
 
 OPTS = "background=false&commit_interval_ms=60000&checkpoint_bytes=1GiB&wal_file_bytes=1MiB"
@@ -33,8 +34,7 @@ def _fill(root: Path, n: int, *, seal: bool) -> list[bytes]:
     t = store.topic("t", durability="fsync", trim="none")
     for p in payloads:
         t.append(p)
-    b = store._backend
-    assert isinstance(b, FileBackend)
+    b = hooks(store, FileBackend)
     if seal:
         b.checkpoint()
     b.abandon()  # a crash: nothing after the last ack
@@ -186,8 +186,7 @@ def test_REP_2_SUB_4_SUB_7_a_lagging_subscriber_gets_the_gap_in_seq_order(
     store = tidelog.open(_uri(tmp_path))
     t = store.topic("t", durability="fsync", trim="none")
     sub = t.subscribe("s", start="earliest")
-    b = store._backend
-    assert isinstance(b, FileBackend)
+    b = hooks(store, FileBackend)
     for k in range(3):  # three segments: 1..20, 21..40, 41..60
         t.append_many([b"r%03d" % i for i in range(20 * k + 1, 20 * k + 21)])
         b.checkpoint()

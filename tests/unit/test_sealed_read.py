@@ -18,6 +18,7 @@ from tidelog.backends.file.format import segment as seg
 from tidelog.backends.file.verify import verify_store
 from tidelog.errors import Corrupt
 from tidelog.fsio import OsFS
+from tidelog.hooks import EngineTopics, hooks
 from tidelog.records import Record
 
 
@@ -36,8 +37,7 @@ def test_SEG_2_bulk_sealed_read_matches_per_record_reads(tmp_path: Path) -> None
     _fill(root)
     with tidelog.open(f"file://{root}") as store:  # closed and reopened: all sealed
         t = store.topic("t")
-        backend = store._backend
-        log = backend.topics["t"].log  # type: ignore[attr-defined]
+        log = hooks(store, EngineTopics).topics["t"].log  # the file backend's TopicLog
         assert log.chunks, "expected sealed segments"
         expected = [log.record(q) for q in log.live_between(1, t.state().head_seq)]
         for limit in (1, 7, 100, 10_000):
@@ -71,7 +71,7 @@ def test_SEG_19_a_flipped_payload_byte_in_a_sealed_segment_raises_corrupt(tmp_pa
     frame_at, (frame_end_slot, _) = index.block_offsets[k], index.block_end(k)
     with tidelog.open(f"file://{root}") as store:
         t = store.topic("t")
-        first = store._backend.topics["t"].log.chunks[0].first_seq  # type: ignore[attr-defined]
+        first = hooks(store, EngineTopics).topics["t"].log.chunks[0].first_seq
         damaged = rf"seg-.*\.data: run frame at offset {frame_at}: XXH3-64 mismatch \(SEG-15\)"
         with pytest.raises(Corrupt, match=damaged):
             t.read(0, 1000)
@@ -160,7 +160,7 @@ def test_SEG_12_a_version_1_segment_still_opens_reads_and_verifies(tmp_path: Pat
     assert verify_store(OsFS(), str(root)).problems == []
     with tidelog.open(f"file://{root}") as store:
         t = store.topic("t")
-        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        log = hooks(store, EngineTopics).topics["t"].log
         assert {c.index.version for c in log.chunks} == {1}
         for limit in (1, 7, 10_000):
             got: list[object] = []
@@ -192,7 +192,7 @@ def test_SEG_11_opening_rebuilds_the_tag_index_from_label_runs(
     monkeypatch.undo()
     with store:
         t = store.topic("t")
-        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        log = hooks(store, EngineTopics).topics["t"].log
         assert {c.index.version for c in log.chunks} == {seg.IDX_VERSION_RUNS}
         tagged_b = [r.seq for r in t.read(0, 10_000) if r.tag == "b"]  # type: ignore[union-attr]
         assert len(tagged_b) == 25
@@ -211,7 +211,7 @@ def test_DEL_5_the_tag_index_holds_ranges_rebuilt_from_runs_at_open(tmp_path: Pa
         t.append_many([b"x"] * 10_000, tag="a")  # seqs 1..10000
         for i in range(4):  # 10001 b, 10002 a, 10003 b, 10004 a
             t.append(b"y", tag="ba"[i % 2])
-        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        log = hooks(store, EngineTopics).topics["t"].log
         assert list(log.tag_ranges["a"]) == [1, 10_000, 10_002, 10_002, 10_004, 10_004]
         assert t.delete(before_seq=5_001, tag="a") == 5_000
         assert list(log.tag_ranges["a"]) == [5_001, 10_000, 10_002, 10_002, 10_004, 10_004]
@@ -221,7 +221,7 @@ def test_DEL_5_the_tag_index_holds_ranges_rebuilt_from_runs_at_open(tmp_path: Pa
         assert t.delete(before_seq=10_003, tag="b") == 1
         assert log.examined - before <= 2  # the key and one seq: nothing per untagged record
     with tidelog.open(f"file://{root}") as store:
-        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        log = hooks(store, EngineTopics).topics["t"].log
         assert list(log.tag_ranges["a"]) == [5_001, 10_000, 10_002, 10_002, 10_004, 10_007]
         assert list(log.tag_ranges["b"]) == [10_003, 10_003]
         assert store.topic("t").delete(tag_glob="*") == 5_000 + 1 + 4 + 1
@@ -253,7 +253,7 @@ def test_SEG_15_SEG_3_equal_size_payloads_read_as_strides(tmp_path: Path, versio
             idx.write_bytes(seg.index_as_version_1(v2_idx))
     with tidelog.open(f"file://{root}") as store:
         t = store.topic("t")
-        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
+        log = hooks(store, EngineTopics).topics["t"].log
         assert {c.index.version for c in log.chunks} == {1 if version == 1 else 3}
         if version == 2:
             assert max(len(c.index.block_slots) for c in log.chunks) > 2  # several frames

@@ -12,6 +12,7 @@ import pytest
 
 import tidelog
 from tidelog import Backpressure, FakeClock, Record, Tombstone, TopicState
+from tidelog.hooks import Abandon, EngineTopics, hooks
 
 BACKENDS = ["memory", "model"]
 
@@ -289,7 +290,7 @@ def test_DEL_5_tag_deletes_use_the_index_not_a_scan() -> None:
         t.append_many([b"x"] * 50_000)
         t.append(b"y", tag="needle")
         t.append(b"z", tag="nettle")
-        log = s._backend.topics["t"].log  # type: ignore[attr-defined]
+        log = hooks(s, EngineTopics).topics["t"].log
         before = log.examined
         assert t.delete(tag_glob="nee*") == 1
         assert t.delete(tag="nettle") == 1
@@ -646,7 +647,7 @@ def test_TOP_11_producer_marks_survive_restart(tmp_path: Path) -> None:
     with tidelog.open(uri) as s:
         assert s.topic("t").append_many([b"a"], producer=("sender-1", 7)) == []
         s.topic("t").append_many([b"b"], producer=("sender-1", 8))
-        s._backend.abandon()  # type: ignore[attr-defined]  # as if killed: WAL replay only
+        hooks(s, Abandon).abandon()  # as if killed: WAL replay only
     with tidelog.open(uri) as s:
         assert s.topic("t").append_many([b"b"], producer=("sender-1", 8)) == []
         assert [r.payload for r in s.topic("t").read()] == [b"a", b"b"]  # type: ignore[union-attr]

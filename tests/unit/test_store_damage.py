@@ -29,6 +29,7 @@ from tidelog.backends.file import FileBackend
 from tidelog.backends.file.repair import repair_store
 from tidelog.backends.file.verify import verify_store
 from tidelog.fsio import OsFS
+from tidelog.hooks import hooks
 from tidelog.records import Record, Tombstone
 
 URI_OPTS = "background=false&commit_interval_ms=60000&checkpoint_bytes=1GiB&wal_file_bytes=256KiB"
@@ -52,8 +53,7 @@ def _build(root: Path, *, crash: bool) -> None:
     last one, a subscriber that acked part of one topic; a clean close, or a crash."""
     rng = random.Random(7)
     store = tidelog.open(f"file://{root}?{URI_OPTS}")
-    b = store._backend
-    assert isinstance(b, FileBackend)
+    b = hooks(store, FileBackend)
     # trim="none": every sealed record stays live, so a read reaches every damaged frame
     topics = {name: store.topic(name, durability="fsync", trim="none") for name in TOPICS}
     sub = topics["a"].subscribe("exp", start="earliest")

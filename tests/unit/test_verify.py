@@ -20,9 +20,10 @@ from tidelog.backends.file.format import progress as prg
 from tidelog.backends.file.format import segment as seg
 from tidelog.backends.file.format import shard_dir_name, topic_dir_name, wal
 from tidelog.backends.file.format import snapshot as snap
-from tidelog.backends.file.verify import Problem, Report, verify_store
+from tidelog.backends.file.verify import verify_store
 from tidelog.errors import Locked
 from tidelog.fsio import OsFS
+from tidelog.report import Problem, Report
 
 STORE_ID = bytes.fromhex("00112233445566778899aabbccddeeff")
 TID = 0x2A

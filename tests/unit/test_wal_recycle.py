@@ -18,14 +18,14 @@ from tidelog.backends.file import FileBackend
 from tidelog.backends.file.format import wal as walfmt
 from tidelog.backends.file.verify import verify_store
 from tidelog.fsio import OsFS
+from tidelog.hooks import hooks
 
 SMALL = "background=false&wal_file_bytes=64KiB&checkpoint_bytes=1GiB&commit_interval_ms=60000"
 
 
 def _backend(store: tidelog.Store) -> FileBackend:
-    b = store._backend
-    assert isinstance(b, FileBackend)
-    return b
+    """The file backend itself: these tests look at its own internals (by its class, REG-5)."""
+    return hooks(store, FileBackend)
 
 
 def _names(root: Path) -> tuple[list[str], list[str]]:
