@@ -232,6 +232,37 @@ def sf_client_layout(tmp: Path) -> Target:
     return _sf(tmp, make)
 
 
+REAL_CLIENT = textwrap.dedent(
+    """
+    import os, socket, sys
+    from questdb import Sender, TimestampNanos
+    with socket.socket() as s:  # a port nobody listens on: the client keeps reconnecting
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sender = Sender.from_conf(f"ws::addr=127.0.0.1:{port};sf_dir={sys.argv[1]};sender_id=a;"
+                              "auto_flush=off;initial_connect_retry=async;")
+    sender.establish()
+    for i in range(25):
+        sender.row("t", symbols={"s": "s%d" % (i % 3)}, columns={"v": i},
+                   at=TimestampNanos(1_700_000_000_000_000_000 + i))
+        sender.flush()
+    os._exit(0)
+    """
+)
+
+
+def sf_real_client(tmp: Path) -> Target:
+    """A slot questdb 6.0.0 (Rust client 7.2.0) itself left when killed with 25 frames
+    unacknowledged (no server): its watermark, manifest, flagged segments, hot spare and
+    symbol dictionary as the client writes them."""
+    sf_dir = tmp / "sf"
+    subprocess.run([sys.executable, "-c", REAL_CLIENT, str(sf_dir)], check=True, timeout=WAIT)
+    slot = sf_dir / "a"
+    assert (slot / "sf-manifest.bin").stat().st_size == (slot / WATERMARK_FILE).stat().st_size
+    assert (slot / WATERMARK_FILE).stat().st_size == 8192
+    return _sf(tmp, lambda _: slot)
+
+
 def _from_sf_readonly(name: str) -> Callable[[Path], Target]:
     def make(tmp: Path) -> Target:
         return _sf(tmp, SF_STATES[name])
@@ -256,6 +287,7 @@ STATES: dict[str, Callable[[Path], Target]] = {
     "sf-foreign": _from_sf_readonly("foreign"),
     "sf-drained": _from_sf_readonly("drained"),
     "sf-client-layout": sf_client_layout,
+    "sf-real-client": sf_real_client,
 }
 
 #: the commands that do not say they write (spec/CLI.md CLI-10), as argv given a target;
@@ -324,8 +356,9 @@ def test_CLI_10_read_only_commands_change_nothing(tmp_path: Path, state: str, co
     """CLI-10 (CLI-3, FORMATS XPR-1, FORMATS-blockdev BDEV-28, BDEV-21, FORWARD SF-21): a
     read-only command or a readonly=true open of a file:// store, blockdev:// ring or sf://
     slot, clean, crashed (abandon), with a torn tail, damaged where verify reports it, or (sf)
-    left by another client, leaves every file and directory as it was: bytes, size, mtime and
-    listing. Its answer may be a refusal (status 2) or bad news (status 1), never a traceback."""
+    left by another client (also by the real questdb 6.0.0 client), leaves every file and
+    directory as it was: bytes, size, mtime and listing. Its answer may be a refusal (status
+    2) or bad news (status 1), never a traceback."""
     target = STATES[state](tmp_path)
     before = snapshot(tmp_path)
     if command == "open-readonly":
