@@ -15,7 +15,7 @@ from collections.abc import Callable
 from .errors import Locked, StorageError
 from .fsio import FS, Handle, OsFS
 
-__all__ = ["LOCK_FILE", "PID_FILE", "acquire", "holder"]
+__all__ = ["LOCK_FILE", "PID_FILE", "acquire", "exclude_writers", "holder"]
 
 LOCK_FILE = ".lock"
 PID_FILE = ".lock.pid"
@@ -31,15 +31,7 @@ def acquire(fs: FS, directory: str, busy: Callable[[str | None], str]) -> Handle
         path = os.path.join(directory, name)
         if isinstance(fs, OsFS) and os.path.islink(path):
             raise _link_error(path)
-    handle = _open(fs, os.path.join(directory, LOCK_FILE))
-    try:
-        handle.lock()
-    except Locked:
-        handle.close()
-        raise Locked(busy(holder(fs, directory))) from None
-    except BaseException:
-        handle.close()
-        raise
+    handle = _locked(fs, _open(fs, os.path.join(directory, LOCK_FILE)), directory, busy)
     try:
         pid = _open(fs, os.path.join(directory, PID_FILE))
         try:
@@ -49,6 +41,32 @@ def acquire(fs: FS, directory: str, busy: Callable[[str | None], str]) -> Handle
             pid.close()
     except BaseException:
         handle.close()  # LOCK-4, FLT-7, SF-19: an open that failed never keeps the lock
+        raise
+    return handle
+
+
+def exclude_writers(fs: FS, directory: str, busy: Callable[[str | None], str]) -> Handle | None:
+    """Hold the lock of ``directory`` without writing a byte (spec/CLI.md CLI-10): when
+    ``.lock`` exists it is opened for reading and locked (``Locked(busy(holder_pid))`` if a
+    writer holds it), else nothing is created and None is returned (no writer can be
+    running: every writer creates the file before it writes). ``.lock.pid`` is left as it is."""
+    path = os.path.join(directory, LOCK_FILE)
+    try:
+        handle = fs.open_read(path)
+    except FileNotFoundError:
+        return None
+    return _locked(fs, handle, directory, busy)
+
+
+def _locked(fs: FS, handle: Handle, directory: str, busy: Callable[[str | None], str]) -> Handle:
+    """``handle`` locked, or closed and ``Locked(busy(holder_pid))`` raised."""
+    try:
+        handle.lock()
+    except Locked:
+        handle.close()
+        raise Locked(busy(holder(fs, directory))) from None
+    except BaseException:
+        handle.close()
         raise
     return handle
 

@@ -38,7 +38,7 @@ from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
-from .lockfile import acquire
+from .lockfile import acquire, exclude_writers
 from .progressfiles import read_progress, topic_dir, write_progress
 from .recovery import list_streams, newest_snapshot
 
@@ -85,7 +85,8 @@ def repair_store(fs: FS, root: str, *, dry_run: bool = False) -> RepairReport:
     """Repair the store at ``root`` (REP-1): takes its lock, so no writer may hold it."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     ctx = _Ctx(fs, root, dry_run, RepairReport(root), stamp)
-    lock = acquire(fs, root)
+    # a dry run writes nothing, not even the lock's pid file (CLI-10)
+    lock = exclude_writers(fs, root) if dry_run else acquire(fs, root)
     try:
         n, body = _snapshot(ctx)
         changed = _damaged_copies(ctx, n)
@@ -103,7 +104,8 @@ def repair_store(fs: FS, root: str, *, dry_run: bool = False) -> RepairReport:
             fs.fsync_dir(os.path.join(root, "meta"))
         return ctx.report
     finally:
-        lock.close()
+        if lock is not None:
+            lock.close()
 
 
 def _snapshot(ctx: _Ctx) -> tuple[int, dict[str, Any]]:
