@@ -230,7 +230,7 @@ def _batch(
         body, size = offs, lens
     else:
         label = np.repeat(np.array(runs.nls[r0 : r1 + 1], np.int64) + runs.tls[r0 : r1 + 1],
-                          counts)  # fmt: skip
+                          counts.astype(np.int64))  # fmt: skip
         body = offs + _HEADER + label
         size = lens - _OVERHEAD - label
     regular = r0 == r1 and n > 0 and bool((lens == lens[0]).all())
