@@ -4,7 +4,7 @@ child process bounded in time and killed by PID, against ``qwp_listener.QwpListe
 ``python tests/unit/sf_v2_client.py SF_DIR SENDER PORT ROWS MODE`` is the child; MODE is
 ``close`` (clean close), ``exit`` (``os._exit`` after the rows) or ``open-exit`` (right after
 connecting). Environment: ``SEG``/``TOTAL`` (sf_max_segment_bytes/sf_max_total_bytes), ``PAD``
-(string column length), ``SETTLE`` (seconds to wait after the rows before stopping; with no
+(string column length), ``ROW_SLEEP`` (seconds between rows), ``SETTLE`` (seconds to wait after the rows before stopping; with no
 rows the child waits until its stdin closes).
 
 ``make_fixtures(out)`` writes tests/unit/data/sf-v2/ again.
@@ -37,9 +37,11 @@ def run_client(
     acks: int = 1 << 62,
     done: Callable[[list[bytes]], bool] | None = None,
     env: dict[str, str] | None = None,
+    kill_after: float | None = None,
 ) -> QwpListener:
     """Run the client once; returns the (stopped) listener with every message it received.
-    ``done``: the child is told to close once ``done(messages)`` holds (or the time is up)."""
+    ``done``: the child is told to close once ``done(messages)`` holds (or the time is up).
+    ``kill_after``: SIGKILL the child (by PID) after that many seconds instead."""
     listener = QwpListener(acks)
     child_env = dict(os.environ, **(env or {}))
     proc = subprocess.Popen(
@@ -49,6 +51,11 @@ def run_client(
     )
     try:
         deadline = time.monotonic() + CHILD_TIMEOUT
+        if kill_after is not None:
+            time.sleep(kill_after)
+            proc.kill()
+            proc.wait()
+            return listener
         if done is not None:
             while not done(list(listener.messages)) and time.monotonic() < deadline:
                 if proc.poll() is not None:
@@ -86,6 +93,7 @@ def _child(sf_dir: str, sender: str, port: int, rows: int, mode: str) -> None:
         s.row("t", symbols={"s": f"s{i % 3}"}, columns={"v": "x" * pad},
               at=TimestampNanos(1_700_000_000_000_000_000 + i))  # fmt: skip
         s.flush()
+        time.sleep(float(os.environ.get("ROW_SLEEP", "0")))
     if rows:
         time.sleep(float(os.environ.get("SETTLE", "1.0")))
     else:
