@@ -4,8 +4,8 @@ child process bounded in time and killed by PID, against ``qwp_listener.QwpListe
 ``python tests/unit/sf_v2_client.py SF_DIR SENDER PORT ROWS MODE`` is the child; MODE is
 ``close`` (clean close), ``exit`` (``os._exit`` after the rows) or ``open-exit`` (right after
 connecting). Environment: ``SEG``/``TOTAL`` (sf_max_segment_bytes/sf_max_total_bytes), ``PAD``
-(string column length), ``ROW_SLEEP`` (seconds between rows), ``SETTLE`` (seconds to wait after the rows before stopping; with no
-rows the child waits until its stdin closes).
+(string column length), ``ROW_SLEEP`` (seconds between rows), ``SETTLE`` (seconds to wait
+after the rows before stopping; with no rows the child waits until its stdin closes).
 
 ``make_fixtures(out)`` writes tests/unit/data/sf-v2/ again.
 """
