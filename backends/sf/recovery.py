@@ -639,10 +639,14 @@ def _format2_chain(
     if tail is None or tail.base_seq != active:
         at = tail.base_seq + tail.frame_count if tail else active
         spare = next((s for s in empty if s.base_seq == active), None)
-        if spare is not None and at == active:
+        if spare is not None and at == active and (tail is not None or head == active):
             chain.append(spare)
-        elif tail is not None or head != active:
-            add(ERROR, tail.name if tail else MANIFEST_FILE, None, "SF-28",
+        elif tail is None and head != active:
+            add(ERROR, MANIFEST_FILE, None, "SF-28",
+                f"no segment holds frames from the manifest's head {head} on, but its active "
+                f"base is {active}: FSNs {head}..{active - 1} are missing")  # fmt: skip
+        elif tail is not None:
+            add(ERROR, tail.name, None, "SF-28",
                 f"no segment at the manifest's active base {active} (the chain ends at FSN "
                 f"{at - 1})")  # fmt: skip
     extras += [s.name for s in empty if s not in chain]

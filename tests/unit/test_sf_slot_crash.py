@@ -176,46 +176,52 @@ def test_SF_11_every_crash_point_small_workload(durability: str, slot_format: in
 
 
 @pytest.mark.crash
+@pytest.mark.parametrize("slot_format", [1, 2])
 @pytest.mark.parametrize("durability", ["append", "flush"])
-def test_SF_12_weak_directory_order_never_opens_a_gap(durability: str) -> None:
+def test_SF_12_weak_directory_order_never_opens_a_gap(durability: str, slot_format: int) -> None:
     """SF-12: trims unlink lowest first with a directory sync each, so even a file system that
-    reorders directory operations (dirops="weak") never leaves a hole between segments."""
+    reorders directory operations (dirops="weak") never leaves a hole between segments; SF-29:
+    in slot format 2 the manifest's head moves first, so unlinks in any order leave only
+    leftovers below it."""
     script = [("append", 12), ("flush", 0), ("ack", 9), ("append", 3), ("flush", 0), ("ack", 13)]
-    fs, marks = run(durability, script)
+    fs, marks = run(durability, script, slot_format)
     states = 0
     for point in fs.checkpoints():
         durable, acked_bound = promised(marks, point)
         for state in fs.crash_states(
             at=point, mode="sample", seed=point, limit=25, torn="garbage", dirops="weak"
         ):
-            assert check_state(state, durability, durable, acked_bound) == "ok"
+            assert check_state(state, durability, durable, acked_bound, slot_format) == "ok"
             states += 1
     assert states > 20
 
 
 @pytest.mark.crash
-def test_SF_11_memory_durability_fails_loudly_never_silently() -> None:
+@pytest.mark.parametrize("slot_format", [1, 2])
+def test_SF_11_memory_durability_fails_loudly_never_silently(slot_format: int) -> None:
     """SF-11, SF-8: with memory durability (no syncs at all) a power loss may lose any
     unsynced suffix or refuse a slot with a hole -- but it never returns a wrong frame and
     never seeds ackedFsn past what the receiver confirmed."""
     script = [("append", 8), ("ack", 3), ("append", 6), ("ack", 10), ("append", 2)]
-    fs, marks = run("memory", script)
+    fs, marks = run("memory", script, slot_format)
     outcomes = {"ok": 0, "refused": 0}
     rng = random.Random(3)
     points = sorted(rng.sample(range(len(fs.history) + 1), min(30, len(fs.history) + 1)))
     for point in points:
         durable, acked_bound = promised(marks, point)
         for state in fs.crash_states(at=point, mode="sample", seed=point, limit=15):
-            outcomes[check_state(state, "memory", durable, acked_bound)] += 1
+            outcomes[check_state(state, "memory", durable, acked_bound, slot_format)] += 1
     assert outcomes["ok"] > 0
     print(f"memory durability: {outcomes}")
 
 
 @pytest.mark.crash
+@pytest.mark.parametrize("slot_format", [1, 2])
 @pytest.mark.parametrize("durability", ["append", "flush"])
-def test_SF_13_sampled_longer_workload_with_restarts(durability: str) -> None:
+def test_SF_13_sampled_longer_workload_with_restarts(durability: str, slot_format: int) -> None:
     """SF-13, SF-10, FSN-5: a longer seeded workload with clean restarts in between (the
-    active segment and the watermark carry FSNs and acks across them), sampled crash states."""
+    active segment and the watermark carry FSNs and acks across them), sampled crash states;
+    in slot format 2 as well (SF-29: a restart keeps the format)."""
     rng = random.Random(11)
     script: list[tuple[str, int]] = []
     published = -1
@@ -232,7 +238,7 @@ def test_SF_13_sampled_longer_workload_with_restarts(durability: str) -> None:
         elif kind in ("flush", "reopen"):
             script.append((kind, 0))
     script.append(("flush", 0))
-    fs, marks = run(durability, script)
+    fs, marks = run(durability, script, slot_format)
     states = 0
     points = sorted(set(fs.checkpoints()) | set(rng.sample(range(len(fs.history) + 1), 20)))
     for point in points:
@@ -240,7 +246,7 @@ def test_SF_13_sampled_longer_workload_with_restarts(durability: str) -> None:
         for state in fs.crash_states(
             at=point, mode="sample", seed=point, limit=max(2, SAMPLES // 4), torn="all"
         ):
-            assert check_state(state, durability, durable, acked_bound) == "ok"
+            assert check_state(state, durability, durable, acked_bound, slot_format) == "ok"
             states += 1
     assert states > 50
 

@@ -217,3 +217,20 @@ def test_SF_28_a_sync_record_of_an_older_file_claims_nothing(tmp_path: Path) -> 
     assert found is not None, findings
     assert (found.acked_fsn, found.published_fsn) == (-1, 14)
     assert [f.rule for f in findings] == ["SF-17"]
+
+
+def test_SF_28_an_empty_chain_below_the_active_base_refuses(tmp_path: Path) -> None:
+    """SF-28 item 4: no segment holds frames, yet the manifest's head (0) is below its active
+    base (5): FSNs 0..4 are missing (under sf_durability=memory a power loss can leave this).
+    The client refuses it; so does tidelog, rather than accept it once and then refuse the slot
+    its own writes left (found by the format-2 memory crash test)."""
+    slot = client_slot(tmp_path, "crash-at-open")
+    (slot / MANIFEST_FILE).write_bytes(bytes(4096) + rec.manifest_record(1, 0, 5) + bytes(4032))
+    spare = slot / "sf-0000000000000001.sfa"
+    data = bytearray(spare.read_bytes())
+    data[8:16] = (5).to_bytes(8, "little")
+    spare.write_bytes(bytes(data))
+    found, findings = examine(OsFS(), str(slot))
+    assert found is None and "FSNs 0..4 are missing" in findings[0].message
+    with pytest.raises(Corrupt, match="SF-28"):
+        Slot.open(str(slot.parent), "slot")
