@@ -119,6 +119,7 @@ def make_fixtures(out: Path) -> None:
     for name, (rows, acks, mode) in FIXTURES.items():
         work = out / f".{name}.tmp"
         shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)  # the client creates the slot, not its sf_dir
         run_client(work, "slot", rows, mode, acks=acks, env={"SETTLE": "1.0"})
         shutil.rmtree(out / name, ignore_errors=True)
         (out / name).mkdir(parents=True)
