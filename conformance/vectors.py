@@ -754,8 +754,9 @@ def _sf_slot_vectors(out: str, add_dir: Callable[..., None]) -> None:
 
     sf_dir = os.path.join(out, "sf-slot")
     base = os.path.join(sf_dir, "valid")
+    # Slot format 1 (FORWARD.md SF-23): the variants below edit its 16-byte watermark.
     slot = Slot.open(sf_dir, "valid", fs=OsFS(), max_bytes=96, max_total_bytes=1 << 20,
-                     durability="append", clock=FakeClock(_T0))
+                     durability="append", clock=FakeClock(_T0), slot_format=1)
     payloads = [f"frame-{i}".encode() * (1 + i % 3) for i in range(12)]
     for p in payloads:
         slot.append(p)

@@ -104,11 +104,12 @@ class SegmentHeader(NamedTuple):
     created_micros: int
 
 
-def encode_header(base_seq: int, created_micros: int) -> bytes:
-    """The 24-byte segment header (SF-3)."""
+def encode_header(base_seq: int, created_micros: int, flags: int = 0) -> bytes:
+    """The 24-byte segment header (SF-3); ``flags`` is 0 in slot format 1 and
+    ``MANIFEST_REQUIRED`` in slot format 2 (SF-25)."""
     if base_seq < 0 or base_seq >= 1 << 63:
         raise BadArgument(f"baseSeq must be in [0, 2**63), got {base_seq}")
-    return _HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, 0, base_seq, created_micros)
+    return _HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, flags, 0, base_seq, created_micros)
 
 
 def decode_header(data: bytes | bytearray | memoryview, where: str = "segment") -> SegmentHeader:

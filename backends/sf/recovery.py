@@ -31,11 +31,13 @@ from tidelog.errors import Corrupt, StorageError
 from tidelog.fsio import FS, storage_error
 from tidelog.model.fsn import recovery_seed
 
+from . import records as rec2
 from .format import (
     HEADER_SIZE,
     LEGACY_SEGMENT,
     SYNC_COPY_OFFSETS,
     SYNC_RECORD_SIZE,
+    WATERMARK_MAGIC,
     WMCHECK_OFFSET,
     WMCHECK_SIZE,
     SyncRecord,
@@ -51,7 +53,9 @@ from .format import (
 
 __all__ = [
     "WATERMARK_FILE",
+    "MANIFEST_FILE",
     "FAILED_FILE",
+    "CORRUPT_SUFFIX",
     "SYNC_FILE",
     "TMP_SUFFIX",
     "ERROR",
@@ -67,11 +71,16 @@ __all__ = [
     "located",
     "read_sync",
     "read_watermark",
+    "read_watermark_file",
+    "read_manifest",
+    "WatermarkFile",
 ]
 
 log = logging.getLogger("tidelog.sf")
 
 WATERMARK_FILE = ".ack-watermark"
+MANIFEST_FILE = "sf-manifest.bin"  # slot format 2 (SF-25)
+CORRUPT_SUFFIX = ".corrupt"  # questdb 6.0.0's quarantine (SF-27)
 SYNC_FILE = ".tidelog-sync"  # SF-17: tidelog's evidence of what the slot made durable
 TMP_SUFFIX = ".tmp"  # a segment under construction: sf-<gen>.sfa.tmp (SF-5)
 FAILED_FILE = ".failed"
@@ -105,6 +114,7 @@ class RecoveredSegment:
     dirty_end: int  # end of the last non-zero byte at or after append_cursor (0 when clean)
     # A CRC-valid frame right after the bad one at append_cursor (SF-18 item 3), or None.
     valid_after_defect: int | None = None
+    flags: int = 0  # header byte 5 (SF-25: MANIFEST_REQUIRED in slot format 2)
 
     @property
     def frame_count(self) -> int:
@@ -152,6 +162,12 @@ class Recovery:
     vanished: list[str] = field(default_factory=list)  # listed, gone when opened (a view's)
     sync: SyncState = field(default_factory=SyncState)
     findings: list[Finding] = field(default_factory=list)
+    version: int = 1  # the slot format found (SF-23)
+    manifest: rec2.Record | None = None  # sf-manifest.bin's value (SF-25)
+    watermark_generation: int = 0  # of the dual-slot .ack-watermark's value (SF-24), 0: none
+    # Format 2: empty non-active segments and trimmed leftovers below the manifest's head
+    # (SF-26, SF-28): no FSN of the slot is in them; a writing open deletes them.
+    extras: list[str] = field(default_factory=list)
 
     @property
     def torn_tails(self) -> int:
@@ -222,27 +238,60 @@ def _scan_mapped(path: str, name: str, data: memoryview) -> RecoveredSegment | N
         torn_tail=scan.torn_tail,
         dirty_end=scan.last_good + len(tail) if tail else 0,
         valid_after_defect=after,
+        flags=rec2.header_flags(data),
     )
 
 
+@dataclass(frozen=True)
+class WatermarkFile:
+    """What ``.ack-watermark`` holds (SF-6, SF-24)."""
+
+    exists: bool = False
+    fsn: int | None = None  # None: no usable value (a format-2 -1, "nothing acked", too)
+    dual: bool = False  # 8192 bytes: the dual-slot file of slot format 2 (SF-24)
+    generation: int = 0  # of the dual-slot value (0: none)
+    nonzero: bool = False  # any byte set (a client's fresh file is all zero)
+
+
 def read_watermark(fs: FS, slot_dir: str) -> int | None:
-    """The watermark recovery trusts (SF-10, SF-17): the ``.ack-watermark`` FSN (None when
-    absent or unusable, SF-6), lowered to its check in ``.tidelog-sync`` when that is smaller.
+    """The watermark recovery trusts (SF-10, SF-17, SF-28): the ``.ack-watermark`` FSN (None
+    when absent or unusable), in format 1 lowered to its check in ``.tidelog-sync`` when that
+    is smaller.
 
     raises: StorageError (SF-19)
     """
-    wm = _read_watermark_file(fs, slot_dir)[1]
+    wm = read_watermark_file(fs, slot_dir)
+    if wm.dual or wm.fsn is None:
+        return wm.fsn
     check = read_sync(fs, slot_dir).watermark_check
-    return wm if wm is None or check is None else min(wm, check)
+    return wm.fsn if check is None else min(wm.fsn, check)
 
 
-def _read_watermark_file(fs: FS, slot_dir: str) -> tuple[bool, int | None]:
-    """(whether ``.ack-watermark`` exists, its FSN or None when unusable: SF-6)."""
+def read_watermark_file(fs: FS, slot_dir: str) -> WatermarkFile:
+    """``.ack-watermark`` read as slot format 2's dual-slot file when it is 8192 bytes (SF-24),
+    else as format 1's 16-byte record (SF-6)."""
     path = os.path.join(slot_dir, WATERMARK_FILE)
     try:
         if not fs.exists(path):
+            return WatermarkFile()
+        data = _read_all(fs, path)
+    except OSError as exc:
+        raise storage_error(exc, f"reading {path} (SF-19)") from None
+    if len(data) == rec2.DUAL_FILE_SIZE:
+        value = rec2.read_dual(data, WATERMARK_MAGIC)
+        fsn = None if value is None or value.first < 0 else value.first
+        gen = 0 if value is None else value.generation
+        return WatermarkFile(True, fsn, True, gen, any(data))
+    return WatermarkFile(True, decode_watermark(data), False, 0, any(data))
+
+
+def read_manifest(fs: FS, slot_dir: str) -> tuple[bool, rec2.Record | None]:
+    """(whether ``sf-manifest.bin`` exists, its value or None: SF-24, SF-25)."""
+    path = os.path.join(slot_dir, MANIFEST_FILE)
+    try:
+        if not fs.exists(path):
             return False, None
-        return True, decode_watermark(_read_all(fs, path))
+        return True, rec2.read_dual(_read_all(fs, path), rec2.MANIFEST_MAGIC)
     except OSError as exc:
         raise storage_error(exc, f"reading {path} (SF-19)") from None
 
@@ -304,7 +353,8 @@ def examine(
     # SF-21: the claims (sync record, watermark) are read before the segments, so a writer
     # working beside a read-only view can only have written more than they claim, never less.
     sync = read_sync(fs, slot_dir)
-    watermark_file = _read_watermark_file(fs, slot_dir)
+    watermark_file = read_watermark_file(fs, slot_dir)
+    manifest_exists, manifest = read_manifest(fs, slot_dir)
     try:
         names = fs.listdir(slot_dir)
     except OSError as exc:
@@ -315,6 +365,11 @@ def examine(
     leftovers: list[str] = []
     vanished: list[str] = []
     for name in names:
+        if name.endswith(CORRUPT_SUFFIX) and is_segment_name(name[: -len(CORRUPT_SUFFIX)]):
+            gen = segment_generation(name[: -len(CORRUPT_SUFFIX)])
+            if gen is not None:  # SF-27: a quarantined name is never reused
+                generations.append(gen)
+            continue
         if name.endswith(TMP_SUFFIX) and is_segment_name(name[: -len(TMP_SUFFIX)]):
             leftovers.append(name)  # never renamed into place: holds no frame
             add(WARNING, name, None, "SF-5", "an interrupted segment creation: recovery deletes it")
@@ -343,11 +398,15 @@ def examine(
         segments = [s for s in segments if segment_order(s.name) > top]
         unborn = [(n, g) for n, g in unborn if segment_order(n) > top]
     segments.sort(key=lambda s: (s.base_seq, s.frame_count))
+    version = 2 if manifest_exists or watermark_file.dual or any(s.flags for s in segments) else 1
+    extras: list[str] = []
+    if version == 2:
+        segments, extras = _format2_chain(segments, manifest, add, trimmed=bool(vanished))
     record = _check_sync_file(sync, add)
     _check_unborn(segments, unborn, record, add)
     _check_order(segments, add)
     if record is not None:
-        _check_claim(segments, record, add)
+        _check_claim(segments, record, add, other_writer=version == 2)
     if (
         segments
         and segments[-1].defect
@@ -377,6 +436,10 @@ def examine(
         vanished=vanished,
         sync=sync,
         findings=findings,
+        version=version,
+        manifest=manifest,
+        watermark_generation=watermark_file.generation,
+        extras=extras,
     )
     return rec, findings
 
@@ -447,7 +510,9 @@ def _check_order(segments: list[RecoveredSegment], add: _Add) -> None:
                 "follows): recovery leaves them")  # fmt: skip
 
 
-def _check_claim(segments: list[RecoveredSegment], rec: SyncRecord, add: _Add) -> None:
+def _check_claim(
+    segments: list[RecoveredSegment], rec: SyncRecord, add: _Add, *, other_writer: bool = False
+) -> None:
     """SF-18 items 2-3: what the sync record proves about the segment it names."""
     named = [s for s in segments if _names_segment(rec, s.name)]
     if not named:
@@ -460,6 +525,10 @@ def _check_claim(segments: list[RecoveredSegment], rec: SyncRecord, add: _Add) -
             f"{rec.created_micros}: damage to this informational field (the records' ts), or "
             "another client recreated the segment under this name")  # fmt: skip
         recreated = " (if another SF client rewrote this slot, remove .tidelog-sync)"
+        if other_writer:
+            # SF-28: questdb 6.0.0 restarts generations at 0 after its fully drained close, so
+            # in format 2 a different createdMicros is another file under the same name.
+            return
     if seg.base_seq != rec.base_seq:
         add(ERROR, seg.name, 8, "SF-18",
             f"header baseSeq {seg.base_seq}, but the sync record says {rec.base_seq} for this "
@@ -482,19 +551,23 @@ def _check_claim(segments: list[RecoveredSegment], rec: SyncRecord, add: _Add) -
 
 
 def _check_watermark(
-    watermark_file: tuple[bool, int | None],
+    watermark_file: WatermarkFile,
     sync: SyncState,
     segments: list[RecoveredSegment],
     add: _Add,
 ) -> int | None:
-    """SF-6, SF-10, SF-17: the watermark recovery trusts (None: none)."""
-    exists, wm = watermark_file
-    raw = wm
-    if exists and wm is None:
+    """SF-6, SF-10, SF-17, SF-28: the watermark recovery trusts (None: none)."""
+    wm = raw = watermark_file.fsn
+    if watermark_file.dual:
+        if watermark_file.nonzero and watermark_file.generation == 0:
+            add(WARNING, WATERMARK_FILE, 0, "SF-24",
+                "neither half holds a valid record (magic 'AKW1', version 1, CRC-32C, "
+                "generation > 0): recovery replays from the lowest segment")  # fmt: skip
+    elif watermark_file.exists and wm is None:
         add(WARNING, WATERMARK_FILE, 0, "SF-6",
             "not a valid watermark record (magic 'AKW1', reserved 0, fsn >= 0): recovery "
             "ignores it and replays from the lowest segment")  # fmt: skip
-    check = sync.watermark_check
+    check = None if watermark_file.dual else sync.watermark_check
     if wm is not None and check is not None and check != wm:
         add(WARNING, SYNC_FILE, WMCHECK_OFFSET, "SF-17",
             f"the watermark says {wm}, its check {check} (a crash kept one write, another "
@@ -508,6 +581,76 @@ def _check_watermark(
                 f"the receiver acknowledged were lost from an unsynced tail, or damage); FSNs "
                 f"{published + 1}..{raw} may be handed out again (SF-20)")  # fmt: skip
     return wm
+
+
+def _format2_chain(
+    segments: list[RecoveredSegment],
+    manifest: rec2.Record | None,
+    add: _Add,
+    *,
+    trimmed: bool = False,
+) -> tuple[list[RecoveredSegment], list[str]]:
+    """SF-26, SF-28: the segments that hold the slot's FSNs (the chain, then an empty active)
+    and the names of the others (spares, empty leftovers, trimmed leftovers below the head).
+    ``segments`` is sorted by (baseSeq, frameCount). ``trimmed``: a view saw segments vanish
+    (SF-21), so the manifest it read first may name a head a trim has since moved past."""
+    data = [s for s in segments if s.frame_count]
+    empty = [s for s in segments if not s.frame_count]
+    # An empty active: the torn one first (the client's pick), then the oldest generation.
+    empty.sort(key=lambda s: (not s.defect, segment_order(s.name)))
+    if manifest is None:
+        flagged = [s for s in segments if s.flags & rec2.MANIFEST_REQUIRED]
+        if flagged:
+            add(ERROR, flagged[0].name, rec2.FLAGS_OFFSET, "SF-28",
+                f"MANIFEST_REQUIRED is set but {MANIFEST_FILE} is missing or holds no valid "
+                "record: the slot's head and active segment are unknown (questdb 6.0.0 "
+                "refuses it too)")  # fmt: skip
+            return segments, []
+        # A slot whose creation stopped before its manifest: read as the client's legacy mode.
+        keep = data or empty[:1]
+        return keep, [s.name for s in segments if s not in keep]
+    head, active = manifest.first, manifest.second
+    chain: list[RecoveredSegment] = []
+    extras: list[str] = []
+    for s in data:
+        end = s.base_seq + s.frame_count
+        if end <= head:
+            add(WARNING, s.name, None, "SF-28",
+                f"frames {s.base_seq}..{end - 1} lie below the manifest's head {head}: a trim "
+                "stopped before this unlink; recovery deletes it")  # fmt: skip
+            extras.append(s.name)
+        elif s.base_seq < head:
+            add(ERROR, s.name, 8, "SF-28",
+                f"baseSeq {s.base_seq} with {s.frame_count} frames straddles the manifest's "
+                f"head {head}")  # fmt: skip
+        elif s.base_seq > active:
+            add(ERROR, s.name, 8, "SF-28",
+                f"holds frames from baseSeq {s.base_seq}, beyond the manifest's active "
+                f"segment base {active}: frames only go to the active segment")  # fmt: skip
+        else:
+            chain.append(s)
+    if chain and trimmed and chain[0].base_seq > head:
+        head = chain[0].base_seq  # the trim that removed the vanished ones advanced it first
+    if chain and chain[0].base_seq != head:
+        add(ERROR, chain[0].name, 8, "SF-28",
+            f"the oldest segment starts at baseSeq {chain[0].base_seq}, the manifest's head is "
+            f"{head}: the head segment is missing")  # fmt: skip
+    tail = chain[-1] if chain else None
+    if tail is None or tail.base_seq != active:
+        at = tail.base_seq + tail.frame_count if tail else active
+        spare = next((s for s in empty if s.base_seq == active), None)
+        if spare is not None and at == active and (tail is not None or head == active):
+            chain.append(spare)
+        elif tail is None and head != active:
+            add(ERROR, MANIFEST_FILE, None, "SF-28",
+                f"no segment holds frames from the manifest's head {head} on, but its active "
+                f"base is {active}: FSNs {head}..{active - 1} are missing")  # fmt: skip
+        elif tail is not None:
+            add(ERROR, tail.name, None, "SF-28",
+                f"no segment at the manifest's active base {active} (the chain ends at FSN "
+                f"{at - 1})")  # fmt: skip
+    extras += [s.name for s in empty if s not in chain]
+    return chain, extras
 
 
 def recover(fs: FS, slot_dir: str) -> Recovery:

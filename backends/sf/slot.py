@@ -47,9 +47,12 @@ from tidelog.errors import (
 from tidelog.fsio import FS, Handle, OsFS, make_dirs, storage_error
 
 from . import lock
+from . import records as rec2
+from .dualfile import DualFile
 from .format import (
     FRAME_HEADER_SIZE,
     HEADER_SIZE,
+    WATERMARK_MAGIC,
     SyncRecord,
     encode_frame,
     encode_header,
@@ -57,7 +60,15 @@ from .format import (
     segment_name,
 )
 from .frames import FrameReader, Segment, typed_io
-from .recovery import FAILED_FILE, SYNC_FILE, TMP_SUFFIX, WATERMARK_FILE, Recovery, recover
+from .recovery import (
+    FAILED_FILE,
+    MANIFEST_FILE,
+    SYNC_FILE,
+    TMP_SUFFIX,
+    WATERMARK_FILE,
+    Recovery,
+    recover,
+)
 from .syncfile import SyncFile
 
 __all__ = ["DURABILITIES", "Slot", "SlotStats", "check_sender_id", "write_failed"]
@@ -67,6 +78,8 @@ log = logging.getLogger("tidelog.sf")
 #: sf_durability (SF-11): memory = never fsync; flush = fsync on the producer's flush();
 #: append = fsync before every append returns (flush and append are SF-11's Deviation).
 DURABILITIES: Final = ("memory", "flush", "append")
+#: Slot formats (SF-23); a new slot is created in format 2 (SF-29).
+SLOT_FORMATS: Final = (1, 2)
 _ZERO_CHUNK: Final = bytes(1 << 16)
 
 
@@ -98,6 +111,7 @@ class Slot(FrameReader):
         durability: str,
         clock: Clock | None,
         mmap: bool = True,
+        slot_format: int = 2,
     ) -> None:
         self.fs = fs
         self.dir = slot_dir
@@ -118,6 +132,16 @@ class Slot(FrameReader):
         self._poisoned: StorageError | None = None  # SF-19: the first failed write or sync
         self._closing = False  # close is writing its sync record (no append claim any more)
         self._closed = False
+        # SF-23: a slot stays in the format it was found in; a new one gets ``slot_format``.
+        self.version = recovery.version if recovery.segments else slot_format
+        self._wm2: DualFile | None = None  # format 2's .ack-watermark and manifest (SF-29)
+        self._manifest: DualFile | None = None
+        if self.version == 2:
+            wm_gen = recovery.watermark_generation
+            man_gen = recovery.manifest.generation if recovery.manifest else 0
+            self._wm2 = DualFile(fs, self._join(WATERMARK_FILE), WATERMARK_MAGIC, wm_gen)
+            self._manifest = DualFile(fs, self._join(MANIFEST_FILE), rec2.MANIFEST_MAGIC, man_gen)
+            self._manifest.value = recovery.manifest
         self._torn_at_open = recovery.torn_tails
         self._watermark_used = recovery.watermark_used
         self._trimmed = 0
@@ -152,6 +176,7 @@ class Slot(FrameReader):
         create: bool = True,
         fail_marker: bool = False,
         mmap: bool = True,
+        slot_format: int = 2,
     ) -> Slot:
         """Lock and recover ``<sf_dir>/<sender_id>`` (created if missing, SF-10).
 
@@ -162,11 +187,16 @@ class Slot(FrameReader):
         ``pread`` (the default ``fs`` is then ``OsFS(mmap=False)``) and frames are read by
         ``pread``, so a media error is ``io_error``, never a SIGBUS.
 
+        ``slot_format`` (SF-23, SF-29): the format a new slot is created in (2, the one
+        questdb 6.0.0 resumes without replays; 1 the original); a found slot keeps its own.
+
         raises: Locked (another sender holds it), Corrupt (recovery refused), BadArgument
         """
         check_sender_id(sender_id)
         if durability not in DURABILITIES:
             raise BadArgument(f"sf_durability must be one of {DURABILITIES}, got {durability!r}")
+        if slot_format not in SLOT_FORMATS:
+            raise BadArgument(f"slot_format must be one of {SLOT_FORMATS}, got {slot_format!r}")
         if max_bytes < HEADER_SIZE + FRAME_HEADER_SIZE + 1:
             raise BadArgument(f"sf_max_bytes={max_bytes}: too small for a header and a frame")
         if max_total_bytes < 2 * max_bytes:
@@ -206,6 +236,7 @@ class Slot(FrameReader):
                 durability=durability,
                 clock=clock,
                 mmap=mmap,
+                slot_format=slot_format,
             )
         except BaseException as exc:
             with contextlib.suppress(OSError):
@@ -216,9 +247,11 @@ class Slot(FrameReader):
 
     def _adopt(self, rec: Recovery) -> None:
         """Take over the recovered segments: drop unborn files, clean the active tail."""
-        for name in rec.unborn + rec.leftovers:
+        # SF-26, SF-28: format 2's spares and trimmed leftovers go as in the client's recovery.
+        gone = rec.unborn + rec.leftovers + rec.extras
+        for name in gone:
             self.fs.unlink(os.path.join(self.dir, name))
-        if rec.unborn or rec.leftovers:
+        if gone:
             self.fs.fsync_dir(self.dir)
         for i, r in enumerate(rec.segments):
             active = i == len(rec.segments) - 1
@@ -248,12 +281,18 @@ class Slot(FrameReader):
         if not self._segments:
             # A fully drained slot starts fresh: a stale watermark would only confuse (§18.1),
             # and a stale sync record could name a segment another client recreates (SF-17).
-            stale = [n for n in (WATERMARK_FILE, SYNC_FILE) if self.fs.exists(self._join(n))]
+            names = (WATERMARK_FILE, SYNC_FILE, MANIFEST_FILE)
+            stale = [n for n in names if self.fs.exists(self._join(n))]
             for name in stale:
                 self.fs.unlink(self._join(name))
             if stale:
                 self.fs.fsync_dir(self.dir)  # before a new segment could reuse a generation
+            if self._wm2 is not None and self._manifest is not None:
+                self._wm2.generation = self._manifest.generation = 0
+                self._manifest.value = None
             return
+        if self._manifest is not None and self._manifest.value is None:
+            self._adopt_manifest()
         if self.durability != "memory":
             # SF-17: record at open what is durable, after making it so; an append session
             # sets its flag from here on (every later frame is synced before the next).
@@ -264,6 +303,22 @@ class Slot(FrameReader):
         elif self._sync.flagged() and self._sync.newest is not None:
             # A memory session must not leave an append session's claim behind it (SF-17).
             self._sync.write_unflagged(self._sync.newest)
+
+    def _adopt_manifest(self) -> None:
+        """A format-2 slot whose creation stopped before its manifest (SF-28 item 2): write
+        the manifest, then set MANIFEST_REQUIRED on every segment, as the client's recovery
+        does."""
+        assert self._manifest is not None
+        self._manifest.create(self._segments[0].base_seq, self._segments[-1].base_seq)
+        for seg in self._segments:
+            h = self.fs.open(self._path(seg), create=False)
+            try:
+                flags = h.pread(rec2.FLAGS_OFFSET + 1, 0)[rec2.FLAGS_OFFSET :]
+                if not flags or not flags[0] & rec2.MANIFEST_REQUIRED:
+                    h.pwrite(bytes([rec2.MANIFEST_REQUIRED]), rec2.FLAGS_OFFSET)
+                    h.fsync()
+            finally:
+                h.close()
 
     # -- producer ----------------------------------------------------------------------------
     def add_listener(self, callback: Callable[[], None]) -> None:
@@ -320,6 +375,10 @@ class Slot(FrameReader):
         if self._segments:
             with self._io(f"sealing SF segment {self._path(self._segments[-1])}"):
                 self._seal(self._segments[-1])
+        first = self._manifest is not None and self._manifest.value is None
+        if first:
+            with self._io(f"creating {self._join(WATERMARK_FILE)}"):
+                self._start_format2()
         gen = self._next_gen
         self._next_gen += 1
         name = segment_name(gen)
@@ -333,11 +392,15 @@ class Slot(FrameReader):
             h = self.fs.open(tmp)
             try:
                 h.allocate(size)  # real blocks: ENOSPC here, never on a later append (SF-5)
-                h.pwrite(encode_header(self.published_fsn + 1, created), 0)
-                if self.durability != "memory":
+                # The first segment gets its flag only once the manifest exists (SF-29).
+                flags = rec2.MANIFEST_REQUIRED if self.version == 2 and not first else 0
+                h.pwrite(encode_header(self.published_fsn + 1, created, flags), 0)
+                # SF-29: in format 2 the segment is durable before the manifest names it.
+                durable = self.durability != "memory" or self.version == 2
+                if durable:
                     h.fdatasync()
                 self.fs.rename(tmp, path)
-                if self.durability != "memory":
+                if durable:
                     self.fs.fsync_dir(self.dir)
             except OSError:
                 with contextlib.suppress(OSError):
@@ -350,6 +413,12 @@ class Slot(FrameReader):
         self._segments.append(seg)
         self._bases.append(seg.base_seq)
         self._created += 1
+        if self._manifest is not None:
+            with self._io(f"advancing {self._join(MANIFEST_FILE)}"):
+                self._advance_manifest(self._segments[0].base_seq)
+                if first:
+                    h.pwrite(bytes([rec2.MANIFEST_REQUIRED]), rec2.FLAGS_OFFSET)
+                    h.fsync()
         if self.durability != "memory":
             with self._io(f"recording SF segment {path} in {SYNC_FILE}"):
                 self._write_record(seg)  # SF-17: before the segment takes a frame
@@ -364,6 +433,26 @@ class Slot(FrameReader):
             seg.synced = True
         if self.mmap:
             seg.map_sealed()
+
+    def _start_format2(self) -> None:
+        """SF-29: a new format-2 slot first gets its zeroed 8192-byte watermark, durably, so
+        a crash before the manifest exists still leaves a slot recognisably format 2 (SF-23)."""
+        assert self._wm2 is not None
+        self._wm2.open()
+        self._wm2.sync()
+        self.fs.fsync_dir(self.dir)
+
+    def _advance_manifest(self, head: int) -> None:
+        """SF-25, SF-29: (head, active) only grow; fsynced; created with the first segment."""
+        assert self._manifest is not None
+        active = self._segments[-1].base_seq
+        old = self._manifest.value
+        if old is None:
+            self._manifest.create(head, active)
+            return
+        head, active = max(head, old.first), max(active, old.second)
+        if (head, active) != (old.first, old.second):
+            self._manifest.write(head, active, sync=True)
 
     def _join(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -433,6 +522,12 @@ class Slot(FrameReader):
             acked = self.acked_fsn
             with self._io(f"persisting the watermark of SF slot {self.dir}"):
                 self._persist_watermark(acked)
+                if (
+                    self._manifest is not None
+                    and len(self._segments) > 1
+                    and self._segments[0].last_seq <= acked
+                ):
+                    self._trim_barrier(acked)
             trimmed = 0
             while len(self._segments) > 1 and self._segments[0].last_seq <= acked:
                 seg = self._segments.pop(0)
@@ -440,19 +535,37 @@ class Slot(FrameReader):
                 with self._io(f"trimming SF segment {self._path(seg)}"):
                     seg.close()
                     self.fs.unlink(self._path(seg))
-                    if self.durability != "memory":
+                    if self.durability != "memory" and self._manifest is None:
                         # One unlink per directory sync: segments vanish lowest first even on
                         # a file system that reorders directory operations (no gap after a
                         # crash).
                         self.fs.fsync_dir(self.dir)
                 trimmed += 1
+            if trimmed and self._manifest is not None:
+                with self._io(f"trimming SF slot {self.dir}"):
+                    self.fs.fsync_dir(self.dir)  # SF-29: one directory sync after the unlinks
             self._trimmed += trimmed
             if trimmed:
                 self._cond.notify_all()  # producers waiting for space (FWD-14)
             return trimmed
 
+    def _trim_barrier(self, acked: int) -> None:
+        """SF-29, the client's trim order: the watermark durable (record, fdatasync, directory
+        fsync), then the manifest's head past the segments about to go (fsynced)."""
+        assert self._wm2 is not None
+        self._wm2.sync()
+        self.fs.fsync_dir(self.dir)
+        keep = next(s for s in self._segments if s.last_seq > acked or s is self._segments[-1])
+        self._advance_manifest(keep.base_seq)
+
     def _persist_watermark(self, acked: int) -> None:
         if acked <= self._persisted or acked < 0:
+            return
+        if self._wm2 is not None:
+            # SF-29: the next dual-slot record (SF-24), never the 16-byte one; synced at trim
+            # and close only, as the client does.
+            self._wm2.write(acked, 0, sync=False)
+            self._persisted = acked
             return
         if self._watermark is None:
             self._watermark = self.fs.open(os.path.join(self.dir, WATERMARK_FILE))
@@ -517,12 +630,17 @@ class Slot(FrameReader):
                             self._closing = True  # the record claims no append session now
                             self._write_record(self._segments[-1])
                         self._persist_watermark(self.acked_fsn)
+                        if self._wm2 is not None:
+                            self._wm2.sync()
                 except StorageError as exc:
                     error = exc
             self._closed = True
             handles: list[Callable[[], None]] = [seg.close for seg in self._segments]
             if self._watermark is not None:
                 handles.append(self._watermark.close)
+            for dual in (self._wm2, self._manifest):
+                if dual is not None:
+                    handles.append(dual.close)
             handles.append(self._sync.close)
             if self._lock_handle is not None:
                 handles.append(self._lock_handle.close)  # the lock goes last

@@ -10,11 +10,20 @@ from tidelog.fsio import FS, read_whole
 from tidelog.report import ERROR, WARNING, Problem, Report
 
 from . import format as sff
-from .recovery import FAILED_FILE, SYNC_FILE, TMP_SUFFIX, WATERMARK_FILE, examine
+from .recovery import (
+    CORRUPT_SUFFIX,
+    FAILED_FILE,
+    MANIFEST_FILE,
+    SYNC_FILE,
+    TMP_SUFFIX,
+    WATERMARK_FILE,
+    examine,
+)
 
 __all__ = ["is_slot", "verify_slot"]
 
 _PID = re.compile(r"[0-9]+\n")
+_CLIENT_FILES = (".symbol-dict", ".last_error")  # SF-27: read and written by the client only
 
 
 def is_slot(fs: FS, path: str) -> bool:
@@ -25,7 +34,7 @@ def is_slot(fs: FS, path: str) -> bool:
         names = fs.listdir(path)
     except OSError:
         return False
-    return any(sff.is_segment_name(n) or n == WATERMARK_FILE for n in names)
+    return any(sff.is_segment_name(n) or n in (WATERMARK_FILE, MANIFEST_FILE) for n in names)
 
 
 def verify_slot(fs: FS, slot_dir: str) -> Report:
@@ -48,8 +57,10 @@ def verify_slot(fs: FS, slot_dir: str) -> Report:
                     add(WARNING, name, 0, "SF-2", f"expected '<pid>\\n', found {data[:40]!r}")
             elif name == FAILED_FILE:
                 add(WARNING, name, None, "SF-16", "slot is marked failed: orphan drainers skip it")
-            elif sff.is_segment_name(name) or name in (WATERMARK_FILE, SYNC_FILE):
+            elif sff.is_segment_name(name) or name in (WATERMARK_FILE, SYNC_FILE, MANIFEST_FILE):
                 report.files_checked += 1
+            elif name in _CLIENT_FILES or name.endswith(CORRUPT_SUFFIX):
+                pass  # questdb 6.0.0's own files and quarantined ones (SF-27)
             elif name != ".lock" and not (
                 name.endswith(TMP_SUFFIX) and sff.is_segment_name(name[: -len(TMP_SUFFIX)])
             ):

@@ -160,7 +160,8 @@ class SlotView(FrameReader):
         self._segments = segments
         self._bases = [s.base_seq for s in segments]
         self._scanned = held
-        self._names = sorted([r.name for r in held] + rec.unborn)
+        # Format 2's spares and leftovers (SF-26) stay listed: they are no reason to scan again.
+        self._names = sorted([r.name for r in held] + rec.unborn + rec.extras)
         self._unborn = rec.unborn
         spans = [(r.base_seq, r.frame_count) for r in held]
         self.published_fsn = rec.published_fsn

@@ -84,7 +84,7 @@ class Reference:
 def build(durability: str, *, frames: int = 14, ack: int = 4, close: bool = True) -> Reference:
     """A slot of several small segments, acknowledged (watermark, trim) through ``ack``."""
     fs = RecordingFS(dirs=[SF_DIR])
-    slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=128, durability=durability)
+    slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=128, durability=durability, slot_format=1)
     for i in range(frames):
         assert slot.append(payload(i)) == i
         if durability == "flush" and i % 5 == 4:
@@ -140,7 +140,7 @@ def reopen(tree: dict[str, bytes | None], durability: str = "append") -> Outcome
     refused, seen, acked, published = view_of(fs)
     before = slot_files(fs.tree())
     try:
-        slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=128, durability=durability)
+        slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=128, durability=durability, slot_format=1)
     except Corrupt as exc:
         assert slot_files(fs.tree()) == before, "a refusing recovery wrote to the slot (FLT-2)"
         assert refused is not None and refused.message == exc.message, "the view disagrees"
@@ -293,7 +293,7 @@ def test_SF_18_the_unsynced_window_of_flush_stays_a_torn_tail() -> None:
     loss behind a torn one, so a bad frame there is a torn tail (a warning) and recovery keeps
     what the last flush covered; SF-20: those FSNs are handed out again."""
     fs = RecordingFS(dirs=[SF_DIR])
-    slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=4096, durability="flush")
+    slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=4096, durability="flush", slot_format=1)
     for i in range(3):
         slot.append(payload(i))
     slot.flush()

@@ -518,8 +518,9 @@ def test_SF_5_enospc_at_creation_unlinks_the_file(tmp_path: Path) -> None:
 
 def test_SF_12_SF_13_trim_keeps_the_active_segment(tmp_path: Path) -> None:
     """SF-12: acknowledged sealed segments are unlinked after the watermark is written; SF-13:
-    the active segment stays even when fully acknowledged, so FSNs continue after a restart."""
-    with Slot.open(str(tmp_path), "a", max_bytes=128, max_total_bytes=4096) as s:
+    the active segment stays even when fully acknowledged, so FSNs continue after a restart
+    (slot format 1: SF-23; format 2's trim is SF-29's)."""
+    with Slot.open(str(tmp_path), "a", max_bytes=128, max_total_bytes=4096, slot_format=1) as s:
         for i in range(12):
             s.append(fr(i))
         first = s.segment_names()
@@ -531,7 +532,7 @@ def test_SF_12_SF_13_trim_keeps_the_active_segment(tmp_path: Path) -> None:
         assert s.acked_fsn == 11
         s.apply_acks()
         assert s.segment_names() == first[-1:]
-    with Slot.open(str(tmp_path), "a", max_bytes=128, max_total_bytes=4096) as s:
+    with Slot.open(str(tmp_path), "a", max_bytes=128, max_total_bytes=4096, slot_format=1) as s:
         assert (s.acked_fsn, s.published_fsn) == (11, 11)
         assert s.append(b"next") == 12  # numbering continues (SF-13)
         assert s.read(12) == [b"next"]

@@ -51,10 +51,14 @@ class Mark:
     acked: int  # the receiver-confirmed ackedFsn at that moment (in memory)
 
 
-def run(durability: str, script: list[tuple[str, int]]) -> tuple[RecordingFS, list[Mark]]:
+def run(
+    durability: str, script: list[tuple[str, int]], slot_format: int = 1
+) -> tuple[RecordingFS, list[Mark]]:
     fs = RecordingFS(dirs=[SF_DIR])
     marks = [Mark(0, -1, -1)]
-    slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=MAX_BYTES, durability=durability)
+    slot = Slot.open(
+        SF_DIR, SENDER, fs=fs, max_bytes=MAX_BYTES, durability=durability, slot_format=slot_format
+    )
     durable = -1
     for op, arg in script:
         if op == "append":
@@ -73,7 +77,14 @@ def run(durability: str, script: list[tuple[str, int]]) -> tuple[RecordingFS, li
             slot.apply_acks()  # ... then the manager persists the watermark and trims
         elif op == "reopen":
             slot.close()
-            slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=MAX_BYTES, durability=durability)
+            slot = Slot.open(
+                SF_DIR,
+                SENDER,
+                fs=fs,
+                max_bytes=MAX_BYTES,
+                durability=durability,
+                slot_format=slot_format,
+            )
         marks.append(Mark(len(fs.history), durable, slot.acked_fsn))
     slot.close()
     marks.append(Mark(len(fs.history), durable, slot.acked_fsn))
@@ -88,10 +99,19 @@ def promised(marks: list[Mark], point: int) -> tuple[int, int]:
     return done[-1].durable, acked_bound
 
 
-def check_state(state: RecordingFS, durability: str, durable: int, acked_bound: int) -> str:
+def check_state(
+    state: RecordingFS, durability: str, durable: int, acked_bound: int, slot_format: int = 1
+) -> str:
     """Recover one crash state; returns "refused" or "ok"."""
     try:
-        slot = Slot.open(SF_DIR, SENDER, fs=state, max_bytes=MAX_BYTES, durability=durability)
+        slot = Slot.open(
+            SF_DIR,
+            SENDER,
+            fs=state,
+            max_bytes=MAX_BYTES,
+            durability=durability,
+            slot_format=slot_format,
+        )
     except Corrupt:
         assert durability == "memory", f"{state.description}: recovery refused under {durability}"
         return "refused"
@@ -118,7 +138,10 @@ def check_state(state: RecordingFS, durability: str, durable: int, acked_bound: 
         assert slot.read(nxt) == [payload(nxt)]
     finally:
         slot.close()
-    again = Slot.open(SF_DIR, SENDER, fs=state, max_bytes=MAX_BYTES, durability=durability)
+    again = Slot.open(
+        SF_DIR, SENDER, fs=state, max_bytes=MAX_BYTES, durability=durability,
+        slot_format=slot_format,
+    )  # fmt: skip
     try:
         assert again.read(nxt) == [payload(nxt)], f"{state.description}: append lost on reopen"
     finally:
@@ -130,64 +153,75 @@ SMALL = [("append", 3), ("flush", 0), ("append", 2), ("ack", 2), ("append", 2), 
 
 
 @pytest.mark.crash
+@pytest.mark.parametrize("slot_format", [1, 2])
 @pytest.mark.parametrize("durability", ["append", "flush"])
-def test_SF_11_every_crash_point_small_workload(durability: str) -> None:
+def test_SF_11_every_crash_point_small_workload(durability: str, slot_format: int) -> None:
     """SF-11, SF-12, SF-6, SF-9, FSN-5: every crash point of a small workload (rotation, trim,
     watermark), every torn/garbage sector combination: nothing promised is lost, nothing
-    unconfirmed is skipped, nothing invented."""
-    fs, marks = run(durability, SMALL)
+    unconfirmed is skipped, nothing invented; in slot format 2 too (SF-29: the manifest, the
+    dual-slot watermark and the client's trim order)."""
+    fs, marks = run(durability, SMALL, slot_format)
     states = 0
     for point in range(len(fs.history) + 1):
         durable, acked_bound = promised(marks, point)
         # The sync record and the watermark check (SF-17) add pending writes: a larger limit.
-        for state in fs.crash_states(at=point, torn="garbage", limit=50_000):  # exhaustive
-            assert check_state(state, durability, durable, acked_bound) == "ok"
+        # Format 2's 8192-byte files have too many sector choices to enumerate: sampled.
+        exhaustive = {"torn": "garbage", "limit": 50_000}
+        sampled = {"torn": "garbage", "mode": "sample", "seed": point, "limit": 300}
+        for state in fs.crash_states(at=point, **(exhaustive if slot_format == 1 else sampled)):
+            assert check_state(state, durability, durable, acked_bound, slot_format) == "ok"
             states += 1
     assert states > 500
     print(f"{durability}: {states} crash states over {len(fs.history) + 1} points")
 
 
 @pytest.mark.crash
+@pytest.mark.parametrize("slot_format", [1, 2])
 @pytest.mark.parametrize("durability", ["append", "flush"])
-def test_SF_12_weak_directory_order_never_opens_a_gap(durability: str) -> None:
+def test_SF_12_weak_directory_order_never_opens_a_gap(durability: str, slot_format: int) -> None:
     """SF-12: trims unlink lowest first with a directory sync each, so even a file system that
-    reorders directory operations (dirops="weak") never leaves a hole between segments."""
+    reorders directory operations (dirops="weak") never leaves a hole between segments; SF-29:
+    in slot format 2 the manifest's head moves first, so unlinks in any order leave only
+    leftovers below it."""
     script = [("append", 12), ("flush", 0), ("ack", 9), ("append", 3), ("flush", 0), ("ack", 13)]
-    fs, marks = run(durability, script)
+    fs, marks = run(durability, script, slot_format)
     states = 0
     for point in fs.checkpoints():
         durable, acked_bound = promised(marks, point)
         for state in fs.crash_states(
             at=point, mode="sample", seed=point, limit=25, torn="garbage", dirops="weak"
         ):
-            assert check_state(state, durability, durable, acked_bound) == "ok"
+            assert check_state(state, durability, durable, acked_bound, slot_format) == "ok"
             states += 1
     assert states > 20
 
 
 @pytest.mark.crash
-def test_SF_11_memory_durability_fails_loudly_never_silently() -> None:
+@pytest.mark.parametrize("slot_format", [1, 2])
+def test_SF_11_memory_durability_fails_loudly_never_silently(slot_format: int) -> None:
     """SF-11, SF-8: with memory durability (no syncs at all) a power loss may lose any
     unsynced suffix or refuse a slot with a hole -- but it never returns a wrong frame and
     never seeds ackedFsn past what the receiver confirmed."""
     script = [("append", 8), ("ack", 3), ("append", 6), ("ack", 10), ("append", 2)]
-    fs, marks = run("memory", script)
+    fs, marks = run("memory", script, slot_format)
     outcomes = {"ok": 0, "refused": 0}
     rng = random.Random(3)
     points = sorted(rng.sample(range(len(fs.history) + 1), min(30, len(fs.history) + 1)))
     for point in points:
         durable, acked_bound = promised(marks, point)
         for state in fs.crash_states(at=point, mode="sample", seed=point, limit=15):
-            outcomes[check_state(state, "memory", durable, acked_bound)] += 1
+            outcomes[check_state(state, "memory", durable, acked_bound, slot_format)] += 1
     assert outcomes["ok"] > 0
     print(f"memory durability: {outcomes}")
 
 
 @pytest.mark.crash
+@pytest.mark.parametrize("slot_format", [1, 2])
 @pytest.mark.parametrize("durability", ["append", "flush"])
-def test_SF_13_sampled_longer_workload_with_restarts(durability: str) -> None:
+def test_SF_13_sampled_longer_workload_with_restarts(durability: str, slot_format: int) -> None:
     """SF-13, SF-10, FSN-5: a longer seeded workload with clean restarts in between (the
-    active segment and the watermark carry FSNs and acks across them), sampled crash states."""
+    active segment and the watermark carry FSNs and acks across them), sampled crash states;
+    in slot format 2 as well (SF-29: a restart keeps the format)."""
     rng = random.Random(11)
     script: list[tuple[str, int]] = []
     published = -1
@@ -204,7 +238,7 @@ def test_SF_13_sampled_longer_workload_with_restarts(durability: str) -> None:
         elif kind in ("flush", "reopen"):
             script.append((kind, 0))
     script.append(("flush", 0))
-    fs, marks = run(durability, script)
+    fs, marks = run(durability, script, slot_format)
     states = 0
     points = sorted(set(fs.checkpoints()) | set(rng.sample(range(len(fs.history) + 1), 20)))
     for point in points:
@@ -212,7 +246,7 @@ def test_SF_13_sampled_longer_workload_with_restarts(durability: str) -> None:
         for state in fs.crash_states(
             at=point, mode="sample", seed=point, limit=max(2, SAMPLES // 4), torn="all"
         ):
-            assert check_state(state, durability, durable, acked_bound) == "ok"
+            assert check_state(state, durability, durable, acked_bound, slot_format) == "ok"
             states += 1
     assert states > 50
 
@@ -228,11 +262,11 @@ def test_SF_17_an_append_claim_never_outlives_its_session(second: str) -> None:
     # Frames of more than two sectors: losing a sector inside one breaks only that frame.
     big = [bytes([65 + i]) * 1100 for i in range(9)]
     fs = RecordingFS(dirs=[SF_DIR])
-    slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=16384, durability="append")
+    slot = Slot.open(SF_DIR, SENDER, fs=fs, max_bytes=16384, durability="append", slot_format=1)
     for i in range(3):
         slot.append(big[i])
     died = list(fs.crash_states(mode="sample", seed=0, limit=2))[-1]  # all of it persisted
-    slot = Slot.open(SF_DIR, SENDER, fs=died, max_bytes=16384, durability=second)
+    slot = Slot.open(SF_DIR, SENDER, fs=died, max_bytes=16384, durability=second, slot_format=1)
     start = len(died.history)
     for i in range(3, 9):
         slot.append(big[i])
@@ -240,7 +274,9 @@ def test_SF_17_an_append_claim_never_outlives_its_session(second: str) -> None:
     for point in range(start, len(died.history) + 1):
         for state in died.crash_states(at=point, mode="sample", seed=point, limit=40, torn="off"):
             try:
-                again = Slot.open(SF_DIR, SENDER, fs=state, max_bytes=16384, durability=second)
+                again = Slot.open(
+                    SF_DIR, SENDER, fs=state, max_bytes=16384, durability=second, slot_format=1
+                )
             except Corrupt as exc:
                 raise AssertionError(f"{state.description}: {exc}") from None
             try:
