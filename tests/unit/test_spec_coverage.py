@@ -40,7 +40,7 @@ RULE_ID = re.compile(r"\b([A-Z]+)-(\d+)\b")
 #: A citation of something a reader of the repository cannot open: a source design by number or
 #: section ("seed 003", "seed §6.1"), notes kept outside the repository, or a planning issue.
 EXTERNAL = re.compile(
-    r"(?i:\bseeds? ?(?:0\d|§)|\bseeds/|\bissue \d+|\bresearch(?:/| §)|shared/research"
+    r"(?i:\bseeds?\s?(?:0\d|§)|\bseeds/|\bissue\s\d+|\bresearch(?:/| §)|shared/research"
     r"|anchors\.md|failover\.md)|\banchors? [A-Z]\b|\bJQ #"
 )
 
