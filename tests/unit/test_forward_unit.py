@@ -37,6 +37,8 @@ from tidelog.forward import (
 from tidelog.forward.ackstate import ConnState
 from tidelog.forward.dedup import forwarded
 from tidelog.forward.errors import default_error_handler
+from tidelog.forward.orphans import LAST_ERROR_FILE, orphan_candidates
+from tidelog.fsio import OsFS
 from tidelog.model.fsn import ForwarderModel, backoff_sleep
 
 WAIT = 30.0
@@ -909,8 +911,12 @@ def test_FWD_17_drainer_pool_is_bounded(tmp_path: Path) -> None:
             assert s.read(0) == [name.encode()]
 
 
-def test_FWD_17_drainer_gives_up_with_failed_sentinel(tmp_path: Path) -> None:
-    """FWD-17: a drainer whose reconnect budget runs out writes .failed before releasing."""
+def test_FWD_17_FWD_31_drainer_gives_up_with_last_error_not_failed(
+    rx: Receiver, tmp_path: Path
+) -> None:
+    """FWD-17, FWD-31: a drainer whose reconnect budget runs out writes .last_error (not
+    .failed) before releasing; the slot stays a candidate, and the next drain delivers its
+    frame and removes .last_error."""
     sf = tmp_path / "sf"
     with Slot.open(str(sf), "orphan") as s:
         s.append(b"stuck")
@@ -923,9 +929,15 @@ def test_FWD_17_drainer_gives_up_with_failed_sentinel(tmp_path: Path) -> None:
     assert fwd.counters()["total_background_drainers_failed"] == 1
     with contextlib.suppress(SenderFailed):
         fwd.close()
-    assert "budget" in (sf / "orphan" / FAILED_FILE).read_text()
-    with Slot.open(str(sf), "orphan") as s:  # released, frames kept
-        assert s.read(0) == [b"stuck"]
+    assert "budget" in (sf / "orphan" / LAST_ERROR_FILE).read_text()
+    assert not (sf / "orphan" / FAILED_FILE).exists()
+    assert orphan_candidates(OsFS(), str(sf), "main") == ["orphan"]
+    with Forwarder(conf(rx.port, sf_dir=sf, sender_id="main", drain_orphans="on")) as fwd:
+        fwd._drainers._pool.shutdown(wait=True)
+        assert fwd.counters()["total_background_drainers_succeeded"] == 1
+    assert not (sf / "orphan" / LAST_ERROR_FILE).exists()
+    rx.stop()
+    assert stored(store_uri(tmp_path / "rx"), "orphan") == [("orphan", 0, b"stuck")]
 
 
 # ---------------------------------------------------------------------------------------------
