@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import random
 import threading
 import time
@@ -38,7 +40,7 @@ from tidelog.forward.ackstate import ConnState
 from tidelog.forward.dedup import forwarded
 from tidelog.forward.errors import default_error_handler
 from tidelog.forward.orphans import LAST_ERROR_FILE, orphan_candidates
-from tidelog.fsio import OsFS
+from tidelog.fsio import Handle, OsFS
 from tidelog.model.fsn import ForwarderModel, backoff_sleep
 
 WAIT = 30.0
@@ -938,6 +940,48 @@ def test_FWD_17_FWD_31_drainer_gives_up_with_last_error_not_failed(
     assert not (sf / "orphan" / LAST_ERROR_FILE).exists()
     rx.stop()
     assert stored(store_uri(tmp_path / "rx"), "orphan") == [("orphan", 0, b"stuck")]
+
+
+class _EioOnOrphanSegments(OsFS):
+    """Opening any segment of the slot ``orphan`` fails with EIO (an ``io_error`` at open)."""
+
+    def _check(self, path: str) -> None:
+        if f"{os.sep}orphan{os.sep}" in path and path.endswith(".sfa"):
+            raise OSError(errno.EIO, "injected media error", path)
+
+    def open(self, path: str, *, create: bool = True) -> Handle:
+        self._check(path)
+        return super().open(path, create=create)
+
+    def open_read(self, path: str) -> Handle:
+        self._check(path)
+        return super().open_read(path)
+
+
+def test_FWD_31_halt_and_io_error_leave_last_error_never_failed(tmp_path: Path) -> None:
+    """FWD-31: neither a halt from the receiver (PARSE_ERROR, e.g. a server refusing a frame)
+    nor an io_error recovering the orphan is damage the client would refuse: each writes
+    .last_error with its reason, no .failed, and the slot keeps its frame."""
+    sf = tmp_path / "sf"
+    with Slot.open(str(sf), "orphan") as s:
+        s.append(b"kept")
+    with _halting_server() as srv:
+        c = conf(srv.port, sf_dir=sf, sender_id="main", drain_orphans="on")
+        with Forwarder(c) as fwd:
+            fwd._drainers._pool.shutdown(wait=True)
+            assert fwd.counters()["total_background_drainers_failed"] == 1
+    assert "bad frame" in (sf / "orphan" / LAST_ERROR_FILE).read_text()
+    assert not (sf / "orphan" / FAILED_FILE).exists()
+    c = conf(_closed_port(), sf_dir=sf, sender_id="main", drain_orphans="on",
+             initial_connect_retry="async")  # fmt: skip
+    with Forwarder(c, fs=_EioOnOrphanSegments()) as fwd:
+        fwd._drainers._pool.shutdown(wait=True)
+        assert fwd.counters()["total_background_drainers_failed"] == 1
+    reason = (sf / "orphan" / LAST_ERROR_FILE).read_text()
+    assert reason.startswith("opening the slot failed") and "injected media error" in reason
+    assert not (sf / "orphan" / FAILED_FILE).exists()
+    with Slot.open(str(sf), "orphan") as s:
+        assert s.read(0) == [b"kept"]
 
 
 # ---------------------------------------------------------------------------------------------
