@@ -5,7 +5,8 @@ child process bounded in time and killed by PID, against ``qwp_listener.QwpListe
 ``close`` (clean close), ``exit`` (``os._exit`` after the rows) or ``open-exit`` (right after
 connecting). Environment: ``SEG``/``TOTAL`` (sf_max_segment_bytes/sf_max_total_bytes), ``PAD``
 (string column length), ``ROW_SLEEP`` (seconds between rows), ``SETTLE`` (seconds to wait
-after the rows before stopping; with no rows the child waits until its stdin closes).
+after the rows before stopping; with no rows the child waits until its stdin closes),
+``CONF_EXTRA`` (more connect-string keys, e.g. ``drain_orphans=on;``).
 
 ``make_fixtures(out)`` writes tests/unit/data/sf-v2/ again.
 """
@@ -83,6 +84,7 @@ def _child(sf_dir: str, sender: str, port: int, rows: int, mode: str) -> None:
         f"ws::addr=127.0.0.1:{port};sf_dir={sf_dir};sender_id={sender};"
         f"sf_max_segment_bytes={seg};sf_max_total_bytes={total};initial_connect_retry=async;"
         f"auto_flush=off;close_flush_timeout_millis={os.environ.get('CLOSE_MS', '1500')};"
+        + os.environ.get("CONF_EXTRA", "")
     )
     s = Sender.from_conf(conf)
     s.establish()

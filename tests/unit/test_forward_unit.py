@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import random
 import threading
 import time
@@ -37,6 +39,8 @@ from tidelog.forward import (
 from tidelog.forward.ackstate import ConnState
 from tidelog.forward.dedup import forwarded
 from tidelog.forward.errors import default_error_handler
+from tidelog.forward.orphans import LAST_ERROR_FILE, orphan_candidates
+from tidelog.fsio import Handle, OsFS
 from tidelog.model.fsn import ForwarderModel, backoff_sleep
 
 WAIT = 30.0
@@ -909,8 +913,12 @@ def test_FWD_17_drainer_pool_is_bounded(tmp_path: Path) -> None:
             assert s.read(0) == [name.encode()]
 
 
-def test_FWD_17_drainer_gives_up_with_failed_sentinel(tmp_path: Path) -> None:
-    """FWD-17: a drainer whose reconnect budget runs out writes .failed before releasing."""
+def test_FWD_17_FWD_31_drainer_gives_up_with_last_error_not_failed(
+    rx: Receiver, tmp_path: Path
+) -> None:
+    """FWD-17, FWD-31: a drainer whose reconnect budget runs out writes .last_error (not
+    .failed) before releasing; the slot stays a candidate, and the next drain delivers its
+    frame and removes .last_error."""
     sf = tmp_path / "sf"
     with Slot.open(str(sf), "orphan") as s:
         s.append(b"stuck")
@@ -923,9 +931,57 @@ def test_FWD_17_drainer_gives_up_with_failed_sentinel(tmp_path: Path) -> None:
     assert fwd.counters()["total_background_drainers_failed"] == 1
     with contextlib.suppress(SenderFailed):
         fwd.close()
-    assert "budget" in (sf / "orphan" / FAILED_FILE).read_text()
-    with Slot.open(str(sf), "orphan") as s:  # released, frames kept
-        assert s.read(0) == [b"stuck"]
+    assert "budget" in (sf / "orphan" / LAST_ERROR_FILE).read_text()
+    assert not (sf / "orphan" / FAILED_FILE).exists()
+    assert orphan_candidates(OsFS(), str(sf), "main") == ["orphan"]
+    with Forwarder(conf(rx.port, sf_dir=sf, sender_id="main", drain_orphans="on")) as fwd:
+        fwd._drainers._pool.shutdown(wait=True)
+        assert fwd.counters()["total_background_drainers_succeeded"] == 1
+    assert not (sf / "orphan" / LAST_ERROR_FILE).exists()
+    rx.stop()
+    assert stored(store_uri(tmp_path / "rx"), "orphan") == [("orphan", 0, b"stuck")]
+
+
+class _EioOnOrphanSegments(OsFS):
+    """Opening any segment of the slot ``orphan`` fails with EIO (an ``io_error`` at open)."""
+
+    def _check(self, path: str) -> None:
+        if f"{os.sep}orphan{os.sep}" in path and path.endswith(".sfa"):
+            raise OSError(errno.EIO, "injected media error", path)
+
+    def open(self, path: str, *, create: bool = True) -> Handle:
+        self._check(path)
+        return super().open(path, create=create)
+
+    def open_read(self, path: str) -> Handle:
+        self._check(path)
+        return super().open_read(path)
+
+
+def test_FWD_31_halt_and_io_error_leave_last_error_never_failed(tmp_path: Path) -> None:
+    """FWD-31: neither a halt from the receiver (PARSE_ERROR, e.g. a server refusing a frame)
+    nor an io_error recovering the orphan is damage the client would refuse: each writes
+    .last_error with its reason, no .failed, and the slot keeps its frame."""
+    sf = tmp_path / "sf"
+    with Slot.open(str(sf), "orphan") as s:
+        s.append(b"kept")
+    with _halting_server() as srv:
+        c = conf(srv.port, sf_dir=sf, sender_id="main", drain_orphans="on")
+        with Forwarder(c) as fwd:
+            fwd._drainers._pool.shutdown(wait=True)
+            assert fwd.counters()["total_background_drainers_failed"] == 1
+    assert "bad frame" in (sf / "orphan" / LAST_ERROR_FILE).read_text()
+    assert not (sf / "orphan" / FAILED_FILE).exists()
+    c = conf(_closed_port(), sf_dir=sf, sender_id="main", drain_orphans="on",
+             initial_connect_retry="async")  # fmt: skip
+    with Forwarder(c, fs=_EioOnOrphanSegments()) as fwd:
+        fwd._drainers._pool.shutdown(wait=True)
+        assert fwd.counters()["total_background_drainers_failed"] == 1
+    reason = (sf / "orphan" / LAST_ERROR_FILE).read_text()
+    assert reason.startswith("opening the slot failed") and "injected media error" in reason
+    assert not (sf / "orphan" / FAILED_FILE).exists()
+    with Slot.open(str(sf), "orphan") as s:
+        assert s.read(0) == [b"kept"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Orphan adoption: drain sibling slots another sender left behind (FWD-17).
+"""Orphan adoption: drain sibling slots another sender left behind (FWD-17, FWD-31).
 
 With ``drain_orphans=on`` the foreground sender, after locking its own slot, lists
 ``<sf_dir>/*`` for slots that are not its own, hold at least one ``*.sfa`` and have no
@@ -8,9 +8,12 @@ concurrent acquirers): each drainer just tries the lock and skips the slot on co
 At most ``max_background_drainers`` drainers run at once. A drainer recovers the slot, opens its
 own connection with the orphan's ``sender_id`` as client id (so the receiver de-duplicates the
 orphan's FSNs against what that sender already delivered, FWD-20), and releases the slot once
-``ackedFsn >= publishedFsn``. If it gives up -- reconnect budget spent, an auth failure, a halt,
-or a slot whose recovery is refused -- it writes ``.failed`` with the reason *before* releasing
-the lock; later scans skip that slot until an operator removes the sentinel.
+``ackedFsn >= publishedFsn``. What it leaves follows the rule of questdb 6.0.0's own orphan
+drainer (FWD-31), so the two can share an ``sf_dir``: only a slot whose recovery is refused gets
+``.failed`` (SF-16; later scans, tidelog's and the client's, skip it until an operator removes
+it); every other give-up -- reconnect budget spent, an auth failure, a halt, an I/O error at
+open -- writes ``.last_error`` and leaves the slot for the next drainer; a drain that succeeds
+removes ``.last_error``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 from tidelog.backends.sf.format import is_segment_name
 from tidelog.backends.sf.recovery import FAILED_FILE
-from tidelog.backends.sf.slot import Slot, write_failed
+from tidelog.backends.sf.slot import Slot
 from tidelog.clock import Clock
 from tidelog.errors import Corrupt, Locked, TidelogError
 from tidelog.fsio import FS, OsFS
@@ -35,9 +38,39 @@ from .errors import ErrorHandler, SenderFailed
 from .loop import Sleep
 from .source import SlotSource
 
-__all__ = ["DrainerPool", "orphan_candidates"]
+__all__ = ["LAST_ERROR_FILE", "DrainerPool", "orphan_candidates"]
 
 log = logging.getLogger("tidelog.forward")
+
+#: the orphan drainer's last give-up reason (FWD-31; questdb 6.0.0 writes the same file, SF-27)
+LAST_ERROR_FILE = ".last_error"
+
+
+def write_last_error(fs: FS, slot_dir: str, reason: str) -> None:
+    """FWD-31: record why a drain stopped without marking the slot failed. Informational, as the
+    client's (not synced, best effort): losing it costs nothing, failing to write it is logged."""
+    path = os.path.join(slot_dir, LAST_ERROR_FILE)
+    try:
+        if not fs.is_dir(slot_dir):
+            return  # the slot is gone: nothing to annotate, and never create it
+        h = fs.open(path)
+        try:
+            h.truncate(0)
+            h.pwrite((reason.rstrip() + "\n").encode("utf-8"), 0)
+        finally:
+            h.close()
+    except OSError as exc:
+        log.warning("orphan slot %s: cannot write %s: %s", slot_dir, LAST_ERROR_FILE, exc)
+
+
+def clear_last_error(fs: FS, slot_dir: str) -> None:
+    """FWD-31: a drain that succeeded removes the previous give-up reason (best effort)."""
+    path = os.path.join(slot_dir, LAST_ERROR_FILE)
+    try:
+        if fs.exists(path):
+            fs.unlink(path)
+    except OSError as exc:
+        log.warning("orphan slot %s: cannot remove %s: %s", slot_dir, LAST_ERROR_FILE, exc)
 
 
 def orphan_candidates(fs: FS, sf_dir: str, own: str) -> list[str]:
@@ -120,8 +153,12 @@ class DrainerPool:
                 self.skipped += 1
 
     def _drain_slot(self, name: str) -> str:
+        """One orphan, to one of ``succeeded``/``failed``/``skipped``/``stopped``. What it
+        leaves in the slot (``.failed`` only for a refused recovery, ``.last_error`` for every
+        other give-up) is FWD-31."""
         conf = self.conf
         assert conf.sf_dir is not None
+        slot_dir = os.path.join(conf.sf_dir, name)
         try:
             slot = Slot.open(
                 conf.sf_dir,
@@ -136,10 +173,15 @@ class DrainerPool:
         except Locked:
             log.info("orphan slot %s is locked by a live sender; skipping", name)
             return "skipped"
-        except Corrupt as exc:
+        except Corrupt as exc:  # Slot.open wrote .failed under the lock (fail_marker, SF-16)
             log.error("orphan slot %s: %s; marked .failed", name, exc.message)
             return "failed"
+        except TidelogError as exc:  # io_error, a vanished slot: not damage (FWD-31)
+            write_last_error(self.fs, slot_dir, f"opening the slot failed: {exc}")
+            log.error("orphan slot %s: cannot open: %s", name, exc)
+            return "failed"
         if slot.acked_fsn >= slot.published_fsn:
+            clear_last_error(self.fs, slot.dir)
             slot.close()
             return "succeeded"
         drainer_conf = conf.with_changes(
@@ -152,7 +194,7 @@ class DrainerPool:
         try:
             fwd = self._sender(drainer_conf, source=source, **self._kwargs)
         except TidelogError as exc:
-            write_failed(self.fs, slot.dir, f"drainer could not start: {exc}")
+            write_last_error(self.fs, slot.dir, f"drainer could not start: {exc}")
             source.close()
             return "failed"
         with self._lock:
@@ -163,11 +205,15 @@ class DrainerPool:
                     break
             error = fwd.last_terminal_error
             if error is not None:
-                # .failed goes down while the lock is still ours (SF-16).
-                write_failed(self.fs, slot.dir, f"orphan drainer gave up: {error}")
+                # A terminal wire error is no damage of the slot: .last_error, never .failed,
+                # so the next drainer (tidelog's or the client's) tries again (FWD-31).
+                write_last_error(self.fs, slot.dir, f"orphan drainer gave up: {error}")
                 log.error("orphan slot %s: drainer gave up: %s", name, error)
                 return "failed"
-            return "succeeded" if fwd.acked_fsn >= fwd.published_fsn else "stopped"
+            if fwd.acked_fsn >= fwd.published_fsn:
+                clear_last_error(self.fs, slot.dir)  # still under the slot lock
+                return "succeeded"
+            return "stopped"
         finally:
             with self._lock:
                 self._live.remove(fwd)
