@@ -23,7 +23,7 @@ from .recovery import (
 __all__ = ["is_slot", "verify_slot"]
 
 _PID = re.compile(r"[0-9]+\n")
-_CLIENT_FILES = (".symbol-dict", ".last_error")  # SF-27: read and written by the client only
+_CLIENT_FILES = (".symbol-dict", ".last_error")  # SF-27, FWD-31: the client's and the drainers' notes, not slot data
 
 
 def is_slot(fs: FS, path: str) -> bool:
