@@ -23,7 +23,8 @@ from .recovery import (
 __all__ = ["is_slot", "verify_slot"]
 
 _PID = re.compile(r"[0-9]+\n")
-_CLIENT_FILES = (".symbol-dict", ".last_error")  # SF-27, FWD-31: the client's and the drainers' notes, not slot data
+# SF-27, FWD-31: the client's symbol dictionary and the drainers' error notes, not slot data
+_CLIENT_FILES = (".symbol-dict", ".last_error")
 
 
 def is_slot(fs: FS, path: str) -> bool:
