@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import cases, limits, peers
+from . import cases, forward_cases, limits, peers
 from .measure import Ctx, Metrics
 
 __all__ = ["Case", "CASES", "SIZES"]
@@ -23,7 +23,7 @@ class Case:
     group: str  # "limit" | "tidelog" | "peer"
     fn: Callable[[Ctx], Metrics]
     tier: str = "-"  # "durable" | "buffered" | "-" (limits, reads)
-    mode: str = "single"  # single | batch | read | consume | other
+    mode: str = "single"  # single | batch | read | consume | forward | other
     limit: str | None = None  # the physical limit this case is compared with
     guarantee: str = ""
     sizes: tuple[int, ...] = SIZES
@@ -32,6 +32,15 @@ class Case:
 
 P = functools.partial
 _DUR = "acknowledged put survives power loss"
+_FWD = (
+    "sf_dir slot, sf_durability=memory -> tidelog serve (file://, durability=disk) on "
+    "127.0.0.1; acked = appended by the receiver (survives its process crash, not power "
+    "loss); unacked frames are lost with the sender's process"
+)
+_FWD_DUR = (
+    "as plain, but acked = request_durable_ack=on: the receiver's group commit synced it "
+    "(survives power loss of the receiver)"
+)
 CASES: list[Case] = [
     # -- physical limits ------------------------------------------------------------------------
     Case("raw_append", "os.write+fdatasync per record, appending", "limit", limits.raw_append,
@@ -88,6 +97,12 @@ CASES: list[Case] = [
          "tidelog", cases.read_sealed, mode="read", limit="mmap_read"),
     Case("tl_read_tail", "tidelog file:// read(after, limit=10000), unsealed tail", "tidelog",
          cases.read_tail, mode="read", limit="mmap_read"),
+    Case("fwd_tidelog", "tidelog Forwarder -> tidelog serve, one frame per append", "tidelog",
+         P(forward_cases.tidelog_forwarder, durable=False), "buffered", "forward",
+         guarantee=_FWD),
+    Case("fwd_tidelog_durable", "tidelog Forwarder -> tidelog serve, request_durable_ack=on",
+         "tidelog", P(forward_cases.tidelog_forwarder, durable=True), "durable", "forward",
+         guarantee=_FWD_DUR),
     Case("tl_sub_commit", "tidelog subscriber poll(1000) + commit(last)", "tidelog",
          cases.subscriber_commit, "buffered", "consume", limit="mmap_read",
          guarantee="progress file at least once (DUR-9)"),
@@ -131,4 +146,10 @@ CASES: list[Case] = [
     Case("lmdb_nosync_1000", "lmdb sync=False, 1000 puts/txn", "peer",
          P(peers.lmdb_env, sync=False, per_txn=1000), "buffered", "batch",
          guarantee="survives a process crash, not power loss"),
+    Case("fwd_questdb", "questdb 6.0.0 Sender (QWP/WebSocket) -> tidelog serve, one row per "
+         "flush", "peer", P(forward_cases.questdb_client, durable=False), "buffered", "forward",
+         guarantee=_FWD),
+    Case("fwd_questdb_durable", "questdb 6.0.0 Sender -> tidelog serve, request_durable_ack=on",
+         "peer", P(forward_cases.questdb_client, durable=True), "durable", "forward",
+         guarantee=_FWD_DUR),
 ]  # fmt: skip

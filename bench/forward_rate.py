@@ -14,46 +14,21 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import tidelog
+from tidelog.bench.forward_cases import Receiver
 from tidelog.forward import Forwarder
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_receiver(root: Path, port: int, durability: str, flush_ms: int) -> subprocess.Popen[str]:
-    exe = Path(sys.executable).parent / "tidelog"
-    proc = subprocess.Popen(
-        [str(exe), "serve", "--uri", f"file://{root / 'rx'}", "--topic", "events",
-         "--port", str(port), "--flush-interval-ms", str(flush_ms),
-         "--topic-option", f"durability={durability}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("listening"):
-        raise SystemExit(
-            f"receiver did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}"
-        )
-    return proc
 
 
 def run(args: argparse.Namespace, durable: bool) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="tidelog-fwd-bench-"))
-    port = free_port()
-    rx = start_receiver(root, port, args.rx_durability, args.flush_ms)
+    rx = Receiver(root, args.rx_durability, args.flush_ms)  # started and stopped by PID
+    port = rx.port
     payload = b"x" * args.payload
     conf = (
         f"ws::addr=127.0.0.1:{port};sender_id=bench;"
@@ -91,8 +66,7 @@ def run(args: argparse.Namespace, durable: bool) -> dict[str, Any]:
     finally:
         if store is not None:
             store.close()
-        rx.terminate()
-        rx.wait(30)
+        rx.stop()
         shutil.rmtree(root, ignore_errors=True)
     n = counters["published_fsn"] + 1  # type: ignore[operator]
     return {

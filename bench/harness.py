@@ -66,7 +66,7 @@ def _versions() -> dict[str, str]:
 
     out = {"python": sys.version.split()[0], "sqlite": sqlite3.sqlite_version}
     for dist in ("tidelog", "persist-queue", "diskcache", "queuelib", "litequeue", "lmdb",
-                 "xxhash"):  # fmt: skip
+                 "xxhash", "questdb"):  # fmt: skip
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -296,6 +296,7 @@ def table(summary: dict[str, Any]) -> str:
                 f"{g('p50_us')} | {g('p99_us')} | {lim} | {peer} | {g('dev_wbytes_per_rec')} | "
                 f"{g('proc_wbytes_per_rec')} | {g('fdatasync_per_rec')} |"
             )
+    lines += _forwarding(summary["rows"])
     iso = summary["isolated"]
     if iso:
         lines += ["", "## recovery and memory (fresh processes)", ""]
@@ -335,6 +336,36 @@ def table(summary: dict[str, Any]) -> str:
         lines += ["", "## not measured", ""]
         lines += [f"- {k}: {v}" for k, v in sorted(summary["unavailable"].items())]
     return "\n".join(lines)
+
+
+def _forwarding(rows: list[dict[str, Any]]) -> list[str]:
+    """tidelog's forwarder against the real client (the x best peer of each forwarding row),
+    with the record sizes the receiver stored for each."""
+
+    def stored(r: dict[str, Any]) -> str:
+        m = r["metrics"]
+        if "stored_b_median" not in m:
+            return "?"
+        lo, hi = m["stored_b_min"]["min"], m["stored_b_max"]["max"]
+        return f"{_fmt(m['stored_b_median']['median'])} B [{_fmt(lo)}–{_fmt(hi)}]"
+
+    out: list[str] = []
+    for r in rows:
+        if r["mode"] != "forward" or r["group"] != "tidelog":
+            continue
+        peer = _find(rows, r.get("best_peer", ""), r["size"])
+        if not out:
+            out = ["", "## forwarding into tidelog serve (records stored: median [min–max])", ""]
+        if peer is None:
+            out.append(f"- {r['id']} @ {r['size']}: {_fmt(_med(r))} rec/s, stored "
+                       f"{stored(r)}; no client row to compare with")  # fmt: skip
+            continue
+        out.append(
+            f"- {r['id']} @ {r['size']}: {_fmt(_med(r))} rec/s (stored {stored(r)}) vs "
+            f"{peer['id']} {_fmt(_med(peer))} rec/s (stored {stored(peer)}): "
+            f"**{_fmt(r['x_best_peer'])}x**"
+        )
+    return out
 
 
 def plot(summary: dict[str, Any], path: str) -> bool:

@@ -6,8 +6,10 @@ assertions): the figures themselves are only for `tidelog bench`."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tidelog.bench import harness, report
@@ -65,3 +67,72 @@ def test_every_case_is_labelled_with_a_tier_and_a_known_limit() -> None:
         assert case.limit is None or case.limit in ids, case.id
         if case.group == "peer":
             assert case.tier != "-" and case.guarantee, case.id
+
+
+FORWARD = ["fwd_tidelog", "fwd_tidelog_durable", "fwd_questdb", "fwd_questdb_durable"]
+
+
+def _bench(tmp_path: Path, *only: str) -> tuple[dict, str, str]:
+    out = tmp_path / "out"
+    args = ["bench", "--seconds", "0.02", "--repeats", "2", "--no-plot", "--no-isolated",
+            "--dir", str(tmp_path), "--out", str(out)]  # fmt: skip
+    for cid in only:
+        args += ["--only", cid]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return (
+        json.loads((out / "results.json").read_text()),
+        (out / "table.md").read_text(),
+        result.output,
+    )
+
+
+def test_forwarding_cases_real_client_beside_the_forwarder(tmp_path: Path) -> None:
+    """The real QuestDB client (questdb 6.0.0, required by the test extra: a missing client
+    fails here, it is not skipped) and tidelog's forwarder, each into its own `tidelog serve`,
+    plain and with durable acks, in the same run at both record sizes: every row has a rate,
+    the receiver stored exactly the frames sent, the client's rows are sized so the stored
+    records are the bench's sizes (the forwarder's payloads are), each forwarder row carries
+    its ratio to the client row of the same ack mode, and the table says so."""
+    data, table, output = _bench(tmp_path, *FORWARD)
+    assert not data["unavailable"], data["unavailable"]
+    assert data["versions"]["questdb"] == "6.0.0"
+    rows = {(r["id"], r["size"]): r for r in data["rows"]}
+    assert set(rows) == {(cid, size) for cid in FORWARD for size in (100, 4096)}
+    for (cid, size), row in rows.items():
+        m = row["metrics"]
+        assert row["runs"] == 2 and row["mode"] == "forward"
+        assert 0 < m["rec_per_s"]["min"] <= m["rec_per_s"]["median"] <= m["rec_per_s"]["max"]
+        assert m["records"]["min"] >= 3  # timed(): at least three frames per round
+        assert m["send_s"]["min"] > 0 and m["drain_s"]["min"] >= 0
+        assert m["stored_b_min"]["min"] == m["stored_b_max"]["max"] == size, (cid, size, m)
+    for size in (100, 4096):
+        for mine, theirs in (("fwd_tidelog", "fwd_questdb"),
+                             ("fwd_tidelog_durable", "fwd_questdb_durable")):  # fmt: skip
+            row = rows[(mine, size)]
+            assert row["best_peer"] == theirs
+            ratio = row["metrics"]["rec_per_s"]["median"] / rows[(theirs, size)]["metrics"][
+                "rec_per_s"]["median"]  # fmt: skip
+            assert row["x_best_peer"] == ratio
+            assert f"- {mine} @ {size}: " in table and f"vs {theirs} " in table
+    assert "## forwarding into tidelog serve" in table and table.strip() in output
+
+
+def test_forwarding_case_without_the_client_is_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without questdb importable the client's cases are reported as not measured, with the
+    reason, and the run goes on (no receiver is started for them); the forwarder's row stays,
+    without a ratio."""
+    monkeypatch.setitem(sys.modules, "questdb", None)  # `import questdb` raises ImportError
+    data, table, _ = _bench(tmp_path, "fwd_questdb", "fwd_tidelog")
+    assert data["unavailable"] == {
+        f"{cid}@{size}": "not installed: questdb"
+        for cid in ("fwd_questdb", "fwd_questdb_durable")
+        for size in (100, 4096)
+    }
+    ids = {r["id"] for r in data["rows"]}
+    assert ids == {"fwd_tidelog", "fwd_tidelog_durable"}
+    assert all("x_best_peer" not in r for r in data["rows"])
+    assert "- fwd_questdb@100: not installed: questdb" in table
+    assert "no client row to compare with" in table
