@@ -68,6 +68,27 @@ def test_SF_29_real_client_reopens_a_client_slot_tidelog_drained_in_part(
     assert sorted(p.name for p in slot.iterdir()) == [".lock", ".lock.pid"]
 
 
+def test_SF_29_real_clients_orphan_drainer_drains_a_tidelog_slot(tmp_path: Path) -> None:
+    """SF-29, SF-23, FWD-31: a slot tidelog creates (format 2) under its own sender_id, fills
+    with 20 self-contained QWP messages and acknowledges through FSN 7, is an orphan to
+    questdb 6.0.0 running under another sender_id with drain_orphans=on: the client's own
+    drainer takes it, sends FSNs 8..19 exactly, once each and in order, and closes it fully
+    drained (only the lock files stay), writing neither .failed nor .last_error."""
+    first = frames_in(DATA / "crash-noserver")[0]
+    payloads = [first[:-8] + struct.pack("<q", TS0 + k) for k in range(20)]
+    with Slot.open(str(tmp_path), "tidelog", max_bytes=1024, max_total_bytes=1 << 20) as s:
+        for p in payloads:
+            s.append(p)
+        s.acknowledge(7)
+        s.apply_acks()
+    listener = run_client(
+        tmp_path, "client", 0, "close", env={"CONF_EXTRA": "drain_orphans=on;"},
+        done=lambda m: len(data_messages(m)) >= 12,
+    )  # fmt: skip
+    assert data_messages(listener.messages) == payloads[8:]
+    assert sorted(p.name for p in (tmp_path / "tidelog").iterdir()) == [".lock", ".lock.pid"]
+
+
 KILL_SEED = 20261127
 
 
