@@ -19,8 +19,16 @@ _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 class QwpListener:
-    def __init__(self, ack_limit: int = 1 << 62, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        ack_limit: int = 1 << 62,
+        headers: dict[str, str] | None = None,
+        drop_first_after: int | None = None,
+    ) -> None:
         self.ack_limit = ack_limit
+        # close the first connection (no close frame) once it has sent this many messages
+        self.drop_first_after = drop_first_after
+        self.starts: list[int] = []  # index in ``messages`` where each connection began
         self.headers = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode()
         self.messages: list[bytes] = []  # every binary message, in arrival order
         self.connections = 0
@@ -73,6 +81,9 @@ class QwpListener:
             )
             reader = _Reader(conn, rest)
             seq = 0
+            with self._lock:
+                first = not self.starts
+                self.starts.append(len(self.messages))
             while not self._stop.is_set():
                 opcode, payload = reader.frame()
                 if opcode == 8:  # close
@@ -88,6 +99,8 @@ class QwpListener:
                 if seq < self.ack_limit:
                     conn.sendall(_frame(2, b"\x00" + struct.pack("<QH", seq, 0)))
                 seq += 1
+                if first and seq == self.drop_first_after:
+                    return
         except (OSError, EOFError):
             return
         finally:

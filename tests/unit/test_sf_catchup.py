@@ -108,15 +108,32 @@ def test_FWD_32_catch_up_messages_split_at_the_batch_cap() -> None:
     assert DictMirror(symdict.SymbolDict(b"", 0, 0)).messages(0) == []
 
 
+def fwd_conf(port: int, sf_dir: Path, extra: str = "") -> str:
+    """Forward slot ``slot`` of ``sf_dir`` to 127.0.0.1:``port`` (reconnects within ms)."""
+    return (
+        f"ws::addr=127.0.0.1:{port};sf_dir={sf_dir};sender_id=slot;close_flush_timeout_millis=0;"
+        f"reconnect_initial_backoff_millis=10;reconnect_max_backoff_millis=20;{extra}"
+    )
+
+
+def client_slot(sf_dir: Path) -> dict[int, bytes]:
+    """A copy of the client's crashed slot (15 frames, none acknowledged) as ``slot``."""
+    shutil.copytree(DATA / "crash-noserver", sf_dir / "slot")
+    return frames_in(sf_dir / "slot")
+
+
+def drain(port: int, sf_dir: Path, upto: int) -> None:
+    """Forward until FSN ``upto`` is acknowledged."""
+    with Forwarder(fwd_conf(port, sf_dir)) as fwd:
+        assert fwd.wait_acked(upto, timeout=30)
+
+
 def forwarder_messages(sf_dir: Path, n: int, headers: dict[str, str]) -> list[bytes]:
     """Drain slot ``slot`` of ``sf_dir`` with tidelog's forwarder until ``n`` data messages
     reached the listener; every message it got, in order."""
     listener = QwpListener(headers=headers)
     try:
-        conf = (
-            f"ws::addr=127.0.0.1:{listener.port};sf_dir={sf_dir};sender_id=slot;"
-            "close_flush_timeout_millis=0;"
-        )
+        conf = fwd_conf(listener.port, sf_dir)
         with Forwarder(conf):
             deadline = time.monotonic() + 30
             while len(data_messages(listener.messages)) < n and time.monotonic() < deadline:
@@ -173,14 +190,10 @@ def test_FWD_32_acks_of_catch_up_messages_are_ignored(tmp_path: Path) -> None:
     """FWD-32: the client's crashed slot (15 frames, none acknowledged, 3 symbols) drained to
     a listener that acknowledges only its first 6 messages: wire seq 0 is the catch-up, so
     seqs 1..5 are FSNs 0..4 and the slot's acknowledged FSN ends at 4, not 5."""
-    shutil.copytree(DATA / "crash-noserver", tmp_path / "slot")
-    frames = frames_in(tmp_path / "slot")
+    frames = client_slot(tmp_path)
     listener = QwpListener(ack_limit=6)
     try:
-        conf = (
-            f"ws::addr=127.0.0.1:{listener.port};sf_dir={tmp_path};sender_id=slot;"
-            "close_flush_timeout_millis=0;"
-        )
+        conf = fwd_conf(listener.port, tmp_path)
         with Forwarder(conf) as fwd:
             deadline = time.monotonic() + 30
             while len(listener.messages) < 16 and time.monotonic() < deadline:
@@ -205,17 +218,11 @@ def test_FWD_32_no_catch_up_to_a_tidelog_receiver(tmp_path: Path) -> None:
     from tidelog.forward import Receiver
     from tidelog.forward.dedup import forwarded
 
-    shutil.copytree(DATA / "crash-noserver", tmp_path / "slot")
-    frames = frames_in(tmp_path / "slot")
+    frames = client_slot(tmp_path)
     uri = f"file://{tmp_path / 'rx'}?wal_file_bytes=1MiB"
     receiver = Receiver.open(uri, "events", flush_interval_ms=5).start()
     try:
-        conf = (
-            f"ws::addr=127.0.0.1:{receiver.port};sf_dir={tmp_path};sender_id=slot;"
-            "close_flush_timeout_millis=0;"
-        )
-        with Forwarder(conf) as fwd:
-            assert fwd.wait_acked(14, timeout=30)
+        drain(receiver.port, tmp_path, 14)
     finally:
         receiver.stop()
     with tidelog.open(uri) as store:
@@ -227,14 +234,11 @@ def test_FWD_32_an_entry_above_the_cap_sends_nothing_and_reconnects(tmp_path: Pa
     """FWD-32: X-QWP-Max-Batch-Size 30 leaves 2 bytes per catch-up message, less than one
     3-byte entry: each upgrade is a failed attempt (nothing sent), the forwarder retries and
     fails when the reconnect budget ends; the slot's frames are all still unacknowledged."""
-    shutil.copytree(DATA / "crash-noserver", tmp_path / "slot")
+    client_slot(tmp_path)
     listener = QwpListener(headers={"X-QWP-Max-Batch-Size": "30"})
     try:
-        conf = (
-            f"ws::addr=127.0.0.1:{listener.port};sf_dir={tmp_path};sender_id=slot;"
-            "close_flush_timeout_millis=0;reconnect_max_duration_millis=300;"
-            "initial_connect_retry=on;reconnect_initial_backoff_millis=10;"
-            "reconnect_max_backoff_millis=20;"
+        conf = fwd_conf(
+            listener.port, tmp_path, "reconnect_max_duration_millis=300;initial_connect_retry=on;"
         )
         with pytest.raises(SenderFailed, match="reconnect budget"):
             Forwarder(conf)
@@ -244,3 +248,47 @@ def test_FWD_32_an_entry_above_the_cap_sends_nothing_and_reconnects(tmp_path: Pa
     assert listener.messages == []
     found, _ = examine(OsFS(), str(tmp_path / "slot"))
     assert found is not None and found.acked_fsn == -1
+
+
+def test_FWD_32_every_connection_starts_with_the_catch_up(tmp_path: Path) -> None:
+    """FWD-32: the listener drops the first connection after 6 messages; the next connection
+    again opens with the whole dictionary, then resumes the frames after the last one
+    acknowledged, through FSN 14."""
+    frames = client_slot(tmp_path)
+    catch_up = DictMirror(symdict.parse(SYD)).messages(0)
+    listener = QwpListener(drop_first_after=6)
+    try:
+        drain(listener.port, tmp_path, 14)
+    finally:
+        listener.stop()
+    first, second = listener.starts[:2]
+    got = listener.messages
+    assert got[first:second] == catch_up + [frames[f] for f in range(5)]
+    assert got[second] == catch_up[0]
+    resumed = got[second + 1 :]
+    start = 15 - len(resumed)
+    assert 0 <= start <= 5
+    assert resumed == [frames[f] for f in range(start, 15)]
+
+
+def test_FWD_32_frames_sent_extend_the_next_catch_up(tmp_path: Path) -> None:
+    """FWD-32: a frame appended after the first connection opened, defining id 3 ("s3"), is
+    sent on it; the listener drops that connection before acknowledging it, and the next
+    connection's catch-up re-registers ids 0..3, not just the file's 0..2, before resending
+    it."""
+    client_slot(tmp_path)
+    body = b"\x03\x01\x02s3" + b"\x01table-block"
+    extra = b"QWP1\x01\x08\x01\x00" + len(body).to_bytes(4, "little") + body
+    listener = QwpListener(ack_limit=16, drop_first_after=17)
+    try:
+        conf = fwd_conf(listener.port, tmp_path)
+        with Forwarder(conf) as fwd:
+            assert fwd.append(extra) == 15
+            assert fwd.wait_acked(15, timeout=30)
+    finally:
+        listener.stop()
+    second = listener.starts[1]
+    assert listener.messages[second - 1] == extra
+    four = DictMirror(symdict.SymbolDict(ENTRIES + b"\x02s3", 4, 0)).messages(0)
+    assert listener.messages[second:] == [four[0], extra]
+    assert four[0] == bytes.fromhex("515750310108 0000 0e000000 0004 027330027331027332027333")
