@@ -1,9 +1,9 @@
 """A minimal QWP-over-WebSocket listener for tests against the real QuestDB client (stdlib only).
 
-It answers the upgrade (``X-QWP-Version: 1``), records every binary message it receives and
-acknowledges the first ``ack_limit`` of each connection (``0x00 | u64 wire_seq | u16 0``, the
-OK frame of questdb 6.0.0, Rust client 7.2.0). Bound to 127.0.0.1, one thread per connection,
-everything closed by ``stop()``.
+It answers the upgrade (``X-QWP-Version: 1`` and any extra ``headers``), records every binary
+message it receives and acknowledges the first ``ack_limit`` of each connection
+(``0x00 | u64 wire_seq | u16 0``, the OK frame of questdb 6.0.0, Rust client 7.2.0). Bound to
+127.0.0.1, one thread per connection, everything closed by ``stop()``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,17 @@ _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 class QwpListener:
-    def __init__(self, ack_limit: int = 1 << 62) -> None:
+    def __init__(
+        self,
+        ack_limit: int = 1 << 62,
+        headers: dict[str, str] | None = None,
+        drop_first_after: int | None = None,
+    ) -> None:
         self.ack_limit = ack_limit
+        # close the first connection (no close frame) once it has sent this many messages
+        self.drop_first_after = drop_first_after
+        self.starts: list[int] = []  # index in ``messages`` where each connection began
+        self.headers = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode()
         self.messages: list[bytes] = []  # every binary message, in arrival order
         self.connections = 0
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -68,10 +77,13 @@ class QwpListener:
             conn.sendall(
                 b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                 b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n"
-                b"X-QWP-Version: 1\r\n\r\n"
+                b"X-QWP-Version: 1\r\n" + self.headers + b"\r\n"
             )
             reader = _Reader(conn, rest)
             seq = 0
+            with self._lock:
+                first = not self.starts
+                self.starts.append(len(self.messages))
             while not self._stop.is_set():
                 opcode, payload = reader.frame()
                 if opcode == 8:  # close
@@ -87,6 +99,8 @@ class QwpListener:
                 if seq < self.ack_limit:
                     conn.sendall(_frame(2, b"\x00" + struct.pack("<QH", seq, 0)))
                 seq += 1
+                if first and seq == self.drop_first_after:
+                    return
         except (OSError, EOFError):
             return
         finally:

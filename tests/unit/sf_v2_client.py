@@ -4,9 +4,9 @@ child process bounded in time and killed by PID, against ``qwp_listener.QwpListe
 ``python tests/unit/sf_v2_client.py SF_DIR SENDER PORT ROWS MODE`` is the child; MODE is
 ``close`` (clean close), ``exit`` (``os._exit`` after the rows) or ``open-exit`` (right after
 connecting). Environment: ``SEG``/``TOTAL`` (sf_max_segment_bytes/sf_max_total_bytes), ``PAD``
-(string column length), ``ROW_SLEEP`` (seconds between rows), ``SETTLE`` (seconds to wait
-after the rows before stopping; with no rows the child waits until its stdin closes),
-``CONF_EXTRA`` (more connect-string keys, e.g. ``drain_orphans=on;``).
+(string column length), ``SYMS`` (distinct symbols, default 3), ``ROW_SLEEP`` (seconds between
+rows), ``SETTLE`` (seconds to wait after the rows before stopping; with no rows the child waits
+until its stdin closes), ``CONF_EXTRA`` (more connect-string keys, e.g. ``drain_orphans=on;``).
 
 ``make_fixtures(out)`` writes tests/unit/data/sf-v2/ again.
 """
@@ -39,11 +39,13 @@ def run_client(
     done: Callable[[list[bytes]], bool] | None = None,
     env: dict[str, str] | None = None,
     kill_after: float | None = None,
+    headers: dict[str, str] | None = None,
 ) -> QwpListener:
     """Run the client once; returns the (stopped) listener with every message it received.
     ``done``: the child is told to close once ``done(messages)`` holds (or the time is up).
-    ``kill_after``: SIGKILL the child (by PID) after that many seconds instead."""
-    listener = QwpListener(acks)
+    ``kill_after``: SIGKILL the child (by PID) after that many seconds instead.
+    ``headers``: extra headers the listener answers the upgrade with."""
+    listener = QwpListener(acks, headers)
     child_env = dict(os.environ, **(env or {}))
     proc = subprocess.Popen(
         [sys.executable, __file__, str(sf_dir), sender, str(listener.port), str(rows), mode],
@@ -90,9 +92,9 @@ def _child(sf_dir: str, sender: str, port: int, rows: int, mode: str) -> None:
     s.establish()
     if mode == "open-exit":
         os._exit(0)
-    pad = int(os.environ.get("PAD", "40"))
+    pad, syms = int(os.environ.get("PAD", "40")), int(os.environ.get("SYMS", "3"))
     for i in range(rows):
-        s.row("t", symbols={"s": f"s{i % 3}"}, columns={"v": "x" * pad},
+        s.row("t", symbols={"s": f"s{i % syms}"}, columns={"v": "x" * pad},
               at=TimestampNanos(1_700_000_000_000_000_000 + i))  # fmt: skip
         s.flush()
         time.sleep(float(os.environ.get("ROW_SLEEP", "0")))

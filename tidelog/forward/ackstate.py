@@ -19,9 +19,12 @@ __all__ = ["ConnState"]
 
 
 class ConnState:
-    def __init__(self, fsn_at_zero: int, durable: bool) -> None:
+    def __init__(self, fsn_at_zero: int, durable: bool, catch_up: int = 0) -> None:
         self.fsn_at_zero = fsn_at_zero
         self.durable = durable
+        # FWD-32: the first ``catch_up`` wire sequences are symbol-dictionary catch-up
+        # messages; the frame at FSN fsn_at_zero goes out as wire sequence ``catch_up``.
+        self.catch_up = catch_up
         self.next_wire_seq = 0
         # (wire_seq, {table: seqTxn}) in arrival order; an entry with no tables is trivially
         # covered (an empty OK, or a frame dropped under DROP_AND_CONTINUE).
@@ -29,7 +32,11 @@ class ConnState:
         self.table_watermarks: dict[str, int] = {}
 
     def next_fsn(self) -> int:
-        return fsn_of(self.fsn_at_zero, self.next_wire_seq)
+        return fsn_of(self.fsn_at_zero, self.next_wire_seq - self.catch_up)
+
+    def fsn_sent(self, wire_seq: int) -> int:
+        """The FSN of the frame sent as ``wire_seq`` (a data frame, not a catch-up)."""
+        return fsn_of(self.fsn_at_zero, wire_seq - self.catch_up)
 
     def sent(self) -> int:
         """Record one frame sent; returns its wire sequence."""
@@ -38,8 +45,12 @@ class ConnState:
         return wire_seq
 
     def fsn_for(self, sequence: int) -> int | None:
-        """The (clamped) FSN a wire sequence from the server stands for (FSN-2)."""
-        return ok_ack_target(self.fsn_at_zero, sequence, self.next_wire_seq)
+        """The (clamped) FSN a wire sequence from the server stands for (FSN-2); None for a
+        catch-up message's sequence (FWD-32)."""
+        if sequence < self.catch_up:
+            return None
+        sent = max(self.next_wire_seq - self.catch_up, 0)
+        return ok_ack_target(self.fsn_at_zero, sequence - self.catch_up, sent)
 
     def on_ok(self, sequence: int, tables: Mapping[str, int]) -> int | None:
         """The FSN to acknowledge after an OK, or None (FSN-2; in durable mode FSN-4)."""

@@ -40,6 +40,7 @@ from tidelog.model.fsn import (
 
 from . import wire
 from .ackstate import ConnState
+from .catchup import MAX_BATCH_HEADER, CatchUpTooLarge, DictMirror, batch_cap
 from .conf import SenderConfig
 from .errors import ErrorInbox, SenderError
 from .source import Gap, Source
@@ -153,6 +154,9 @@ class IOLoop:
         self._ack_event = asyncio.Event()
         self._want_wakeup = False
         self._last_send = 0.0
+        # FWD-32: the symbol dictionary sent so far, for a slot with a `.symbol-dict`; built
+        # at the first connection (False: not built yet; None: the source has none).
+        self._mirror: DictMirror | bool | None = False
         # A daemon: a forwarder nobody closed must not keep the interpreter alive in its
         # reconnect loop (the slot keeps what was not acknowledged).
         self._thread = threading.Thread(
@@ -296,7 +300,7 @@ class IOLoop:
                 self.counters.total_reconnect_attempts += 1
             self.outage_attempts += 1
             try:
-                ws = await self._connect(idx)
+                ws, catch_up = await self._connect(idx)
             except _Terminal as t:
                 self._latch(self._synthesized(t.category, str(t)))
                 return
@@ -329,7 +333,7 @@ class IOLoop:
             attempt, outage_start, role_reject_last = 0, None, False
             self.outage_since, self.outage_attempts = None, 0
             tried, start = {idx}, idx
-            outcome = await self._session(ws)
+            outcome = await self._session(ws, catch_up)
             if outcome in (Outcome.HALT, Outcome.STOP):
                 return
             if outcome is Outcome.WINDOW:
@@ -376,7 +380,7 @@ class IOLoop:
             ctx.verify_mode = ssl.CERT_NONE
         return ctx
 
-    async def _connect(self, idx: int) -> ClientConnection:
+    async def _connect(self, idx: int) -> tuple[ClientConnection, list[bytes]]:
         conf = self.conf
         host, port = conf.addr[idx]
         uri = f"{conf.schema}://{host}:{port}{conf.tidelog_path}"
@@ -437,16 +441,59 @@ class IOLoop:
                     "FSN numbering went backwards (slot wiped or shared sender_id?); new frames "
                     "would be discarded as duplicates. Use a new sender_id.",
                 )
-        return ws
+        try:
+            return ws, await self._catch_up(ws)
+        except _SourceFailed as exc:
+            await ws.close(1000)
+            raise _Terminal("PROTOCOL_VIOLATION", f"FWD-32: {exc}") from None
+        except CatchUpTooLarge as exc:
+            # The cap is this endpoint's: another host may take it. A failed attempt, so the
+            # reconnect budget keeps running (FWD-12, FWD-32).
+            ws.transport.abort()
+            raise _Transient(str(exc)) from None
 
     # -- one connection ----------------------------------------------------------------------
-    async def _session(self, ws: ClientConnection) -> Outcome:
-        st = ConnState(self.acked + 1, self.conf.request_durable_ack)
+    # -- symbol-dictionary catch-up (FWD-32) -----------------------------------------------
+    async def _dict_mirror(self) -> DictMirror | None:
+        """The slot's `.symbol-dict`, extended by the unacknowledged frames' delta sections
+        (read once, at the first connection, as the client does at recovery)."""
+        if self._mirror is False:
+            load = getattr(self.source, "symbol_dict", None)
+            seed = load() if load is not None else None
+            mirror = None if seed is None else DictMirror(seed)
+            fsn = self.acked + 1
+            while mirror is not None and fsn <= self.source.published_fsn():
+                frames = await self._read(fsn)
+                if isinstance(frames, Gap) or not frames or not mirror.fold(frames):
+                    break
+                fsn += len(frames)
+            self._mirror = mirror
+        assert not isinstance(self._mirror, bool)
+        return self._mirror
+
+    async def _catch_up(self, ws: ClientConnection) -> list[bytes]:
+        """The catch-up messages for this connection: none to a tidelog receiver, which
+        numbers an identified sender's frames by wire sequence (FWD-19) and decodes nothing."""
+        headers = ws.response.headers if ws.response is not None else {}
+        if wire.H_LAST_FSN in headers:
+            return []
+        try:
+            mirror = await self._dict_mirror()
+        except (TidelogError, OSError) as exc:
+            raise _SourceFailed(
+                f"reading the symbol dictionary of {self.source.name}: {exc!r}"
+            ) from exc
+        if mirror is None:
+            return []
+        return mirror.messages(batch_cap(headers.get(MAX_BATCH_HEADER)))
+
+    async def _session(self, ws: ClientConnection, catch_up: list[bytes]) -> Outcome:
+        st = ConnState(self.acked + 1, self.conf.request_durable_ack, len(catch_up))
         self.counters.connections += 1
         self.connected = True
         self._trace("connect", fsn_at_zero=st.fsn_at_zero, durable=st.durable)
         pumps = [
-            asyncio.create_task(self._send_pump(ws, st)),
+            asyncio.create_task(self._send_pump(ws, st, catch_up)),
             asyncio.create_task(self._recv_pump(ws, st)),
         ]
         if st.durable and self.conf.durable_ack_keepalive_interval_millis > 0:
@@ -504,8 +551,15 @@ class IOLoop:
             return await asyncio.to_thread(self.source.read, fsn, n)
         return self.source.read(fsn, n)
 
-    async def _send_pump(self, ws: ClientConnection, st: ConnState) -> Outcome:
-        """Frames in strict FSN order, one per binary message (FWD-5, FSN-6, FSN-1)."""
+    async def _send_pump(
+        self, ws: ClientConnection, st: ConnState, catch_up: list[bytes]
+    ) -> Outcome:
+        """Frames in strict FSN order, one per binary message (FWD-5, FSN-6, FSN-1), after
+        the connection's symbol-dictionary catch-up messages (FWD-32)."""
+        for message in catch_up:
+            self._trace("catch_up", wire_seq=st.sent())
+            await ws.send(message)
+        mirror = self._mirror if isinstance(self._mirror, DictMirror) else None
         while True:
             fsn = st.next_fsn()
             if fsn > self.source.published_fsn():
@@ -527,13 +581,15 @@ class IOLoop:
                 if self.terminal is not None:
                     return Outcome.HALT  # a halted loop sends nothing more (FSN-7)
                 wire_seq = st.sent()
-                sent_fsn = st.fsn_at_zero + wire_seq
+                sent_fsn = st.fsn_sent(wire_seq)
                 if sent_fsn <= self.replay_target:
                     self.counters.total_frames_replayed += 1
                 self.counters.frames_sent += 1
                 self._trace("send", fsn=sent_fsn, wire_seq=wire_seq)
                 self._last_send = time.monotonic()
                 await ws.send(payload)
+                if mirror is not None:
+                    mirror.accumulate(payload)  # the next connection re-registers it too
 
     async def _skip_gap(self, st: ConnState, fsn: int, next_fsn: int) -> Outcome:
         """FSNs ``fsn .. next_fsn - 1`` will never exist (a topic hole). Once everything sent is

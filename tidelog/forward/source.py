@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tidelog.api import Subscriber, Topic
+from tidelog.backends.sf import symdict
 from tidelog.backends.sf.slot import Slot
 from tidelog.errors import Backpressure, Closed, TidelogError, TooLarge
 from tidelog.records import Record, Tombstone
@@ -124,6 +125,10 @@ class SlotSource:
 
     def append(self, payload: bytes) -> int:
         return self.slot.append(payload, deadline_ms=self.append_deadline_ms)
+
+    def symbol_dict(self) -> symdict.SymbolDict | None:
+        """The slot's `.symbol-dict` (FWD-32), None when it has none; read-only."""
+        return symdict.read(self.slot.fs, self.slot.dir)
 
     def flush(self) -> None:
         self.slot.flush()
