@@ -78,8 +78,8 @@ def acked_fsn(slot: Path) -> int:
 def test_FWD_31_tidelog_drains_a_crashed_client_slot_without_failed(tmp_path: Path) -> None:
     """FWD-31, FWD-17, SF-28: a slot questdb 6.0.0 left when it crashed (25 rows, the first 8
     acknowledged) beside a tidelog forwarder with drain_orphans=on is drained to the receiver:
-    exactly the unacknowledged frames, in order, once each; no .failed and no .last_error is
-    written; and the client reopening that sender_id afterwards sends no data frame at all
+    its symbol-dictionary catch-up (FWD-32), then exactly the unacknowledged frames, in order,
+    once each; no .failed and no .last_error is written; and the client reopening that sender_id afterwards sends no data frame at all
     (everything it would resend was acknowledged through tidelog) and accepts the slot."""
     sf = tmp_path / "sf"
     slot = crashed_client_slot(sf, 25, 8)
@@ -89,7 +89,9 @@ def test_FWD_31_tidelog_drains_a_crashed_client_slot_without_failed(tmp_path: Pa
     counters, messages = drain_to_listener(sf)
     assert counters["total_background_drainers_succeeded"] == 1
     assert counters["total_background_drainers_failed"] == 0
-    assert messages == [frames[f] for f in range(acked + 1, max(frames) + 1)]
+    # FWD-32: the drain's connection opens with the slot's symbol-dictionary catch-up
+    assert messages[0][6:8] == b"\0\0"
+    assert data_messages(messages) == [frames[f] for f in range(acked + 1, max(frames) + 1)]
     assert not (slot / FAILED_FILE).exists() and not (slot / LAST_ERROR_FILE).exists()
     again = run_client(sf, "orphan", 0, "close")
     assert data_messages(again.messages) == []
@@ -112,7 +114,7 @@ def test_FWD_31_every_client_crash_state_drains_without_failed(tmp_path: Path) -
     assert counters["total_background_drainers_succeeded"] == len(EXPECTED)
     assert counters["total_background_drainers_failed"] == 0
     # one drainer at a time, orphans in name order: the messages are the slots one after another
-    assert messages == [m for case in sorted(expected) for m in expected[case]]
+    assert data_messages(messages) == [m for case in sorted(expected) for m in expected[case]]
     for case in sorted(EXPECTED):
         assert not (sf / case / FAILED_FILE).exists(), case
         assert not (sf / case / LAST_ERROR_FILE).exists(), case
