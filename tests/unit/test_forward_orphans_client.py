@@ -79,8 +79,9 @@ def test_FWD_31_tidelog_drains_a_crashed_client_slot_without_failed(tmp_path: Pa
     """FWD-31, FWD-17, SF-28: a slot questdb 6.0.0 left when it crashed (25 rows, the first 8
     acknowledged) beside a tidelog forwarder with drain_orphans=on is drained to the receiver:
     its symbol-dictionary catch-up (FWD-32), then exactly the unacknowledged frames, in order,
-    once each; no .failed and no .last_error is written; and the client reopening that sender_id afterwards sends no data frame at all
-    (everything it would resend was acknowledged through tidelog) and accepts the slot."""
+    once each; no .failed and no .last_error is written; and the client reopening that
+    sender_id afterwards sends no data frame at all (everything it would resend was
+    acknowledged through tidelog) and accepts the slot."""
     sf = tmp_path / "sf"
     slot = crashed_client_slot(sf, 25, 8)
     frames = frames_in(slot)
