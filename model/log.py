@@ -1,5 +1,5 @@
-"""The executable model of spec/SPEC.md sections 1-7: topics, tombstones, deletes, retention,
-durable subscribers, queue mode, restart and crash.
+"""The executable model of spec/SPEC.md sections 1-7 and 16: topics, tombstones, deletes,
+retention, durable subscribers, queue mode, restart and crash, routers.
 
 It is the test oracle: written for clarity, not speed (dicts and linear scans, no indexes), with no
 I/O. Time comes only from the injected clock. It implements the same ``tidelog.backend.Backend``
@@ -25,20 +25,25 @@ from tidelog.errors import (
     BadArgument,
     BadOption,
     Closed,
+    ConfigMismatch,
     LeaseLost,
     NoSuchSubscriber,
     NoSuchTopic,
+    RouterFanIn,
     StoreFull,
     TooLarge,
     TopicFull,
 )
+from tidelog.names import check_topic_name
 from tidelog.records import Item, Lease, Record, Tombstone, TopicState
 
+from .router import RouterConfig, RouterInfo, closes_cycle, fan_in_source, passes
 from .rules import (
     advance_hwm,
     clamp_ts,
     eviction_count,
     floors_ok,
+    held_trim_bounds,
     merge_gap,
     read_tombstone,
     trim_bounds,
@@ -89,6 +94,7 @@ class TopicModel:
     subs: dict[str, SubModel] = field(default_factory=dict)
     queue: QueueModel = field(default_factory=QueueModel)
     producers: dict[str, int] = field(default_factory=dict)  # TOP-11: id -> last sequence
+    cursors: dict[str, int] = field(default_factory=dict)  # RTR-10: routers into this topic
     # crash model: states after each acknowledged op, and how many of them are surely durable
     history: list[TopicModel] = field(default_factory=list, repr=False)
     durable_len: int = 0
@@ -154,11 +160,13 @@ class TopicModel:
             )
             assert all(q > s.hwm for q in s.outcomes), f"SUB-2: {name} stale outcomes"
 
-    def SUB_5(self) -> None:
+    def SUB_5(self, holds: Sequence[int] = ()) -> None:
+        """SUB-5, with RTR-7's holds: the cursors of the routers out of this topic."""
         if self.config.trim != "acked" or not self.subs:
             return
-        bounds = trim_bounds(
-            [s.base for s in self.subs.values()], [s.hwm for s in self.subs.values()]
+        bounds = held_trim_bounds(
+            trim_bounds([s.base for s in self.subs.values()], [s.hwm for s in self.subs.values()]),
+            holds,
         )
         if bounds is not None:
             lo, hi = bounds
@@ -172,7 +180,7 @@ class TopicModel:
         assert len(ids) == len(set(ids)), "QUE-2: duplicate lease ids"
         assert all(i < q.next_lease_id for i in ids), "QUE-1: lease id from the future"
 
-    def check_invariants(self) -> None:
+    def check_invariants(self, holds: Sequence[int] = ()) -> None:
         for check in (
             self.TOP_1,
             self.TOP_2,
@@ -181,10 +189,10 @@ class TopicModel:
             self.TMB_2,
             self.RET_1,
             self.SUB_2,
-            self.SUB_5,
             self.QUE_2,
         ):
             check()
+        self.SUB_5(holds)
 
     def _resolved_set(self, s: SubModel) -> set[int]:
         return {q for q in range(s.hwm + 1, self.head + 1) if self.resolved(s, q)}
@@ -208,6 +216,7 @@ class ModelStore(Backend):
         self.options = options
         self.name = name
         self.topics: dict[str, TopicModel] = {}
+        self.routers: dict[str, RouterConfig] = {}  # RTR-1; cursors live in dest (RTR-10)
         self.incarnations = 0
         self.closed = False
         self.lock = threading.RLock()  # the model is simple, not concurrent: one op at a time
@@ -237,6 +246,7 @@ class ModelStore(Backend):
         t = self._topic(ref)
         now = self._now()
         self._tick(t, now)
+        self._pump(now)  # RTR-8: what the time effects made forwardable
         return t, now
 
     def _record_history(self, t: TopicModel) -> None:
@@ -294,8 +304,9 @@ class ModelStore(Backend):
             s.hwm = advance_hwm(s.hwm, t.head, t._resolved_set(s))
             s.outcomes = {q: o for q, o in s.outcomes.items() if q > s.hwm}
         if t.config.trim == "acked" and t.subs:
-            bounds = trim_bounds(
-                [s.base for s in t.subs.values()], [s.hwm for s in t.subs.values()]
+            bounds = held_trim_bounds(
+                trim_bounds([s.base for s in t.subs.values()], [s.hwm for s in t.subs.values()]),
+                self._holds(t),
             )
             if bounds is not None:
                 lo, hi = bounds
@@ -346,6 +357,9 @@ class ModelStore(Backend):
                 raise Closed("store is closed")
             if name not in self.topics:
                 raise NoSuchTopic(f"topic {name!r} does not exist")
+            for r_name, r in sorted(self.routers.items()):  # RTR-12
+                if name in (r.source, r.dest):
+                    self._drop_router(r_name)
             del self.topics[name]
 
     def flush(self) -> None:
@@ -392,6 +406,7 @@ class ModelStore(Backend):
                 t = self.topics.get(name)
                 if t is not None:
                     self._restart_topic(t, now)
+            self._resume_routers(now)
 
     def _restart_topic(self, t: TopicModel, now: int) -> None:
         if t.config.durability == "ephemeral" and t.records:
@@ -429,6 +444,7 @@ class ModelStore(Backend):
             if producer is not None:
                 t.producers[producer[0]] = producer[1]
                 t.history[-1] = t.durable_copy()  # the mark is part of the same op
+            self._pump(now)  # RTR-8
             return seqs
 
     def _append(
@@ -480,6 +496,12 @@ class ModelStore(Backend):
                             f"topic {t.name!r} is full and subscriber {s_name!r} has not "
                             f"resolved seq {min(q for q in victims if not t.resolved(s, q))}"
                         )
+                for r_name, cursor in self._router_cursors(t):  # RTR-7
+                    if victims[-1] > cursor:
+                        raise Backpressure(
+                            f"topic {t.name!r} is full and router {r_name!r} has not "
+                            f"forwarded seq {max(cursor + 1, victims[0])}"
+                        )
         ts = clamp_ts(now, t.last_ts)
         seqs = list(range(t.head + 1, t.head + n + 1))
         for q, (p, tag, node) in zip(seqs, records):
@@ -522,7 +544,7 @@ class ModelStore(Backend):
         self, ref: TopicRef, before_seq: int | None, tag: str | None, tag_glob: str | None
     ) -> int:
         with self.lock:
-            t, _ = self._enter(ref)
+            t, now = self._enter(ref)
             limit = t.head + 1 if before_seq is None else min(before_seq, t.head + 1)
             doomed = []
             for q in t.live_sorted():
@@ -537,6 +559,7 @@ class ModelStore(Backend):
             if doomed:
                 self._remove_voluntary(t, doomed, "deleted")
                 self._record_history(t)
+                self._pump(now)  # RTR-8: room in a dest
             return len(doomed)
 
     # ======================================================================================
@@ -581,7 +604,7 @@ class ModelStore(Backend):
 
     def _resolve(self, ref: TopicRef, name: str, seq: int, outcome: str) -> bool:
         with self.lock:
-            t, _ = self._enter(ref)
+            t, now = self._enter(ref)
             s = self._sub(t, name)
             if seq > t.head:
                 raise BadArgument(f"seq {seq} is above head_seq {t.head}")
@@ -590,6 +613,7 @@ class ModelStore(Backend):
             s.outcomes[seq] = outcome
             self._settle(t)
             self._record_history(t)
+            self._pump(now)  # RTR-8: room in a backpressured dest
             return True
 
     def ack(self, ref: TopicRef, name: str, seq: int) -> bool:
@@ -600,7 +624,7 @@ class ModelStore(Backend):
 
     def commit(self, ref: TopicRef, name: str, seq: int) -> int:
         with self.lock:
-            t, _ = self._enter(ref)
+            t, now = self._enter(ref)
             s = self._sub(t, name)
             if seq > t.head:
                 raise BadArgument(f"seq {seq} is above head_seq {t.head}")
@@ -610,6 +634,7 @@ class ModelStore(Backend):
             if pending:
                 self._settle(t)
                 self._record_history(t)
+                self._pump(now)  # RTR-8
             return len(pending)
 
     def hwm(self, ref: TopicRef, name: str) -> int:
@@ -625,11 +650,12 @@ class ModelStore(Backend):
 
     def unregister(self, ref: TopicRef, name: str) -> None:
         with self.lock:
-            t, _ = self._enter(ref)
+            t, now = self._enter(ref)
             self._sub(t, name)
             del t.subs[name]
             self._settle(t)
             self._record_history(t)
+            self._pump(now)  # RTR-8
 
     # ======================================================================================
     # queue mode
@@ -697,6 +723,7 @@ class ModelStore(Backend):
                 if q.claim_cursor in t.records:
                     hand_out(q.claim_cursor)
             self._record_history(t)
+            self._pump(now)  # RTR-8: dead letters, room
             return out
 
     def _lease(self, t: TopicModel, seq: int, lease_id: int) -> None:
@@ -710,12 +737,13 @@ class ModelStore(Backend):
 
     def complete(self, ref: TopicRef, seq: int, lease_id: int) -> None:
         with self.lock:
-            t, _ = self._enter(ref)
+            t, now = self._enter(ref)
             self._lease(t, seq, lease_id)
             t.queue.deliveries.pop(seq, None)
             if seq in t.records:
                 self._remove_voluntary(t, [seq], "deleted")
             self._record_history(t)
+            self._pump(now)  # RTR-8
 
     def release(self, ref: TopicRef, seq: int, lease_id: int) -> None:
         with self.lock:
@@ -723,6 +751,7 @@ class ModelStore(Backend):
             self._lease(t, seq, lease_id)
             self._return_job(t, seq, now)
             self._record_history(t)
+            self._pump(now)  # RTR-8: a dead letter
 
     def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None:
         with self.lock:
@@ -733,6 +762,209 @@ class ModelStore(Backend):
             else:
                 t.queue.delayed[seq] = now + delay_ms
             self._record_history(t)
+            self._pump(now)  # RTR-8: a dead letter
+
+    # ======================================================================================
+    # routers (RTR)
+    # ======================================================================================
+    def _router_cursors(self, t: TopicModel) -> list[tuple[str, int]]:
+        """(name, cursor) of every router out of ``t`` whose dest this store holds."""
+        out = []
+        for name, r in sorted(self.routers.items()):
+            dest = self.topics.get(r.dest)
+            if r.source == t.name and dest is not None and name in dest.cursors:
+                out.append((name, dest.cursors[name]))
+        return out
+
+    def _holds(self, t: TopicModel) -> list[int]:
+        """RTR-7: the cursors that hold ``t``'s records from ack-trimming."""
+        return [cursor for _, cursor in self._router_cursors(t)]
+
+    def _info(self, name: str) -> RouterInfo:
+        r = self.routers[name]
+        cursor = self.topics[r.dest].cursors[name]
+        return RouterInfo(name, r, cursor, self.topics[r.source].head - cursor)
+
+    def router(
+        self,
+        name: str,
+        source: str,
+        dest: str,
+        *,
+        filter_tag: str | None = None,
+        exclude_node: str | None = None,
+        preserve_tag: bool = True,
+        preserve_node: bool = True,
+        allow_cycle: bool = False,
+    ) -> RouterInfo:
+        """RTR-1, RTR-2, RTR-3, RTR-9: create the router ``name`` or open the existing one."""
+        with self.lock:
+            if self.closed:
+                raise Closed("store is closed")
+            check_topic_name(name, "router name")
+            config = RouterConfig(
+                source, dest, filter_tag, exclude_node, preserve_tag, preserve_node, allow_cycle
+            )
+            old = self.routers.get(name)
+            if old is not None:
+                diff = old.mismatch(config)
+                if diff is not None:
+                    key, stored, given = diff
+                    raise ConfigMismatch(
+                        f"router {name!r} exists with {key}={stored!r}; got {key}={given!r} "
+                        "(config is fixed at creation, RTR-2)"
+                    )
+                return self._info(name)
+            for topic in (source, dest):
+                if topic not in self.topics:
+                    raise NoSuchTopic(f"topic {topic!r} does not exist (router {name!r})")
+            edges = [(r.source, r.dest) for r in self.routers.values()]
+            other = fan_in_source(edges, source, dest)
+            if other is not None:
+                raise RouterFanIn(
+                    f"topic {dest!r} already receives from {other!r}; a router from "
+                    f"{source!r} into it is refused (RTR-9, router_dest_fan_in)"
+                )
+            if not allow_cycle and closes_cycle(edges, source, dest):
+                raise BadArgument(
+                    f"router {name!r} {source!r} -> {dest!r} closes a cycle of routers; "
+                    "pass allow_cycle=True to permit it (RTR-9)"
+                )
+            now = self._now()
+            src, dst = self.topics[source], self.topics[dest]
+            self._tick(src, now)
+            self._tick(dst, now)
+            self.routers[name] = config
+            dst.cursors[name] = src.head
+            self._record_history(dst)
+            return self._info(name)
+
+    def list_routers(self) -> list[RouterInfo]:
+        """RTR-1: every router, in name order (``Store.routers()``)."""
+        with self.lock:
+            if self.closed:
+                raise Closed("store is closed")
+            return [self._info(name) for name in sorted(self.routers)]
+
+    def drop_router(self, name: str) -> bool:
+        """RTR-12: drop the router and its cursor; its copies stay in dest."""
+        with self.lock:
+            if self.closed:
+                raise Closed("store is closed")
+            if name not in self.routers:
+                return False
+            self._drop_router(name)
+            return True
+
+    def _drop_router(self, name: str) -> None:
+        r = self.routers.pop(name)
+        dest = self.topics.get(r.dest)
+        if dest is not None and dest.cursors.pop(name, None) is not None:
+            self._record_history(dest)
+
+    def _pump(self, now: int) -> None:
+        """RTR-8: passes over the routers in name order until none advances, at most as many
+        passes as there are routers (a cycle that feeds itself goes on at the next op)."""
+        for _ in range(len(self.routers)):
+            advanced = False
+            for name in sorted(self.routers):
+                advanced = self._forward(name, now) or advanced
+            if not advanced:
+                return
+
+    def _forward(self, name: str, now: int) -> bool:
+        """RTR-4..RTR-6: deal with the source seqs above the cursor (up to the source's head
+        when the call starts); True if the cursor advanced."""
+        r = self.routers[name]
+        src, dst = self.topics[r.source], self.topics[r.dest]
+        self._tick(src, now)
+        self._tick(dst, now)
+        start = cur = dst.cursors[name]
+        end = src.head
+        skipped = False  # cursor moved over skips not yet in dest's history
+        while cur < end:
+            q = cur + 1
+            rec = src.records.get(q)
+            if rec is None and src.fate.get(q) in INVOLUNTARY:
+                hi = q
+                while hi < end and src.fate.get(hi + 1) in INVOLUNTARY:
+                    hi += 1
+                self._router_gap(dst, hi - q + 1)  # RTR-5
+                cur = dst.cursors[name] = hi
+                dst.history[-1] = dst.durable_copy()
+                skipped = False
+                continue
+            if rec is None or not passes(rec.tag, rec.node, r.filter_tag, r.exclude_node):
+                cur = dst.cursors[name] = q  # voluntary removal or filtered: silent
+                skipped = True
+                continue
+            copy_ = (
+                rec.payload,
+                rec.tag if r.preserve_tag else None,
+                rec.node if r.preserve_node else None,
+            )
+            try:
+                self._append_records(dst, [copy_], now)
+            except TooLarge:
+                self._router_gap(dst, 1)  # RTR-6: dest can never hold it
+            except (TopicFull, Backpressure, StoreFull):
+                break  # RTR-6: retried when forwarding next runs
+            cur = dst.cursors[name] = q
+            dst.history[-1] = dst.durable_copy()  # RTR-10: copy and cursor, one op of dest
+            skipped = False
+        if skipped:
+            self._record_history(dst)
+        if cur > start and src.config.trim == "acked" and src.subs:
+            live = len(src.records)
+            self._settle(src)  # RTR-7: the hold moved
+            if len(src.records) != live:
+                self._record_history(src)
+        return cur > start
+
+    def _router_gap(self, t: TopicModel, k: int) -> None:
+        """RTR-5: ``k`` new seqs of ``t`` that are one loss range (TMB-2), with SUB-7 drops."""
+        lo, hi = t.head + 1, t.head + k
+        for q in range(lo, hi + 1):
+            t.fate[q] = "lost"
+        t.head = hi
+        t.losses.append((lo, hi))
+        for s in t.subs.values():
+            s.gap = merge_gap(s.gap, lo, hi)
+        self._settle(t)
+        self._record_history(t)
+
+    def _resume_routers(self, now: int) -> None:
+        """RTR-11: after a restart or a recovery, lower every cursor above its source's head,
+        then forward (RTR-10)."""
+        for name, r in sorted(self.routers.items()):
+            src, dst = self.topics[r.source], self.topics[r.dest]
+            if dst.cursors.get(name, 0) > src.head:
+                dst.cursors[name] = src.head
+                self._record_history(dst)
+        self._pump(now)
+
+    def resume_routers(self) -> None:
+        """After ``adopt`` of every topic a crash left (``crash_candidates``), forward from the
+        recovered cursors as a backend's recovery does (RTR-10, RTR-11)."""
+        with self.lock:
+            self._resume_routers(self._now())
+
+    # -- router invariants ------------------------------------------------------------------
+    def RTR_3(self) -> None:
+        for name, r in self.routers.items():
+            cursor = self.topics[r.dest].cursors[name]
+            head = self.topics[r.source].head
+            assert 0 <= cursor <= head, f"RTR-3: router {name} cursor {cursor} head {head}"
+        for t in self.topics.values():
+            stray = set(t.cursors) - {n for n, r in self.routers.items() if r.dest == t.name}
+            assert not stray, f"RTR-12: cursors of dropped routers in {t.name}: {stray}"
+
+    def RTR_9(self) -> None:
+        sources: dict[str, set[str]] = {}
+        for r in self.routers.values():
+            sources.setdefault(r.dest, set()).add(r.source)
+        fan_in = {d: s for d, s in sources.items() if len(s) > 1}
+        assert not fan_in, f"RTR-9: dests fed by more than one source: {fan_in}"
 
     # ======================================================================================
     # crash model (DUR-2..DUR-6, DUR-9)
@@ -759,6 +991,10 @@ class ModelStore(Backend):
                 cand.history = []
                 scratch = ModelStore(self.clock, self.options)
                 scratch.topics = {name: cand}
+                scratch.routers = {n: r for n, r in self.routers.items() if r.source == name}
+                for r in scratch.routers.values():  # RTR-7's holds, read only
+                    if r.dest != name and r.dest in self.topics:
+                        scratch.topics[r.dest] = self.topics[r.dest].durable_copy()
                 if cls == "disk" and cand.head < pre_head:
                     self._lose_suffix(scratch, cand, pre_head)
                 elif cls == "ephemeral":
@@ -802,7 +1038,9 @@ class ModelStore(Backend):
     # ======================================================================================
     def check_invariants(self) -> None:
         for t in self.topics.values():
-            t.check_invariants()
+            t.check_invariants([c for _, c in self._router_cursors(t)])
+        self.RTR_3()
+        self.RTR_9()
         if self.options.max_bytes is not None:
             total = sum(t.nbytes for t in self.topics.values())
             assert total <= self.options.max_bytes, "RET-6: store over max_bytes"

@@ -6,6 +6,8 @@ Each function is one rule of spec/SPEC.md, small enough to verify symbolically. 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "floors_ok",
     "clamp_ts",
@@ -13,6 +15,7 @@ __all__ = [
     "read_tombstone",
     "advance_hwm",
     "trim_bounds",
+    "held_trim_bounds",
     "merge_gap",
 ]
 
@@ -114,6 +117,24 @@ def trim_bounds(bases: list[int], hwms: list[int]) -> tuple[int, int] | None:
     if not bases:
         return None
     lo, hi = min(bases), min(hwms)
+    if lo >= hi:
+        return None
+    return (lo, hi)
+
+
+def held_trim_bounds(
+    bounds: tuple[int, int] | None, holds: Sequence[int]
+) -> tuple[int, int] | None:
+    """SUB-5 with RTR-7: ack-trimming's range ``(lo, hi]`` cut at every router's cursor.
+
+    pre: bounds is None or bounds[0] < bounds[1]
+    post: __return__ is None or __return__[0] < __return__[1]
+    post: __return__ is None or all(__return__[1] <= h for h in holds)
+    post: __return__ is None or (bounds is not None and __return__[1] <= bounds[1])
+    """
+    if bounds is None:
+        return None
+    lo, hi = bounds[0], min([bounds[1], *holds])
     if lo >= hi:
         return None
     return (lo, hi)

@@ -33,6 +33,7 @@ class Capabilities:
     queue: bool = True
     multi_topic: bool = True
     exact_progress: bool = True
+    routers: bool = False  # RTR-13: no built-in backend forwards yet
     durability: frozenset[str] = field(default_factory=lambda: frozenset(DURABILITY_CLASSES))
 
     def to_dict(self) -> dict[str, object]:

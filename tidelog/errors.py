@@ -18,6 +18,7 @@ __all__ = [
     "NoSuchTopic",
     "NoSuchSubscriber",
     "ConfigMismatch",
+    "RouterFanIn",
     "TopicFull",
     "TooLarge",
     "StoreFull",
@@ -79,6 +80,12 @@ class NoSuchSubscriber(TidelogError, LookupError):
 
 class ConfigMismatch(TidelogError, ValueError):
     code = "config_mismatch"
+
+
+class RouterFanIn(ConfigMismatch):
+    """RTR-9: a router into a dest that another source already feeds."""
+
+    code = "router_dest_fan_in"
 
 
 class TopicFull(TidelogError):
