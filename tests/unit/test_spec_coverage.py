@@ -37,8 +37,8 @@ DEFINITION = re.compile(r"^\*\*([A-Z]+-\d+)\*\*", re.MULTILINE)
 #: A paragraph that starts with a bold id in any other form (``**TOP-1 Title.**``).
 MISFORMED = re.compile(r"^\*\*([A-Z]+-\d+)(?!\d|\*\*)", re.MULTILINE)
 RULE_ID = re.compile(r"\b([A-Z]+)-(\d+)\b")
-#: A citation of something a reader of the repository cannot open: a source design by number or
-#: section ("seed 003", "seed §6.1"), notes kept outside the repository, or a planning issue.
+#: A citation of something a reader of the repository cannot open: a source design by its file
+#: number or section sign, notes kept outside the repository, or a planning issue number.
 EXTERNAL = re.compile(
     r"(?i:\bseeds?\s?(?:0\d|§)|\bseeds/|\bissue\s\d+|\bresearch(?:/| §)|shared/research"
     r"|anchors\.md|failover\.md)|\banchors? [A-Z]\b|\bJQ #"
