@@ -458,8 +458,7 @@ class IOLoop:
         """The slot's `.symbol-dict`, extended by the unacknowledged frames' delta sections
         (read once, at the first connection, as the client does at recovery)."""
         if self._mirror is False:
-            load = getattr(self.source, "symbol_dict", None)
-            seed = load() if load is not None else None
+            seed = self.source.symbol_dict()
             mirror = None if seed is None else DictMirror(seed)
             fsn = self.acked + 1
             while mirror is not None and fsn <= self.source.published_fsn():

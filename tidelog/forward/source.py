@@ -51,6 +51,10 @@ class Source(Protocol):
 
     def read(self, fsn: int, max_frames: int) -> list[bytes] | Gap: ...
 
+    def symbol_dict(self) -> symdict.SymbolDict | None:
+        """The symbol dictionary the frames are delta-encoded against (FWD-32): a slot's
+        `.symbol-dict`, read-only; None for sources without one."""
+
     def acknowledge(self, fsn: int) -> None:
         """Raise the trim point (cheap; applied by the source's manager)."""
 
@@ -171,6 +175,9 @@ class MemorySource:
     def published_fsn(self) -> int:
         return self._published
 
+    def symbol_dict(self) -> None:
+        return None  # frames in RAM or a topic carry no client dictionary (FWD-32)
+
     def acked_fsn(self) -> int:
         return self._acked
 
@@ -268,6 +275,9 @@ class TopicSource:
 
     def published_fsn(self) -> int:
         return self._published
+
+    def symbol_dict(self) -> None:
+        return None  # a topic's records carry no client dictionary (FWD-32)
 
     def acked_fsn(self) -> int:
         return self._acked
