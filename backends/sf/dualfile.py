@@ -45,10 +45,9 @@ class DualFile:
 
     def create(self, first: int, second: int) -> None:
         """A new file holding generation 1, fsynced with its directory (SF-25, SF-29)."""
-        h = self._handle()
+        self._handle()
         self.generation = 0
         self.write(first, second, sync=True)
-        del h
         self.fs.fsync_dir(os.path.dirname(self.path))
 
     def write(self, first: int, second: int, *, sync: bool) -> None:
@@ -62,8 +61,10 @@ class DualFile:
         h.pwrite(data, rec.record_offset(gen))
         self.generation = gen
         self.value = rec.Record(gen, first, second)
-        if sync:
-            h.fsync() if self.magic == rec.MANIFEST_MAGIC else h.fdatasync()
+        if sync and self.magic == rec.MANIFEST_MAGIC:
+            h.fsync()  # the client fsyncs the manifest (SF-29)
+        elif sync:
+            h.fdatasync()
 
     def sync(self) -> None:
         if self._h is not None:
