@@ -18,6 +18,17 @@ import threading
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
+def is_catch_up(message: bytes) -> bool:
+    """FWD-29, FWD-32: a symbol-dictionary catch-up, a QWP message with flag 0x08 and no table
+    (table_count, bytes 6..8, is 0); every data message carries at least one table."""
+    return message[:4] == b"QWP1" and message[5] & 0x08 != 0 and message[6:8] == b"\0\0"
+
+
+def data_messages(messages: list[bytes]) -> list[bytes]:
+    """The QWP messages that carry tables (catch-ups left out)."""
+    return [m for m in messages if not is_catch_up(m)]
+
+
 class QwpListener:
     def __init__(
         self,

@@ -13,9 +13,8 @@ import contextlib
 import shutil
 from pathlib import Path
 
-from qwp_listener import QwpListener
+from qwp_listener import QwpListener, data_messages
 from sf_v2_client import run_client
-from test_sf_v2_client import data_messages
 from test_sf_v2_slot import DATA, EXPECTED, frames_in
 
 from tidelog.backends.sf.recovery import FAILED_FILE, examine

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import struct
 import subprocess
 import sys
 import textwrap
@@ -20,10 +19,11 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from qwp_listener import data_messages, is_catch_up
 from test_cli_process import WAIT, Lines, procs, start, tidelog_cmd
+from test_sf_v2_slot import frames_in
 
 import tidelog
-from tidelog.backends.sf import format as fmt
 from tidelog.records import Record
 
 __all__ = ["procs"]  # a fixture, imported for the process tests
@@ -121,26 +121,10 @@ def stored(tmp: Path) -> list[bytes]:
 
 
 def slot_frames(slot: Path) -> list[bytes]:
-    """Every frame of every segment of a client slot, by the segments' baseSeq, read with
-    tidelog's SF frame reader (the frame layout is the same in both formats, SF-4)."""
-    segments = []
-    for seg in slot.glob("*.sfa"):
-        data = seg.read_bytes()
-        scan = fmt.scan_frames(data)
-        frames = [
-            data[at + 8 : at + 8 + struct.unpack_from("<i", data, at + 4)[0]] for at in scan.offsets
-        ]
-        segments.append((fmt.decode_header(data).base_seq, frames))
-    return [f for _, frames in sorted(segments) if frames for f in frames]
-
-
-def is_catch_up(frame: bytes) -> bool:
-    """FWD-29: a QWP message with no table (table_count, bytes 6..8, is 0) and flag 0x08."""
-    return frame[:4] == b"QWP1" and frame[5] & 0x08 != 0 and frame[6:8] == b"\0\0"
-
-
-def data_frames(records: list[bytes]) -> list[bytes]:
-    return [r for r in records if not is_catch_up(r)]
+    """Every frame of a client slot in FSN order (the frame layout is the same in both slot
+    formats, SF-4)."""
+    frames = frames_in(slot)
+    return [frames[fsn] for fsn in sorted(frames)]
 
 
 def test_FWD_28_the_real_client_is_installed() -> None:
@@ -190,7 +174,7 @@ def test_FWD_29_receiver_sigkill_and_restart(
     records = stored(tmp_path)
     frames = slot_frames(tmp_path / "copy" / "qc")
     assert len(frames) == 40
-    assert data_frames(records) == frames
+    assert data_messages(records) == frames
     catch_ups = [k for k, r in enumerate(records) if is_catch_up(r)]
     assert catch_ups == [20]  # the first message of the second connection
     assert records[20][12:] == b"\x00\x03\x02s0\x02s1\x02s2"  # ids 0..2 registered from 0

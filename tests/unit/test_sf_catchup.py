@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from qwp_listener import QwpListener
+from qwp_listener import QwpListener, data_messages
 from sf_v2_client import run_client
-from test_sf_v2_client import data_messages
 from test_sf_v2_slot import DATA, frames_in
 
 from tidelog.backends.sf import symdict

@@ -12,6 +12,7 @@ import shutil
 import struct
 from pathlib import Path
 
+from qwp_listener import data_messages
 from sf_v2_client import run_client
 from test_sf_v2_slot import DATA, frames_in, hashes
 
@@ -22,11 +23,6 @@ from tidelog.backends.sf.slot import Slot
 from tidelog.fsio import OsFS
 
 TS0 = 1_700_000_000_000_000_000
-
-
-def data_messages(messages: list[bytes]) -> list[bytes]:
-    """QWP messages that carry tables: a symbol-dictionary catch-up has table_count 0."""
-    return [m for m in messages if m[6:8] != b"\0\0"]
 
 
 def test_SF_29_real_client_resumes_a_tidelog_slot_without_replaying_acked_frames(
