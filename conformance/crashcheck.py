@@ -12,6 +12,8 @@ a seq it already returned.
 
 from __future__ import annotations
 
+import copy
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,7 @@ from tidelog.model import ModelStore, TopicModel
 from .crashfs import RecordingFS
 
 __all__ = [
+    "ROUTERS",
     "CrashRun",
     "Op",
     "TopicView",
@@ -40,8 +43,10 @@ __all__ = [
 #: [payloads]) | ("append_records", topic, [(payload, tag, node), ...]) |
 #: ("delete", topic, before) | ("subscribe", topic, sub, start) | ("ack", topic, sub, seq) |
 #: ("commit", topic, sub, seq) | ("flush_sub", topic, sub) | ("claim", topic, node, n) |
-#: ("complete_first", topic) | ("drop", topic) | ("flush",) | ("checkpoint",) | ("advance", ms)
+#: ("complete_first", topic) | ("drop", topic) | ("flush",) | ("checkpoint",) | ("advance", ms) |
+#: ("router", name, source, dest, {options}) | ("drop_router", name)
 Op = tuple[Any, ...]
+ROUTERS = "(routers)"  # observe()'s key for the router cursors: not a valid topic name
 StoreFactory = Callable[[RecordingFS, Clock], Store]
 
 
@@ -60,6 +65,10 @@ def apply_op(store: Store, op: Op, clock: FakeClock, leases: dict[str, list[Any]
             return store.topic(op[1], **op[2]).name
         if kind == "drop":
             return store.drop_topic(op[1])
+        if kind == "router":
+            return store.router(op[1], op[2], op[3], **op[4]).cursor
+        if kind == "drop_router":
+            return store.drop_router(op[1])
         t = store.topic(op[1], create=False)
         if kind == "append":
             return t.append(op[2], tag=op[3])
@@ -119,9 +128,12 @@ def _view(items: Sequence[Any], st: Any, subs: dict[str, int]) -> TopicView:
     )
 
 
-def observe(store: Any) -> dict[str, TopicView]:
-    """What a reader observes of every topic of ``store`` (a Store or a RemoteStore)."""
-    out = {}
+def observe(store: Any) -> dict[str, Any]:
+    """What a reader observes of every topic of ``store`` (a Store or a RemoteStore); with
+    routers, their cursors too, under the key ``ROUTERS``."""
+    out: dict[str, Any] = {}
+    if store.capabilities.routers and store.routers():
+        out[ROUTERS] = {info.name: info.cursor for info in store.routers()}
     for name in store.topics():
         t = store.topic(name, create=False)
         st = t.state()
@@ -237,7 +249,7 @@ class CrashRun:
         try:
             got = observe(store)
             self._compare(got, model_i, model_next, clock, where)
-            heads = {name: v.head for name, v in got.items()}
+            heads = {name: v.head for name, v in got.items() if name != ROUTERS}
         finally:
             store.close()
         again = self.open_store(state, FakeClock(clock.now_ms()))
@@ -255,7 +267,7 @@ class CrashRun:
 
     def _compare(
         self,
-        got: dict[str, TopicView],
+        got: dict[str, Any],
         model_i: ModelStore,
         model_next: ModelStore | None,
         clock: Clock,
@@ -265,7 +277,7 @@ class CrashRun:
 
 
 def compare_recovered(
-    got: dict[str, TopicView],
+    got: dict[str, Any],
     model_i: ModelStore,
     model_next: ModelStore | None,
     clock: Clock,
@@ -274,16 +286,22 @@ def compare_recovered(
     """CRASH-7, DUR-2..DUR-6, DUR-9: the topics ``got`` observed after recovery are states the
     model allows after the ops of ``model_i`` (and, when an op was in flight, ``model_next``:
     the model after it); raises AssertionError naming the topic otherwise."""
+    got = dict(got)
+    cursors = got.pop(ROUTERS, {})
     allowed = set(model_i.topics) | (set(model_next.topics) if model_next else set())
     assert set(got) <= allowed, f"topics {set(got) - allowed} never created: {where}"
     required = set(model_i.topics) & (
         set(model_next.topics) if model_next else set(model_i.topics)
     )
     assert required <= set(got), f"acknowledged topics {required - set(got)} lost: {where}"
+    models = [m for m in (model_i, model_next) if m is not None]
+    routed = _routed_topics(models)
     for name, view in got.items():
+        if name in routed:
+            continue
         cands: list[TopicModel] = []
-        for m in (model_i, model_next):
-            if m is not None and name in m.topics:
+        for m in models:
+            if name in m.topics:
                 cands += m.crash_candidates(name)
         cls = cands[0].config.durability
         views = [_candidate_view(c, clock) for c in cands]
@@ -292,6 +310,85 @@ def compare_recovered(
             f"allowed: {views}: {where}"
         )
         check_progress(name, view, model_i, model_next, where)
+    if routed or cursors:
+        _compare_routed(got, cursors, models, routed, clock, where)
+        for name in sorted(routed & set(got)):
+            check_progress(name, got[name], model_i, model_next, where)
+
+
+def _merged(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Loss ranges with touching neighbours joined."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _routed_topics(models: Sequence[ModelStore]) -> set[str]:
+    return {t for m in models for r in m.routers.values() for t in (r.source, r.dest)}
+
+
+#: RTR-10 joint check: at most this many combinations of per-topic crash candidates
+_MAX_COMBINATIONS = 4096
+
+
+def _compare_routed(
+    got: dict[str, TopicView],
+    cursors: dict[str, int],
+    models: Sequence[ModelStore],
+    routed: set[str],
+    clock: Clock,
+    where: str,
+) -> None:
+    """RTR-10, RTR-11: topics linked by routers are checked together. Each topic may recover
+    as any of its crash candidates; recovery then forwards from the recovered cursors
+    (``resume_routers``). Some combination of candidates, with the routers of one of the
+    models, must give exactly what was observed: every topic, and every router's cursor."""
+    names = sorted(routed & set(got))
+    per_topic: list[list[TopicModel]] = []
+    for name in names:
+        cands = [c for m in models if name in m.topics for c in m.crash_candidates(name)]
+        per_topic.append(cands)
+    combos = 1
+    for cands in per_topic:
+        combos *= max(len(cands), 1)
+    assert combos <= _MAX_COMBINATIONS, f"{combos} candidate combinations: workload too big"
+    tried: list[dict[str, TopicView]] = []
+    for m in models:
+        for combo in itertools.product(*per_topic):
+            scratch = ModelStore(clock, tidelog.backend.StoreOptions())
+            scratch.topics = {c.name: copy.deepcopy(c) for c in combo}
+            scratch.routers = {  # a dest state from before a router's creation lacks it
+                n: r
+                for n, r in m.routers.items()
+                if r.source in scratch.topics
+                and r.dest in scratch.topics
+                and n in scratch.topics[r.dest].cursors
+            }
+            for n in names:  # DUR-3, DUR-5: a head raised over reserved seqs, as observed
+                t = scratch.topics[n]
+                if t.config.durability in ("disk", "ephemeral") and got[n].head > t.head:
+                    ModelStore._lose_suffix(scratch, t, got[n].head)
+                    t.losses = _merged(t.losses)  # recovery logs one range up to the ceiling
+            scratch.resume_routers()
+            views = {n: _candidate_view(scratch.topics[n], clock) for n in names}
+            want_cursors = {
+                n: scratch.topics[r.dest].cursors[n] for n, r in scratch.routers.items()
+            }
+            classes = {n: scratch.topics[n].config.durability for n in names}
+            if cursors == want_cursors and all(
+                _matches(got[n], views[n], classes[n]) for n in names
+            ):
+                return
+            tried.append(views)
+    raise AssertionError(
+        f"routed topics {names} recovered as {[got[n] for n in names]} with cursors "
+        f"{cursors}, which no combination of allowed states forwards to (RTR-10); "
+        f"{len(tried)} tried, e.g. {tried[:2]}: {where}"
+    )
 
 
 def check_progress(

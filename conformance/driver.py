@@ -26,6 +26,7 @@ from .protocol import (
     b64,
     item_to_json,
     lease_to_json,
+    router_to_json,
     state_to_json,
     unb64,
 )
@@ -39,6 +40,7 @@ OPS = (
     "append", "append_many", "append_records", "read", "state", "delete",
     "subscribe", "subscribers", "poll", "ack", "reject", "commit", "hwm", "flush_sub",
     "unregister", "claim", "complete", "release", "nack",
+    "router", "routers", "drop_router",
     "ring_head",
     "sf_open", "sf_publish", "sf_connect", "sf_send", "sf_ok", "sf_durable_ack", "sf_error",
     "sf_close_code", "sf_disconnect", "sf_state", "sf_reopen", "sf_crash",
@@ -245,6 +247,22 @@ class Driver:
         self._topic(req).nack(req["seq"], req["lease_id"], delay_ms=req.get("delay_ms", 0))
 
     # -- ring head detection (RING-3..RING-5) ----------------------------------------------
+    # -- routers (RTR) ---------------------------------------------------------------------
+    def op_router(self, req: dict[str, Any]) -> dict[str, Any]:
+        info = self._store().router(
+            req["name"], req["source"], req["dest"], filter_tag=req.get("filter_tag"),
+            exclude_node=req.get("exclude_node"), preserve_tag=req.get("preserve_tag", True),
+            preserve_node=req.get("preserve_node", True),
+            allow_cycle=req.get("allow_cycle", False),
+        )  # fmt: skip
+        return router_to_json(info)
+
+    def op_routers(self, req: dict[str, Any]) -> list[dict[str, Any]]:
+        return [router_to_json(info) for info in self._store().routers()]
+
+    def op_drop_router(self, req: dict[str, Any]) -> bool:
+        return bool(self._store().drop_router(req["name"]))
+
     def op_ring_head(self, req: dict[str, Any]) -> dict[str, int] | None:
         seqs = [None if s is None else int(s) for s in req["seqs"]]
         got = self.sut.ring_head(int(req["pages"]), seqs)

@@ -60,6 +60,7 @@ def fail(message: str) -> NoReturn:
     raise AssertionError(message)
 
 TOPICS = ("t0", "t1", "dlq")
+ROUTERS = ("r0", "r1")
 SUBS = ("s0", "s1")
 NODES = ("n0", "n1")
 TAGS = (None, "a", "b", "ab", "ba")
@@ -603,6 +604,46 @@ class LogMachine(RuleBasedStateMachine):
         name = self.pick(data)
         self.on_sub(name, sub, lambda s: s.flush())
 
+    # -- rules: routers --------------------------------------------------------------------
+    @precondition(lambda self: self.caps.routers)
+    @rule(
+        data=st.data(),
+        name=st.sampled_from(ROUTERS),
+        filter_tag=st.sampled_from((None, None, *GLOBS)),
+        exclude_node=st.sampled_from((None, None, *NODES)),
+        preserve=st.sampled_from([(True, True), (True, True), (False, True), (True, False)]),
+        allow_cycle=st.just(False),  # a cycle that never settles grows without bound
+    )
+    def router(
+        self,
+        data: st.DataObject,
+        name: str,
+        filter_tag: str | None,
+        exclude_node: str | None,
+        preserve: tuple[bool, bool],
+        allow_cycle: bool,
+    ) -> None:
+        """RTR-1..RTR-3, RTR-9: create a router between two topics (or open it, or be refused
+        alike: fan-in, cycles, missing topics, a different config). Cycles are refused here:
+        one whose copies pass every filter forwards without end (RTR-9), and two routers from
+        one source into a topic that feeds it back double it at every op; the unit tests
+        drive allowed cycles."""
+        source, dest = self.pick(data), self.pick(data)
+        out = self.both(
+            lambda s: s.router(
+                name, source, dest, filter_tag=filter_tag, exclude_node=exclude_node,
+                preserve_tag=preserve[0], preserve_node=preserve[1], allow_cycle=allow_cycle,
+            )
+        )  # fmt: skip
+        if out.code is None:
+            event("router created or opened")
+
+    @precondition(lambda self: self.caps.routers)
+    @rule(name=st.sampled_from(ROUTERS))
+    def drop_router(self, name: str) -> None:
+        """RTR-12."""
+        self.both(lambda s: s.drop_router(name))
+
     # -- rules: queue ----------------------------------------------------------------------
     @precondition(lambda self: self.caps.queue)
     @rule(
@@ -692,6 +733,10 @@ class LogMachine(RuleBasedStateMachine):
                 hwm_m = _run(partial(lambda t, n: _sub_handle(t, n).hwm, m, sub))
                 if hwm_s != hwm_m:
                     fail(f"hwm of {name}/{sub}: backend {hwm_s}, model {hwm_m}")
+        if self.caps.routers:
+            routers = self.both(lambda s: s.routers())  # RTR-1: cursors and lag agree
+            if any(info.lag for info in routers.value or ()):
+                event("a router lags (RTR-6)")
         if "dlq" in self.model.topics() and self.model.topic("dlq").state().head_seq:
             event("dead-letter topic received records")
         hooks(self.model, ModelStore).check_invariants()

@@ -16,10 +16,11 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from tidelog.records import Item, Lease, Record, Tombstone, TopicState
+from tidelog.records import Item, Lease, Record, RouterConfig, RouterInfo, Tombstone, TopicState
 
 __all__ = ["PROTOCOL", "VERSION", "b64", "unb64", "item_to_json", "item_from_json",
-           "lease_to_json", "lease_from_json", "state_to_json", "state_from_json"]
+           "lease_to_json", "lease_from_json", "state_to_json", "state_from_json",
+           "router_to_json", "router_from_json"]
 
 PROTOCOL = "tidelog-conformance"
 VERSION = 1
@@ -65,3 +66,13 @@ def state_to_json(st: TopicState) -> dict[str, int]:
 def state_from_json(obj: dict[str, Any]) -> TopicState:
     return TopicState(int(obj["head_seq"]), int(obj["earliest_seq"]), int(obj["evict_floor"]),
                       int(obj["count"]), int(obj["bytes"]))
+
+
+def router_to_json(info: RouterInfo) -> dict[str, Any]:
+    return {"name": info.name, "config": info.config.to_dict(), "cursor": info.cursor,
+            "lag": info.lag}
+
+
+def router_from_json(obj: dict[str, Any]) -> RouterInfo:
+    return RouterInfo(str(obj["name"]), RouterConfig(**obj["config"]), int(obj["cursor"]),
+                      int(obj["lag"]))

@@ -27,7 +27,7 @@ from tidelog.backend import Capabilities
 from tidelog.clock import FakeClock
 from tidelog.config import TopicConfig
 from tidelog.errors import ERROR_CODES, NoSuchSubscriber, StorageError, TidelogError
-from tidelog.records import Item, Lease, TopicState
+from tidelog.records import Item, Lease, RouterInfo, TopicState
 
 from .driver import Driver
 from .protocol import (
@@ -36,6 +36,7 @@ from .protocol import (
     b64,
     item_from_json,
     lease_from_json,
+    router_from_json,
     state_from_json,
     unb64,
 )
@@ -277,6 +278,16 @@ class RemoteStore:
 
     def flush(self) -> None:
         self.call("flush")
+
+    def router(self, name: str, source: str, dest: str, **options: Any) -> RouterInfo:
+        return router_from_json(self.call("router", name=name, source=source, dest=dest,
+                                          **options))
+
+    def routers(self) -> list[RouterInfo]:
+        return [router_from_json(obj) for obj in self.call("routers")]
+
+    def drop_router(self, name: str) -> bool:
+        return bool(self.call("drop_router", name=name))
 
     def close(self) -> None:
         if not self.closed:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
@@ -25,11 +25,9 @@ from tidelog.errors import (
     BadArgument,
     BadOption,
     Closed,
-    ConfigMismatch,
     LeaseLost,
     NoSuchSubscriber,
     NoSuchTopic,
-    RouterFanIn,
     StoreFull,
     TooLarge,
     TopicFull,
@@ -37,7 +35,7 @@ from tidelog.errors import (
 from tidelog.names import check_topic_name
 from tidelog.records import Item, Lease, Record, Tombstone, TopicState
 
-from .router import RouterConfig, RouterInfo, closes_cycle, fan_in_source, passes
+from .router import RouterConfig, RouterInfo, check_new, passes
 from .rules import (
     advance_hwm,
     clamp_ts,
@@ -209,7 +207,7 @@ class TopicModel:
 class ModelStore(Backend):
     """The reference model as a Backend. Named stores survive close/reopen in the process."""
 
-    capabilities = Capabilities(persistent=False, crash_safe=False)
+    capabilities = Capabilities(persistent=False, crash_safe=False, routers=True)
 
     def __init__(self, clock: Clock, options: StoreOptions, name: str | None = None) -> None:
         self.clock = clock
@@ -245,8 +243,8 @@ class ModelStore(Backend):
         """Start a topic op: resolve the handle, read the clock once, apply time effects."""
         t = self._topic(ref)
         now = self._now()
-        self._tick(t, now)
-        self._pump(now)  # RTR-8: what the time effects made forwardable
+        if self._tick(t, now):
+            self._pump(now)  # RTR-8: what the time effects made forwardable
         return t, now
 
     def _record_history(self, t: TopicModel) -> None:
@@ -256,7 +254,8 @@ class ModelStore(Backend):
             t.durable_len = len(t.history)
 
     # -- lazy time effects (RET-4, QUE-5) --------------------------------------------------
-    def _tick(self, t: TopicModel, now: int) -> None:
+    def _tick(self, t: TopicModel, now: int) -> bool:
+        """Apply the lazy time effects due at ``now``; True if any was."""
         changed = False
         ttl = t.config.ttl_ms
         if ttl is not None:
@@ -275,6 +274,7 @@ class ModelStore(Backend):
             changed = True
         if changed:
             self._record_history(t)
+        return changed
 
     # -- removal ---------------------------------------------------------------------------
     def _remove_involuntary(self, t: TopicModel, seqs: list[int], fate: str) -> None:
@@ -517,23 +517,34 @@ class ModelStore(Backend):
         with self.lock:
             t, _ = self._enter(ref)
             items: list[Item] = []
-            pos = after
-            tomb = read_tombstone(after, t.evict_floor)
-            if tomb is not None:
-                items.append(Tombstone(*tomb))
-                pos = tomb[1]
-            q = pos + 1
-            while q <= t.head and len(items) < limit:
-                loss = next(((lo, hi) for lo, hi in t.losses if lo <= q <= hi), None)
-                if loss is not None:
-                    items.append(Tombstone(q, loss[1]))
-                    q = loss[1] + 1
-                    continue
-                rec = t.records.get(q)
-                if rec is not None and (exclude_node is None or rec.node != exclude_node):
-                    items.append(rec)
-                q += 1
+            for item in self._items(t, after):
+                if len(items) >= limit:
+                    break
+                if isinstance(item, Tombstone) or exclude_node is None or item.node != exclude_node:
+                    items.append(item)
             return items
+
+    @staticmethod
+    def _items(t: TopicModel, after: int, upto: int | None = None) -> Iterator[Item]:
+        """What a reader of ``t`` gets after seq ``after`` (through ``upto``, default the head),
+        in seq order (TMB-1, TMB-2; DEL: voluntarily removed seqs are skipped silently).
+        Routers forward exactly this (RTR-4)."""
+        end = t.head if upto is None else upto
+        q = after + 1
+        tomb = read_tombstone(after, t.evict_floor)
+        if tomb is not None:
+            yield Tombstone(tomb[0], min(tomb[1], end))
+            q = tomb[1] + 1
+        while q <= end:
+            loss = next(((lo, hi) for lo, hi in t.losses if lo <= q <= hi), None)
+            if loss is not None:
+                yield Tombstone(q, min(loss[1], end))
+                q = loss[1] + 1
+                continue
+            rec = t.records.get(q)
+            if rec is not None:
+                yield rec
+            q += 1
 
     def state(self, ref: TopicRef) -> TopicState:
         with self.lock:
@@ -785,51 +796,17 @@ class ModelStore(Backend):
         cursor = self.topics[r.dest].cursors[name]
         return RouterInfo(name, r, cursor, self.topics[r.source].head - cursor)
 
-    def router(
-        self,
-        name: str,
-        source: str,
-        dest: str,
-        *,
-        filter_tag: str | None = None,
-        exclude_node: str | None = None,
-        preserve_tag: bool = True,
-        preserve_node: bool = True,
-        allow_cycle: bool = False,
-    ) -> RouterInfo:
+    def router(self, name: str, config: RouterConfig) -> RouterInfo:
         """RTR-1, RTR-2, RTR-3, RTR-9: create the router ``name`` or open the existing one."""
         with self.lock:
             if self.closed:
                 raise Closed("store is closed")
             check_topic_name(name, "router name")
-            config = RouterConfig(
-                source, dest, filter_tag, exclude_node, preserve_tag, preserve_node, allow_cycle
-            )
-            old = self.routers.get(name)
-            if old is not None:
-                diff = old.mismatch(config)
-                if diff is not None:
-                    key, stored, given = diff
-                    raise ConfigMismatch(
-                        f"router {name!r} exists with {key}={stored!r}; got {key}={given!r} "
-                        "(config is fixed at creation, RTR-2)"
-                    )
+            if not check_new(
+                name, config, self.routers.get(name), self.topics, self.routers.values()
+            ):
                 return self._info(name)
-            for topic in (source, dest):
-                if topic not in self.topics:
-                    raise NoSuchTopic(f"topic {topic!r} does not exist (router {name!r})")
-            edges = [(r.source, r.dest) for r in self.routers.values()]
-            other = fan_in_source(edges, source, dest)
-            if other is not None:
-                raise RouterFanIn(
-                    f"topic {dest!r} already receives from {other!r}; a router from "
-                    f"{source!r} into it is refused (RTR-9, router_dest_fan_in)"
-                )
-            if not allow_cycle and closes_cycle(edges, source, dest):
-                raise BadArgument(
-                    f"router {name!r} {source!r} -> {dest!r} closes a cycle of routers; "
-                    "pass allow_cycle=True to permit it (RTR-9)"
-                )
+            source, dest = config.source, config.dest
             now = self._now()
             src, dst = self.topics[source], self.topics[dest]
             self._tick(src, now)
@@ -882,26 +859,26 @@ class ModelStore(Backend):
         start = cur = dst.cursors[name]
         end = src.head
         skipped = False  # cursor moved over skips not yet in dest's history
-        while cur < end:
-            q = cur + 1
-            rec = src.records.get(q)
-            if rec is None and src.fate.get(q) in INVOLUNTARY:
-                hi = q
-                while hi < end and src.fate.get(hi + 1) in INVOLUNTARY:
-                    hi += 1
-                self._router_gap(dst, hi - q + 1)  # RTR-5
+        for item in self._items(src, cur, end):
+            if isinstance(item, Tombstone):
+                hi = item.gap_to
+                self._router_gap(dst, hi - item.gap_from + 1)  # RTR-5: the seqs it covers
                 cur = dst.cursors[name] = hi
                 dst.history[-1] = dst.durable_copy()
                 skipped = False
                 continue
-            if rec is None or not passes(rec.tag, rec.node, r.filter_tag, r.exclude_node):
-                cur = dst.cursors[name] = q  # voluntary removal or filtered: silent
+            q = item.seq
+            if q - 1 > cur:  # voluntarily removed seqs below q: silent (DEL)
+                cur = dst.cursors[name] = q - 1
+                skipped = True
+            if not passes(item.tag, item.node, r.filter_tag, r.exclude_node):
+                cur = dst.cursors[name] = q  # filtered: silent
                 skipped = True
                 continue
             copy_ = (
-                rec.payload,
-                rec.tag if r.preserve_tag else None,
-                rec.node if r.preserve_node else None,
+                item.payload,
+                item.tag if r.preserve_tag else None,
+                item.node if r.preserve_node else None,
             )
             try:
                 self._append_records(dst, [copy_], now)
@@ -912,6 +889,10 @@ class ModelStore(Backend):
             cur = dst.cursors[name] = q
             dst.history[-1] = dst.durable_copy()  # RTR-10: copy and cursor, one op of dest
             skipped = False
+        else:
+            if cur < end:  # voluntarily removed seqs up to the head: silent (DEL)
+                cur = dst.cursors[name] = end
+                skipped = True
         if skipped:
             self._record_history(dst)
         if cur > start and src.config.trim == "acked" and src.subs:

@@ -1,6 +1,6 @@
-"""Routers in the executable model (spec/SPEC.md section 16, RTR): their fixed configuration,
-what a router reports, and the pure rules forwarding is built from, with contracts CrossHair
-checks (``nox -s crosshair``).
+"""Routers in the executable model (spec/SPEC.md section 16, RTR): the pure rules forwarding is
+built from, with contracts CrossHair checks (``nox -s crosshair``). Their fixed configuration and
+what a router reports are public types (``tidelog.records``), re-exported here.
 
 The forwarding itself lives in ``tidelog.model.log.ModelStore`` (it appends to topics); the
 cursor lives in the dest topic's state (``TopicModel.cursors``), so a copy and the cursor
@@ -9,41 +9,15 @@ advance over it are one entry of dest's history (RTR-10).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Container, Iterable
 from fnmatch import fnmatchcase
 
-__all__ = ["RouterConfig", "RouterInfo", "passes", "closes_cycle", "fan_in_source"]
+from tidelog.errors import BadArgument, ConfigMismatch, NoSuchTopic, RouterFanIn
+from tidelog.records import RouterConfig, RouterInfo
 
-
-@dataclass(frozen=True)
-class RouterConfig:
-    """What ``Store.router`` fixes at creation (RTR-1, RTR-2)."""
-
-    source: str
-    dest: str
-    filter_tag: str | None = None
-    exclude_node: str | None = None
-    preserve_tag: bool = True
-    preserve_node: bool = True
-    allow_cycle: bool = False
-
-    def mismatch(self, other: RouterConfig) -> tuple[str, object, object] | None:
-        """RTR-2: the first key where ``other`` differs from this stored config, if any."""
-        for key in self.__dataclass_fields__:
-            if getattr(self, key) != getattr(other, key):
-                return key, getattr(self, key), getattr(other, key)
-        return None
-
-
-@dataclass(frozen=True)
-class RouterInfo:
-    """One router as ``Store.router`` and ``Store.routers`` report it (RTR-1)."""
-
-    name: str
-    config: RouterConfig
-    cursor: int
-    lag: int
+__all__ = [
+    "RouterConfig", "RouterInfo", "passes", "closes_cycle", "fan_in_source", "check_new",
+]  # fmt: skip
 
 
 def passes(
@@ -87,3 +61,40 @@ def fan_in_source(edges: Iterable[tuple[str, str]], source: str, dest: str) -> s
     """
     others = sorted(a for a, b in edges if b == dest and a != source)
     return others[0] if others else None
+
+
+def check_new(
+    name: str,
+    config: RouterConfig,
+    old: RouterConfig | None,
+    topics: Container[str],
+    routers: Iterable[RouterConfig],
+) -> bool:
+    """RTR-1, RTR-2, RTR-9: whether ``Store.router(name, config)`` creates a router (True) or
+    opens the stored one ``old`` (False); raises what it must refuse with, changing nothing."""
+    if old is not None:
+        diff = old.mismatch(config)
+        if diff is not None:
+            key, stored, given = diff
+            raise ConfigMismatch(
+                f"router {name!r} exists with {key}={stored!r}; got {key}={given!r} "
+                "(config is fixed at creation, RTR-2)"
+            )
+        return False
+    source, dest = config.source, config.dest
+    for topic in (source, dest):
+        if topic not in topics:
+            raise NoSuchTopic(f"topic {topic!r} does not exist (router {name!r})")
+    edges = [(r.source, r.dest) for r in routers]
+    other = fan_in_source(edges, source, dest)
+    if other is not None:
+        raise RouterFanIn(
+            f"topic {dest!r} already receives from {other!r}; a router from "
+            f"{source!r} into it is refused (RTR-9, router_dest_fan_in)"
+        )
+    if not config.allow_cycle and closes_cycle(edges, source, dest):
+        raise BadArgument(
+            f"router {name!r} {source!r} -> {dest!r} closes a cycle of routers; "
+            "pass allow_cycle=True to permit it (RTR-9)"
+        )
+    return True

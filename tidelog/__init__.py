@@ -20,7 +20,7 @@ from .clock import Clock, FakeClock, SystemClock
 from .config import DURABILITY_CLASSES, TopicConfig
 from .errors import *  # noqa: F403 - the hierarchy is public API
 from .errors import __all__ as _errors_all
-from .records import Item, Lease, Record, Tombstone, TopicState
+from .records import Item, Lease, Record, RouterConfig, RouterInfo, Tombstone, TopicState
 from .uri import URI, parse_uri
 
 __version__ = "0.1.0"
@@ -48,6 +48,8 @@ __all__ = [
     "Subscriber",
     "Record",
     "Tombstone",
+    "RouterConfig",
+    "RouterInfo",
     "Lease",
     "TopicState",
     "TopicConfig",

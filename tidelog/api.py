@@ -17,7 +17,7 @@ from .bundle import BundleRecord, RecordBundle, decode_bundle, encode_bundle
 from .config import TopicConfig
 from .errors import Backpressure, BadArgument, Closed, Corrupt, NoSuchSubscriber, NotAvailable
 from .names import check_label, check_subscriber_name, check_topic_name
-from .records import Item, Lease, Tombstone, TopicState
+from .records import Item, Lease, RouterConfig, RouterInfo, Tombstone, TopicState
 
 __all__ = ["Store", "Topic", "Subscriber"]
 
@@ -159,6 +159,53 @@ class Store:
     def flush(self) -> None:
         """Make every acknowledged op durable (spec DUR-7)."""
         self._live().flush()
+
+    # -- routers (spec section 16) -------------------------------------------------------------
+    def router(
+        self,
+        name: str,
+        source: str,
+        dest: str,
+        *,
+        filter_tag: str | None = None,
+        exclude_node: str | None = None,
+        preserve_tag: bool = True,
+        preserve_node: bool = True,
+        allow_cycle: bool = False,
+    ) -> RouterInfo:
+        """Create the router ``name`` copying ``source``'s records into ``dest``, or open the
+        existing one (RTR-1; its config is fixed at creation, RTR-2)."""
+        backend = self._live()
+        self._needs("routers")
+        check_topic_name(name, "router name")
+        check_topic_name(source)
+        check_topic_name(dest)
+        check_label(filter_tag, "filter_tag")
+        check_label(exclude_node, "exclude_node")
+        for key, flag in (
+            ("preserve_tag", preserve_tag),
+            ("preserve_node", preserve_node),
+            ("allow_cycle", allow_cycle),
+        ):
+            if not isinstance(flag, bool):
+                raise BadArgument(f"{key} must be True or False, got {flag!r}")
+        config = RouterConfig(
+            source, dest, filter_tag, exclude_node, preserve_tag, preserve_node, allow_cycle
+        )
+        return backend.router(name, config)
+
+    def routers(self) -> list[RouterInfo]:
+        """Every router, in name order, with its cursor and lag (RTR-1); none where the store
+        has no routers (RTR-13)."""
+        backend = self._live()
+        return [] if "routers" in self._lacks else backend.list_routers()
+
+    def drop_router(self, name: str) -> bool:
+        """Drop the router ``name``; its copies stay in dest. False if there is none (RTR-12)."""
+        backend = self._live()
+        self._needs("routers")
+        check_topic_name(name, "router name")
+        return backend.drop_router(name)
 
     def describe(self) -> dict[str, object]:
         return self._live().describe()

@@ -17,7 +17,7 @@ from typing import Any
 from .config import DURABILITY_CLASSES, TopicConfig
 from .errors import NotAvailable
 from .options import parse_size
-from .records import Item, Lease, TopicState
+from .records import Item, Lease, RouterConfig, RouterInfo, TopicState
 
 __all__ = ["Backend", "Capabilities", "TopicRef", "COMMON_OPTIONS", "StoreOptions"]
 
@@ -33,7 +33,7 @@ class Capabilities:
     queue: bool = True
     multi_topic: bool = True
     exact_progress: bool = True
-    routers: bool = False  # RTR-13: no built-in backend forwards yet
+    routers: bool = False  # RTR-*: Store.router (section 16)
     durability: frozenset[str] = field(default_factory=lambda: frozenset(DURABILITY_CLASSES))
 
     def to_dict(self) -> dict[str, object]:
@@ -127,8 +127,8 @@ class Backend(ABC):
 
     # -- capability-gated operations (CAP-1, REG-4) --------------------------------------------
     # tidelog.api calls these only when the store claims the capability (``deletes``,
-    # ``subscribers``, ``queue``) and refuses them itself otherwise, so a backend lacking one
-    # leaves its methods out; the defaults raise should one be called all the same.
+    # ``subscribers``, ``queue``, ``routers``) and refuses them itself otherwise, so a backend
+    # lacking one leaves its methods out; the defaults raise should one be called all the same.
     def _not_implemented(self, op: str) -> NotAvailable:
         return NotAvailable(f"{type(self).__name__} does not implement {op} (CAP-1)")
 
@@ -178,6 +178,17 @@ class Backend(ABC):
 
     def nack(self, ref: TopicRef, seq: int, lease_id: int, delay_ms: int) -> None:
         raise self._not_implemented("nack")
+
+    # -- routers (RTR, capability ``routers``) ----------------------------------------------------
+    def router(self, name: str, config: RouterConfig) -> RouterInfo:
+        raise self._not_implemented("router")
+
+    def list_routers(self) -> list[RouterInfo]:
+        """Every router, in name order: none where the backend has no routers."""
+        return []
+
+    def drop_router(self, name: str) -> bool:
+        raise self._not_implemented("drop_router")
 
     # -- change notification (optional) ------------------------------------------------------
     def changes(self, ref: TopicRef) -> int:

@@ -1,4 +1,4 @@
-"""Value types returned by the API: records, tombstones, leases, topic state.
+"""Value types returned by the API: records, tombstones, leases, topic state, routers.
 
 They are NamedTuples: immutable, cheap to build on the read hot path, comparable with ``==`` (the
 stateful suite compares backend and model results directly) and easy to turn into JSON.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["Record", "Tombstone", "Lease", "TopicState", "Item"]
+__all__ = ["Record", "Tombstone", "Lease", "TopicState", "Item", "RouterConfig", "RouterInfo"]
 
 
 class Record(NamedTuple):
@@ -55,3 +55,40 @@ class TopicState:
 
 
 Item = Record | Tombstone
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """What ``Store.router`` fixes at creation (spec RTR-1, RTR-2)."""
+
+    source: str
+    dest: str
+    filter_tag: str | None = None
+    exclude_node: str | None = None
+    preserve_tag: bool = True
+    preserve_node: bool = True
+    allow_cycle: bool = False
+
+    def mismatch(self, other: RouterConfig) -> tuple[str, object, object] | None:
+        """RTR-2: the first key where ``other`` differs from this stored config, if any."""
+        for key in self.__dataclass_fields__:
+            if getattr(self, key) != getattr(other, key):
+                return key, getattr(self, key), getattr(other, key)
+        return None
+
+    def to_dict(self) -> dict[str, object]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class RouterInfo:
+    """One router as ``Store.router`` and ``Store.routers`` report it (spec RTR-1): ``cursor``
+    is the highest source seq it has dealt with, ``lag`` how many source seqs it has not."""
+
+    name: str
+    config: RouterConfig
+    cursor: int
+    lag: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, **self.config.to_dict(), "cursor": self.cursor, "lag": self.lag}

@@ -49,7 +49,12 @@ Target = Callable[..., Any] | str
 #: the capability flags whose operations the core refuses (CAP-1, REG-4), and what each
 #: operation is called in the default refusal message
 REFUSED_FLAGS: Mapping[str, str] = MappingProxyType(
-    {"deletes": "deletes", "subscribers": "subscribers", "queue": "queue mode"}
+    {
+        "deletes": "deletes",
+        "subscribers": "subscribers",
+        "queue": "queue mode",
+        "routers": "routers",
+    }
 )
 
 
@@ -132,7 +137,7 @@ DESCRIPTORS: Mapping[str, BackendDescriptor] = MappingProxyType(
             BackendDescriptor(
                 "file",
                 "tidelog.backends.file:open_backend",
-                Capabilities(persistent=True, crash_safe=True),
+                Capabilities(persistent=True, crash_safe=True, routers=True),
                 location="path",
                 names="store directory",
                 dot_relative=True,
@@ -167,6 +172,8 @@ DESCRIPTORS: Mapping[str, BackendDescriptor] = MappingProxyType(
                         "deletes": "deletes are not available on blockdev (the ring only "
                         "overwrites)",
                         "queue": _BLOCKDEV_QUEUE,
+                        "routers": "routers are not available on blockdev: a ring holds one "
+                        "topic, so never a router's source and dest together (RTR-13)",
                     }
                 ),
                 hooks=frozenset({"abandon", "topics", "io_stats", "ring_evictions"}),
@@ -196,6 +203,8 @@ DESCRIPTORS: Mapping[str, BackendDescriptor] = MappingProxyType(
                         "deletes": _sf_refusal("deletes"),
                         "subscribers": _sf_refusal("subscribers"),
                         "queue": _sf_refusal("queue mode"),
+                        "routers": "sf:// stores do not support routers: an SF slot holds one "
+                        "topic; moving records between stores is the forwarder's job (RTR-13)",
                     }
                 ),
                 detect="tidelog.backends.sf.verify:is_slot",
@@ -204,14 +213,14 @@ DESCRIPTORS: Mapping[str, BackendDescriptor] = MappingProxyType(
             BackendDescriptor(
                 "memory",
                 "tidelog.backends.memory:open_backend",
-                Capabilities(persistent=False, crash_safe=False),
+                Capabilities(persistent=False, crash_safe=False, routers=True),
                 hooks=frozenset({"topics"}),
                 dispose="tidelog.backends.memory:dispose",
             ),
             BackendDescriptor(
                 "model",
                 "tidelog.model:open_backend",
-                Capabilities(persistent=False, crash_safe=False),
+                Capabilities(persistent=False, crash_safe=False, routers=True),
                 dispose="tidelog.model:dispose",
             ),
         )

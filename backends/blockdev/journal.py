@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from tidelog.model.ring import page_seq
+from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
 from .format import (
@@ -243,6 +244,18 @@ class RingJournal:
 
     def delayed(self, t: EngineTopic, seq: int, ready_at: int) -> None:
         raise AssertionError("queue mode is not available on blockdev")
+
+    def loss(self, t: EngineTopic, lo: int, hi: int) -> None:
+        raise AssertionError("a ring holds no routers and logs no loss ranges (RTR-13)")
+
+    def router_created(self, t: EngineTopic, name: str, config: RouterConfig, cursor: int) -> None:
+        raise AssertionError("a ring holds no routers (RTR-13)")
+
+    def router_moved(self, t: EngineTopic, name: str, cursor: int) -> None:
+        raise AssertionError("a ring holds no routers (RTR-13)")
+
+    def router_dropped(self, t: EngineTopic, name: str) -> None:
+        raise AssertionError("a ring holds no routers (RTR-13)")
 
     # -- pages -----------------------------------------------------------------------------
     def seal(self, partial: bool) -> None:

@@ -33,12 +33,13 @@ from tidelog.errors import (
     TooLarge,
     TopicFull,
 )
-from tidelog.records import Item, Lease, Tombstone, TopicState
+from tidelog.records import Item, Lease, RouterConfig, RouterInfo, Tombstone, TopicState
 
 from .index import SealedChunk, TopicLog
 from .jobs import JobQueue
 from .journal import FALLBACK, Journal
 from .progress import Progress, SubState
+from .routing import Routing
 
 __all__ = ["Engine", "EngineTopic"]
 
@@ -50,7 +51,10 @@ class EngineTopic:
     """One topic incarnation: its log, its subscribers' progress and its job queue. ``tid`` (the
     store-wide incarnation number) identifies it in logs and on disk."""
 
-    __slots__ = ("name", "config", "tid", "log", "progress", "jobs", "version", "producers", "lean")
+    __slots__ = (
+        "name", "config", "tid", "log", "progress", "jobs", "version", "producers", "lean",
+        "cursors", "outs",
+    )  # fmt: skip
 
     def __init__(self, name: str, config: TopicConfig, tid: int) -> None:
         self.name = name
@@ -66,6 +70,8 @@ class EngineTopic:
         self.lean = (
             config.cap_records is None and config.cap_bytes is None and config.ttl_ms is None
         )
+        self.cursors: dict[str, int] = {}  # RTR-10: the cursors of the routers into this topic
+        self.outs = 0  # how many routers read this topic (their forwarding follows its ops)
 
 
 class Engine(Backend):
@@ -90,6 +96,9 @@ class Engine(Backend):
         self.closed = False
         self.readonly = False  # a read-only view: every op that would change state refuses
         self.incarnations = 0
+        self.routers: dict[str, RouterConfig] = {}  # RTR-1; cursors live in dest (RTR-10)
+        self.routing = Routing(self)
+        self._forwarded = False  # the current op forwarded: it waits as a durable op does
         # gated topics the current op appended to, each with the last seq the op appended
         self._unpublished: list[tuple[EngineTopic, int]] = []
         self._waiters = 0  # threads in wait(): _bump notifies only when someone listens
@@ -119,8 +128,16 @@ class Engine(Backend):
         """Start a topic op: resolve the handle, read the clock once, apply time effects."""
         t = self._get(ref)
         now = self.clock.now_ms()
-        self._tick(t, now)
+        if self._tick(t, now):
+            self._routed(now)  # RTR-8: what the time effects made forwardable
         return t, now
+
+    def _routed(self, now: int) -> None:
+        """RTR-8: forward what this op made forwardable, inside the op. Called at the same
+        points of the same ops as the model forwards, so both forward alike even in a cycle
+        that never settles (RTR-9)."""
+        if self.routers:
+            self.routing.pump(now)
 
     def _run(
         self, ref: TopicRef, op: Callable[[EngineTopic, int], R], *, durable: bool = True
@@ -140,7 +157,9 @@ class Engine(Backend):
     def _end_op(self, durable: bool) -> tuple[object | None, list[tuple[EngineTopic, int]]]:
         """Under the lock: submit the op's effects; returns what ``_finish`` needs."""
         touched, self._unpublished = self._unpublished, []
-        ticket = self.journal.end_op(durable) if self.journal is not None else None
+        wait = durable or self._forwarded  # copies into a gated dest are readable once durable
+        self._forwarded = False
+        ticket = self.journal.end_op(wait) if self.journal is not None else None
         return ticket, touched
 
     def _finish(self, ticket: object | None, touched: list[tuple[EngineTopic, int]]) -> None:
@@ -184,15 +203,20 @@ class Engine(Backend):
                 self._waiters -= 1
 
     # -- lazy time effects (RET-4, QUE-5) --------------------------------------------------
-    def _tick(self, t: EngineTopic, now: int) -> None:
+    def _tick(self, t: EngineTopic, now: int) -> bool:
+        """Apply the lazy time effects due at ``now``; True if any was."""
         expired = t.log.expired(now)
         if expired:
             self.apply_evict(t, expired[-1], "ttl")
+        changed = bool(expired)
         if t.jobs.leases or t.jobs.delayed:
             for seq in t.jobs.expired(now):
                 self._return_job(t, seq, now)
+                changed = True
             for seq in t.jobs.ready(now):
                 self._return_job(t, seq, now)
+                changed = True
+        return changed
 
     # ======================================================================================
     # effects: every state change goes through these (live ops and WAL replay alike)
@@ -214,9 +238,13 @@ class Engine(Backend):
     def apply_drop(self, t: EngineTopic) -> None:
         if self.journal is not None:
             self.journal.dropped(t)
+        for name in t.cursors:  # RTR-12: routers into it (their drop effects came first live)
+            self.routers.pop(name, None)
         if self.topics.get(t.name) is t:
             del self.topics[t.name]
         self.by_id.pop(t.tid, None)
+        if t.cursors or t.outs:
+            self.routing.count_outs()
         self.changed.notify_all()
 
     def apply_append(
@@ -277,11 +305,29 @@ class Engine(Backend):
         else:
             self._bump(t)
 
+    def apply_loss(self, t: EngineTopic, lo: int, hi: int) -> tuple[int, int] | None:
+        """Seqs lo..hi above the head were lost (a crash, DUR-3) or are a router's copies of
+        lost source seqs (RTR-5): raise the head over them and record a loss range, so readers
+        get a tombstone, subscribers a gap (SUB-7) and no seq is reused. Returns the range
+        recorded (None: the head is past it already, e.g. a snapshot holds it)."""
+        if hi <= t.log.head:
+            return None
+        lo = max(lo, t.log.head + 1)
+        for s in t.progress.subs.values():
+            if s.hwm < hi:  # SUB-7: every lost seq above the hwm was unresolved
+                g = (max(lo, s.hwm + 1), hi)
+                s.gap = g if s.gap is None else (min(s.gap[0], g[0]), max(s.gap[1], g[1]))
+        t.log.skip_to(hi)
+        t.log.add_loss(lo, hi)
+        if self.journal is not None:
+            self.journal.loss(t, lo, hi)
+        return lo, hi
+
     def _settle(self, t: EngineTopic) -> None:
         """Advance hwms and ack-trim after any change; wakes waiters (producers blocked on
         backpressure wait for exactly this)."""
         if t.progress.subs:
-            trimmed = t.progress.settle(t.log)
+            trimmed = t.progress.settle(t.log, self.routing.holds(t) if t.outs else ())
             if trimmed:
                 self.apply_remove(t, trimmed, "trimmed")
         self._bump(t)
@@ -365,6 +411,7 @@ class Engine(Backend):
                 raise NoSuchTopic(f"topic {name!r} does not exist")
             if self.readonly:
                 raise ReadOnly(f"cannot drop topic {name!r}: the store is read-only")
+            self.routing.drop_of(name)  # RTR-12
             self.apply_drop(t)
             ticket, touched = self._end_op(True)
         self._finish(ticket, touched)
@@ -394,6 +441,9 @@ class Engine(Backend):
                 t = self.topics.get(name)
                 if t is not None:
                     self.restart_topic(t, now)
+            self.routing.resume(now)  # RTR-11
+            ticket, touched = self._end_op(True)
+        self._finish(ticket, touched)
 
     def restart_topic(self, t: EngineTopic, now: int) -> None:
         if t.config.durability == "ephemeral" and t.log.count:
@@ -433,6 +483,16 @@ class Engine(Backend):
         earliest = min(log.earliest, visible + 1)
         return TopicState(visible, earliest, log.evict_floor, count, nbytes)
 
+    # -- routers (RTR, Routing) -------------------------------------------------------------
+    def router(self, name: str, config: RouterConfig) -> RouterInfo:
+        return self.routing.create(name, config)
+
+    def list_routers(self) -> list[RouterInfo]:
+        return self.routing.infos()
+
+    def drop_router(self, name: str) -> bool:
+        return self.routing.drop(name)
+
     # ======================================================================================
     # topic log
     # ======================================================================================
@@ -462,6 +522,7 @@ class Engine(Backend):
                 or t.tid != ref.incarnation
                 or not t.lean  # also False for read-only views and stores with max_bytes
                 or self.closed
+                or t.outs  # its routers forward in the op (RTR-8)
                 or t.jobs.leases
                 or t.jobs.delayed
             ):
@@ -496,12 +557,7 @@ class Engine(Backend):
         records: Sequence[tuple[bytes, str | None, str | None]],
         producer: tuple[str, int] | None = None,
     ) -> list[int]:
-        # consecutive records with the same labels form one run (one apply_append each)
-        runs = [
-            ([r[0] for r in group], tag, node)
-            for (tag, node), group in groupby(records, key=lambda r: (r[1], r[2]))
-        ]
-        return self._append_op(ref, runs, producer)
+        return self._append_op(ref, _runs(records), producer)
 
     def _append_op(
         self, ref: TopicRef, runs: Sequence[Run], producer: tuple[str, int] | None
@@ -512,6 +568,7 @@ class Engine(Backend):
             seqs = self._append_runs(t, runs, now)
             if producer is not None:
                 self.apply_produced(t, producer[0], producer[1])
+            self._routed(now)  # RTR-8
             return seqs
 
         return self._run(ref, op)
@@ -520,6 +577,11 @@ class Engine(Backend):
         self, t: EngineTopic, payloads: Sequence[bytes], tag: str | None, node: str | None, now: int
     ) -> list[int]:
         return self._append_runs(t, ((payloads, tag, node),), now)
+
+    def _append_records(
+        self, t: EngineTopic, records: Sequence[tuple[bytes, str | None, str | None]], now: int
+    ) -> list[int]:
+        return self._append_runs(t, _runs(records), now)
 
     def _append_runs(self, t: EngineTopic, runs: Sequence[Run], now: int) -> list[int]:
         """One atomic append of runs of records (each run shares its tag and node)."""
@@ -565,6 +627,8 @@ class Engine(Backend):
                         f"topic {t.name!r} is full and subscriber {blocked[0]!r} "
                         f"has not resolved seq {blocked[1]}"
                     )
+            if c.retention == "backpressure" and t.outs and victims:
+                self.routing.backpressure(t, victims)
         ts = now if log.last_ts is None or now > log.last_ts else log.last_ts
         seqs: list[int] = []
         for (payloads, tag, node), size in zip(runs, sizes):
@@ -586,6 +650,7 @@ class Engine(Backend):
             targets = t.log.delete_targets(before_seq, tag, tag_glob)
             if targets:
                 self.apply_remove(t, targets, "deleted")
+                self._routed(now)  # RTR-8: room in a dest
             return len(targets)
 
         return self._run(ref, op)
@@ -649,6 +714,7 @@ class Engine(Backend):
                 return False
             s.outcomes[seq] = outcome
             self._settle(t)
+            self._routed(now)  # RTR-8: room in a backpressured dest
             return True
 
         return self._run(ref, op)
@@ -669,6 +735,8 @@ class Engine(Backend):
             for q in pending:
                 s.outcomes[q] = "acked"
             self._settle(t)
+            if pending:
+                self._routed(now)  # RTR-8
             return len(pending)
 
         return self._run(ref, op)
@@ -700,6 +768,7 @@ class Engine(Backend):
         def op(t: EngineTopic, now: int) -> None:
             self._sub(t, name)
             self.apply_unregister(t, name)
+            self._routed(now)  # RTR-8
 
         self._run(ref, op)
 
@@ -766,6 +835,7 @@ class Engine(Backend):
                 jobs.claim_cursor = nxt
                 if log.is_live(nxt):
                     hand_out(nxt, fresh=True)
+            self._routed(now)  # RTR-8: dead letters, room
             return out
 
         return self._run(ref, op)
@@ -783,6 +853,7 @@ class Engine(Backend):
             t.jobs.deliveries.pop(seq, None)
             if t.log.is_live(seq):
                 self.apply_remove(t, [seq], "deleted")
+            self._routed(now)  # RTR-8
 
         self._run(ref, op)
 
@@ -791,6 +862,7 @@ class Engine(Backend):
             self._end_lease(t, seq, lease_id)
             self._return_job(t, seq, now)
             self._bump(t)
+            self._routed(now)  # RTR-8: a dead letter
 
         self._run(ref, op)
 
@@ -802,5 +874,14 @@ class Engine(Backend):
             else:
                 self.apply_delayed(t, seq, now + delay_ms)
             self._bump(t)
+            self._routed(now)  # RTR-8: a dead letter
 
         self._run(ref, op)
+
+
+def _runs(records: Sequence[tuple[bytes, str | None, str | None]]) -> list[Run]:
+    """Consecutive records with the same labels form one run (one apply_append each)."""
+    return [
+        ([r[0] for r in group], tag, node)
+        for (tag, node), group in groupby(records, key=lambda r: (r[1], r[2]))
+    ]

@@ -412,13 +412,17 @@ class TopicLog:
         return dead
 
     # -- reads (TOP-7, TOP-8, TMB-1..5) ------------------------------------------------------
-    def read(self, after: int, limit: int, exclude_node: str | None) -> list[Item]:
+    def read(
+        self, after: int, limit: int, exclude_node: str | None, upto: int | None = None
+    ) -> list[Item]:
+        """What a reader gets after ``after`` (TMB, DEL), through what readers may see, or
+        through ``upto`` (a router reads records in flight too: RTR-8)."""
         items: list[Item] = []
         pos = after
         if pos + 1 < self.evict_floor:
             items.append(Tombstone(pos + 1, self.evict_floor - 1))
             pos = self.evict_floor - 1
-        head = self.visible
+        head = self.visible if upto is None else upto
         losses = [r for r in self.losses if r[1] > pos] if self.losses else []
         while pos < head and len(items) < limit:
             if losses and losses[0][0] <= pos + 1:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from tidelog.records import RouterConfig
+
     from .engine import EngineTopic
 
 __all__ = ["Journal", "FALLBACK"]
@@ -61,6 +63,17 @@ class Journal(Protocol):
         """A job joined the reclaim freelist."""
 
     def delayed(self, t: EngineTopic, seq: int, ready_at: int) -> None: ...
+
+    def loss(self, t: EngineTopic, lo: int, hi: int) -> None:
+        """Seqs lo..hi above the old head are a loss range (DUR-3 after a crash; RTR-5)."""
+
+    def router_created(self, t: EngineTopic, name: str, config: RouterConfig, cursor: int) -> None:
+        """Router ``name`` into ``t`` (its dest, RTR-10) was created with this cursor."""
+
+    def router_moved(self, t: EngineTopic, name: str, cursor: int) -> None:
+        """Router ``name``'s cursor moved (the same op as the copies it covers, RTR-10)."""
+
+    def router_dropped(self, t: EngineTopic, name: str) -> None: ...
 
     def end_op(self, wait: bool) -> object | None:
         """The op's effects are complete: submit them. Returns a ticket to pass to ``wait``

@@ -52,8 +52,9 @@ class Progress:
             hi = next(q for q in reversed(seqs) if q > s.hwm and q not in s.outcomes)
             s.gap = (lo, hi) if s.gap is None else (min(s.gap[0], lo), max(s.gap[1], hi))
 
-    def settle(self, log: TopicLog) -> list[int]:
-        """Advance every hwm (SUB-2); return the seqs that ack-trimming must remove (SUB-5)."""
+    def settle(self, log: TopicLog, holds: Sequence[int] = ()) -> list[int]:
+        """Advance every hwm (SUB-2); return the seqs that ack-trimming must remove (SUB-5),
+        none above a hold (RTR-7: the cursor of a router out of the topic)."""
         head, earliest = log.head, log.earliest
         for s in self.subs.values():
             h = s.hwm
@@ -71,13 +72,15 @@ class Progress:
                 if out:
                     for q in [q for q in out if q <= h]:
                         del out[q]
-        return self._trim_targets(log)
+        return self._trim_targets(log, holds)
 
-    def _trim_targets(self, log: TopicLog) -> list[int]:
+    def _trim_targets(self, log: TopicLog, holds: Sequence[int]) -> list[int]:
         if log.config.trim != "acked" or not self.subs:
             return []
         lo = min(s.base for s in self.subs.values())
         hi = min(s.hwm for s in self.subs.values())
+        if holds:
+            hi = min(hi, *holds)
         if lo >= hi:
             return []
         mark_lo, done = self._trim_mark

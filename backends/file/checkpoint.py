@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.errors import BadArgument, Corrupt
 from tidelog.fsio import FS, make_dirs, write_whole
+from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
 from .chunk import SegChunk
@@ -66,6 +67,7 @@ class StoreState:
     wal_submitted: int  # WAL bytes submitted so far
     dropped: Sequence[EngineTopic]  # topics dropped since the last checkpoint
     segment_max: tuple[int, int]  # segment_max_records, segment_max_bytes (SEG-7)
+    routers: Mapping[str, RouterConfig] = field(default_factory=dict)  # RTR-1, by name
 
 
 class CheckpointPort(Protocol):
@@ -269,6 +271,7 @@ def _capture(state: StoreState) -> _Capture:
                     {"name": n, "base": s.base} for n, s in sorted(t.progress.subs.items())
                 ],
                 "producers": dict(sorted(t.producers.items())),
+                **_routers(state, t),
                 "queue": {
                     "cursor": jobs.claim_cursor,
                     "next_lease_id": jobs.next_lease_id,
@@ -280,7 +283,7 @@ def _capture(state: StoreState) -> _Capture:
         )
     positions = dict(state.wal)
     body = {
-        "version": 1,
+        "version": 2 if state.routers else 1,  # SNAP-3: older readers do not know routers
         "store_id": state.store_id.hex(),
         "next_topic_id": state.incarnations + 1,
         "incarnations": state.incarnations,
@@ -293,6 +296,19 @@ def _capture(state: StoreState) -> _Capture:
         "topics": topics,
     }
     return _Capture(body, tails, detached, list(state.dropped), positions, segments)
+
+
+def _routers(state: StoreState, t: EngineTopic) -> dict[str, Any]:
+    """SNAP-3: the routers into ``t`` (RTR-10: a router's config and cursor belong to its
+    dest); no key at all for a topic no router feeds."""
+    if not t.cursors:
+        return {}
+    return {
+        "routers": {
+            name: {"config": state.routers[name].to_dict(), "cursor": cursor}
+            for name, cursor in sorted(t.cursors.items())
+        }
+    }
 
 
 def _split(tail: _Tail, max_records: int, max_bytes: int) -> list[tuple[int, int]]:

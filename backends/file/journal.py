@@ -19,6 +19,8 @@ from typing import Any
 
 import xxhash
 
+from tidelog.records import RouterConfig
+
 from ..common.engine import EngineTopic
 from ..common.journal import FALLBACK
 from .format import wal as walfmt
@@ -164,6 +166,16 @@ class WalJournal:
         """Recovery found seqs lo..hi lost (DUR-3): log it so a second crash keeps it."""
         self._control(t, FrameType.LOSS, {"lo": lo}, seq=hi)
         self._sync.add(self.shard_of(t.tid))
+
+    def router_created(self, t: EngineTopic, name: str, config: RouterConfig, cursor: int) -> None:
+        body = {"op": "create", "name": name, "config": config.to_dict()}
+        self._control(t, FrameType.ROUTER, body, seq=cursor)
+
+    def router_moved(self, t: EngineTopic, name: str, cursor: int) -> None:
+        self._control(t, FrameType.ROUTER, {"op": "cursor", "name": name}, seq=cursor)
+
+    def router_dropped(self, t: EngineTopic, name: str) -> None:
+        self._control(t, FrameType.ROUTER, {"op": "drop", "name": name})
 
     # -- ending an op ----------------------------------------------------------------------
     def end_op(self, wait: bool) -> list[tuple[WalShard, int]] | None:

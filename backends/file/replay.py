@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tidelog.config import TopicConfig
 from tidelog.errors import Corrupt
 from tidelog.fsio import FS
+from tidelog.records import RouterConfig
 
 from ..common.engine import Engine, EngineTopic
 from ..common.progress import SubState
@@ -38,7 +39,7 @@ from .walchunk import WalChunk, WalFile
 if TYPE_CHECKING:
     from .qchunk import QsegChunk
 
-__all__ = ["Replay", "lose", "open_chunk"]
+__all__ = ["Replay", "open_chunk"]
 
 _RECORDS = (int(FrameType.APPEND), int(FrameType.APPEND_BATCH))
 _APPEND = int(FrameType.APPEND)
@@ -92,6 +93,11 @@ class Replay:
                 jobs.delay(int(s), int(ready))
             jobs.free = {int(s) for s in q["returned"]}
             t.producers = {str(p): int(n) for p, n in entry.get("producers", {}).items()}
+        for entry in body["topics"]:  # RTR-10: once every source exists
+            dst = b.topics[entry["name"]]
+            for name, router in sorted(entry.get("routers", {}).items()):
+                config = RouterConfig(**router["config"])
+                b.routing.apply_create(dst, name, config, int(router["cursor"]))
 
     def _register(self, t: EngineTopic, name: str, base: int) -> None:
         """A subscriber known from the snapshot or the WAL. Its last written progress is applied
@@ -310,8 +316,21 @@ class Replay:
             self.ceilings[tid] = max(self.ceilings.get(tid, 0), f.seq)
         elif kind == FrameType.PRODUCER:
             b.apply_produced(t, f.body["pid"], int(f.body["seq"]))
+        elif kind == FrameType.ROUTER:
+            self._apply_router(t, f)
         elif kind == FrameType.LOSS:
-            lose(t, int(f.body["lo"]), f.seq)
+            b.apply_loss(t, int(f.body["lo"]), f.seq)
+
+    def _apply_router(self, t: EngineTopic, f: walfmt.Frame) -> None:
+        """A ROUTER frame of dest ``t`` (WAL-8, RTR-10)."""
+        b, body = self.engine, f.body
+        op, name = body["op"], body["name"]
+        if op == "create":
+            b.routing.apply_create(t, name, RouterConfig(**body["config"]), f.seq)
+        elif op == "cursor" and name in t.cursors:
+            b.routing.apply_cursor(t, name, f.seq)
+        elif op == "drop" and name in t.cursors:
+            b.routing.apply_drop(t, name)
 
 
 def open_chunk(fs: FS, root: str, tid: int, first: int) -> SegChunk | QsegChunk:
@@ -353,19 +372,3 @@ def _index_tags(t: EngineTopic) -> None:
     for c in t.log.chunks:
         for tag, lo, hi in c.tag_runs():  # type: ignore[attr-defined]
             t.log.index_tag(tag, lo, hi)
-
-
-def lose(t: EngineTopic, lo: int, hi: int) -> tuple[int, int] | None:
-    """Seqs lo..hi were lost in a crash: raise the head over them and record a loss range, so
-    readers get a tombstone and no seq is reused (DUR-3). Returns the range recorded (None:
-    the snapshot holds them already), for a live caller to log."""
-    if hi <= t.log.head:
-        return None  # already part of the snapshot
-    lo = max(lo, t.log.head + 1)
-    for s in t.progress.subs.values():
-        if s.hwm < hi:  # SUB-7: every lost seq above the hwm was unresolved
-            g = (max(lo, s.hwm + 1), hi)
-            s.gap = g if s.gap is None else (min(s.gap[0], g[0]), max(s.gap[1], g[1]))
-    t.log.skip_to(hi)
-    t.log.add_loss(lo, hi)
-    return lo, hi

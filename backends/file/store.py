@@ -36,7 +36,7 @@ from .layout import LAYOUT
 from .options import FileOptions
 from .progressfiles import remove_progress, write_progress
 from .recovery import RecoveryPlan, WalPlan, list_streams, plan_recovery, plan_wal
-from .replay import Replay, lose
+from .replay import Replay
 from .wal import WalOptions, WalShard
 
 __all__ = ["FileBackend", "CAPABILITIES"]
@@ -269,6 +269,7 @@ class FileBackend(Engine):
                 for seq in held:  # leases held when the process stopped end now
                     self._return_job(t, seq, now)
                 self._settle(t)
+            self.routing.resume(now)  # RTR-10, RTR-11
             ticket, touched = self._end_op(True)
         self._finish(ticket, touched)
 
@@ -279,9 +280,7 @@ class FileBackend(Engine):
         ceiling = self.ceilings.get(t.tid, log.head)
         cls = t.config.durability
         if cls in ("disk", "ephemeral") and ceiling > log.head:
-            lost = lose(t, log.head + 1, ceiling)
-            if lost is not None and self.journal is not None:
-                self.journal.loss(t, *lost)  # type: ignore[attr-defined]
+            self.apply_loss(t, log.head + 1, ceiling)
         if cls == "ephemeral" and log.evict_floor <= log.head:
             log.evict_floor = log.head + 1
             log.losses = []
@@ -323,6 +322,7 @@ class FileBackend(Engine):
             wal_submitted=sum(s.submitted for s in self.shards),
             dropped=dropped,
             segment_max=(fo.segment_max_records, fo.segment_max_bytes),
+            routers=dict(self.routers),
         )
 
     def sync_wal(self) -> None:

@@ -290,6 +290,36 @@ def test_WAL_15_random_workloads_with_recycled_files_sampled(workload: int) -> N
     assert n > 0
 
 
+@pytest.mark.parametrize(
+    ("source", "dest"),
+    [("fsync", "fsync"), ("disk", "fsync"), ("fsync", "disk"), ("disk", "memory")],
+)
+def test_RTR_10_router_copies_and_cursor_at_every_crash_point(source: str, dest: str) -> None:
+    """RTR-10, RTR-11, RTR-5, CRASH-7: a router forwarding between two topics, with tagged and
+    filtered records, a drop_oldest eviction the router had not dealt with (a dest loss range)
+    and a checkpoint in between; at every crash point and every torn state, the recovered
+    source and dest, after recovery forwards from the recovered cursor, are what some allowed
+    state of each forwards to: no source record lost or copied twice into dest."""
+    ops: list[Op] = [
+        ("create", "a", {"durability": source, "cap_records": 4}),
+        ("create", "b", {"durability": dest, "cap_records": 2, "discard": "reject"}),
+        ("router", "r", "a", "b", {"filter_tag": "k*"}),
+        ("append", "a", b"1" * 100, "keep"),
+        ("append_many", "a", [b"2" * 50, b"3" * 20]),  # untagged: filtered out
+        ("append", "a", b"4" * 30, "k2"),
+        ("append", "a", b"5" * 30, "k3"),  # b is full: waits (RTR-6)
+        ("checkpoint",),
+        ("append_many", "a", [b"6", b"7", b"8"]),  # evicts 4, 5 before they were forwarded
+        ("delete", "b", 10),  # room: the loss range goes in (RTR-5)
+        ("append", "a", b"9", "k9"),
+        ("flush",),
+    ]
+    run = CrashRun(open_file_store, ops)
+    n = run.check(every_point(run), torn="garbage")
+    assert n > 100
+    report(f"routers {source}->{dest}", n)
+
+
 def _random_ops(rng: random.Random, n: int) -> list[Op]:
     ops: list[Op] = [
         ("create", "a", {"durability": "fsync", "cap_records": 5}),

@@ -103,6 +103,7 @@ class FrameType(IntEnum):
     APPEND = 1
     TOPIC_CREATE = 2
     TOPIC_DROP = 3
+    ROUTER = 4
     REMOVE = 6
     EVICT = 7
     CHECKPOINT = 8

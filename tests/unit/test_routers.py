@@ -1,8 +1,11 @@
-"""Routers in the executable model (spec/SPEC.md section 16, RTR): the oracle later steps check
-backends against. Topics are driven through the public API of a ``model://`` store; routers,
-which the public API does not offer yet (RTR-13), through the model itself."""
+"""Routers (spec/SPEC.md section 16, RTR) through the public API, on the model and on every
+backend that claims ``routers`` (memory://, file://); the model's internals where a test
+inspects them (its crash candidates, its per-seq fates)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,12 +14,14 @@ from hypothesis import strategies as st
 import tidelog
 from tidelog import FakeClock, Record, Tombstone
 from tidelog.backend import Capabilities
+from tidelog.backends import memory
 from tidelog.errors import (
     Backpressure,
     BadArgument,
     BadName,
     ConfigMismatch,
     NoSuchTopic,
+    NotAvailable,
     RouterFanIn,
 )
 from tidelog.hooks import hooks
@@ -25,23 +30,57 @@ from tidelog.model.log import INVOLUNTARY, VOLUNTARY
 from tidelog.model.router import closes_cycle, passes
 from tidelog.registry import DESCRIPTORS
 
+ROUTING = ("model", "memory", "file")  # the schemes that claim ``routers``
+Opened = tuple[tidelog.Store, "ModelStore | None", FakeClock]
+Make = Callable[[], Opened]
 
-def _store() -> tuple[tidelog.Store, ModelStore, FakeClock]:
+
+@pytest.fixture(params=ROUTING)
+def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
+    """Opens fresh stores of one scheme that claims routers (file://: under tmp_path) on a
+    fake clock, with the model behind them when it is one; closes them after the test."""
+    scheme: str = request.param
+    opened: list[tidelog.Store] = []
+
+    def open_one() -> Opened:
+        clock = FakeClock()
+        uri = f"file://{tmp_path / f's{len(opened)}'}" if scheme == "file" else f"{scheme}://"
+        store = tidelog.open(uri, clock=clock)
+        opened.append(store)
+        return store, hooks(store, ModelStore) if scheme == "model" else None, clock
+
+    yield open_one
+    for store in opened:
+        store.close()
+
+
+def _model() -> tuple[tidelog.Store, ModelStore, FakeClock]:
+    """A model store, for the tests that look inside the model."""
     clock = FakeClock()
     store = tidelog.open("model://", clock=clock)
     return store, hooks(store, ModelStore), clock
+
+
+def _invariants(store: tidelog.Store, model: ModelStore | None) -> None:
+    """The model's own invariants where it is one; on every store, RTR-1 and RTR-3 as the API
+    shows them: a cursor at or below its source's head, lag = head - cursor."""
+    if model is not None:
+        model.check_invariants()
+    for info in store.routers():
+        head = store.topic(info.config.source, create=False).state().head_seq
+        assert 0 <= info.cursor <= head and info.lag == head - info.cursor, info
 
 
 def _payloads(t: tidelog.Topic) -> list[bytes | tuple[int, int]]:
     return [i.payload if isinstance(i, Record) else (i.gap_from, i.gap_to) for i in t.read(after=0)]
 
 
-def test_RTR_1_router_create_open_and_list() -> None:
+def test_RTR_1_router_create_open_and_list(make: Make) -> None:
     """RTR-1: router() creates or opens and reports cursor and lag; routers() lists by name."""
-    store, model, _ = _store()
+    store, model, _ = make()
     a, b = store.topic("a"), store.topic("b")
     a.append_many([b"x", b"y"])
-    info = model.router("r2", "a", "b")
+    info = store.router("r2", "a", "b")
     assert (info.name, info.config.source, info.config.dest, info.cursor, info.lag) == (
         "r2",
         "a",
@@ -49,33 +88,34 @@ def test_RTR_1_router_create_open_and_list() -> None:
         2,
         0,
     )
-    model.router("r1", "a", "b", filter_tag="t*")
-    assert [i.name for i in model.list_routers()] == ["r1", "r2"]
-    assert model.router("r2", "a", "b") == model.list_routers()[1]
+    store.router("r1", "a", "b", filter_tag="t*")
+    assert [i.name for i in store.routers()] == ["r1", "r2"]
+    assert store.router("r2", "a", "b") == store.routers()[1]
     a.append(b"z", tag="t1")
     assert _payloads(b) == [b"z", b"z"]  # each router forwards its own copy
-    model.check_invariants()
+    _invariants(store, model)
 
 
-def test_RTR_1_bad_name_and_missing_topics_change_nothing() -> None:
+def test_RTR_1_bad_name_and_missing_topics_change_nothing(make: Make) -> None:
     """RTR-1: a bad router name is bad_name; a missing source or dest is no_such_topic, and
     neither topic is created."""
-    store, model, _ = _store()
+    store, model, _ = make()
     store.topic("a")
     with pytest.raises(BadName):
-        model.router("../r", "a", "a", allow_cycle=True)
+        store.router("../r", "a", "a", allow_cycle=True)
     with pytest.raises(NoSuchTopic):
-        model.router("r", "a", "nope")
+        store.router("r", "a", "nope")
     with pytest.raises(NoSuchTopic):
-        model.router("r", "nope", "a")
-    assert store.topics() == ["a"] and model.list_routers() == []
+        store.router("r", "nope", "a")
+    assert store.topics() == ["a"] and store.routers() == []
+    _invariants(store, model)
 
 
-def test_RTR_2_config_fixed_at_creation() -> None:
+def test_RTR_2_config_fixed_at_creation(make: Make) -> None:
     """RTR-2: reopening with any different argument is config_mismatch and changes nothing."""
-    store, model, _ = _store()
+    store, model, _ = make()
     store.topic("a"), store.topic("b"), store.topic("c")
-    stored = model.router("r", "a", "b", filter_tag="x*")
+    stored = store.router("r", "a", "b", filter_tag="x*")
     for change in (
         {"filter_tag": "y*"},
         {"preserve_tag": False},
@@ -83,32 +123,34 @@ def test_RTR_2_config_fixed_at_creation() -> None:
         {"filter_tag": None},
     ):
         with pytest.raises(ConfigMismatch, match="config is fixed"):
-            model.router("r", "a", "b", **{"filter_tag": "x*", **change})
+            store.router("r", "a", "b", **{"filter_tag": "x*", **change})
     with pytest.raises(ConfigMismatch, match="dest='b'; got dest='c'"):
-        model.router("r", "a", "c", filter_tag="x*")
-    assert model.list_routers() == [stored] and model.topics["c"].cursors == {}
+        store.router("r", "a", "c", filter_tag="x*")
+    assert store.routers() == [stored] and store.topic("c").read(after=0) == []
+    _invariants(store, model)
 
 
-def test_RTR_3_new_router_starts_at_source_head() -> None:
+def test_RTR_3_new_router_starts_at_source_head(make: Make) -> None:
     """RTR-3: a new router forwards only what is appended after it; cursor <= source head."""
-    store, model, _ = _store()
+    store, model, _ = make()
     a, b = store.topic("a"), store.topic("b")
     a.append_many([b"old1", b"old2"])
-    model.router("r", "a", "b")
-    assert b.read(after=0) == [] and model.list_routers()[0].cursor == 2
+    store.router("r", "a", "b")
+    assert b.read(after=0) == [] and store.routers()[0].cursor == 2
     a.append(b"new")
     assert _payloads(b) == [b"new"]
-    assert model.list_routers()[0].cursor == a.state().head_seq == 3
+    assert store.routers()[0].cursor == a.state().head_seq == 3
+    _invariants(store, model)
 
 
-def test_RTR_4_copy_keeps_order_tag_node_per_flags() -> None:
+def test_RTR_4_copy_keeps_order_tag_node_per_flags(make: Make) -> None:
     """RTR-4: copies keep source order; tag and node are kept or cleared per preserve_*; ts and
     seq are dest's own."""
-    store, model, clock = _store()
+    store, model, clock = make()
     a, b, c = store.topic("a"), store.topic("b"), store.topic("c")
     b.append(b"direct")
-    model.router("keep", "a", "b")
-    model.router("clear", "a", "c", preserve_tag=False, preserve_node=False)
+    store.router("keep", "a", "b")
+    store.router("clear", "a", "c", preserve_tag=False, preserve_node=False)
     clock.advance(5)
     a.append_records([(b"1", "t1", "n1"), (b"2", None, "n2")])
     got = b.read(after=0)
@@ -121,49 +163,51 @@ def test_RTR_4_copy_keeps_order_tag_node_per_flags() -> None:
         (None, None),
         (None, None),
     ]
+    _invariants(store, model)
 
 
-def test_RTR_4_filter_tag_glob_and_exclude_node() -> None:
+def test_RTR_4_filter_tag_glob_and_exclude_node(make: Make) -> None:
     """RTR-4: filter_tag is an fnmatchcase glob (a None tag never matches); exclude_node skips
     records of that node; skipped records leave nothing in dest but advance the cursor."""
-    store, model, _ = _store()
+    store, model, _ = make()
     a, b = store.topic("a"), store.topic("b")
-    model.router("r", "a", "b", filter_tag="s-*", exclude_node="far")
+    store.router("r", "a", "b", filter_tag="s-*", exclude_node="far")
     a.append_records(
         [(b"1", "s-1", None), (b"2", None, None), (b"3", "S-3", None), (b"4", "s-4", "far")]
     )
     a.append(b"5", tag="s-5", node="near")
     assert _payloads(b) == [b"1", b"5"]
-    assert model.list_routers()[0].lag == 0
+    assert store.routers()[0].lag == 0
     assert passes("s-x", None, "s-*", None) and not passes(None, None, "*", None)
     assert not passes("t", "n", None, "n") and passes("t", None, None, "n")
+    _invariants(store, model)
 
 
-def _stalled() -> tuple[tidelog.Store, ModelStore, tidelog.Topic, tidelog.Topic]:
+def _stalled(make: Make) -> tuple[tidelog.Store, ModelStore | None, tidelog.Topic, tidelog.Topic]:
     """Source ``a`` (drop_oldest, cap 3) -> dest ``b`` that holds one record and rejects more."""
-    store, model, _ = _store()
+    store, model, _ = make()
     a = store.topic("a", cap_records=3, retention="drop_oldest")
     b = store.topic("b", cap_records=1, discard="reject")
-    model.router("r", "a", "b")
+    store.router("r", "a", "b")
     return store, model, a, b
 
 
-def test_RTR_4_voluntary_delete_before_forwarding_is_silent() -> None:
+def test_RTR_4_voluntary_delete_before_forwarding_is_silent(make: Make) -> None:
     """RTR-4, DEL: a source record deleted before the router dealt with it is skipped silently."""
-    _, model, a, b = _stalled()
+    store, model, a, b = _stalled(make)
     a.append_many([b"1", b"2", b"3"])  # 1 forwarded; 2, 3 wait for room in b
-    assert model.list_routers()[0].cursor == 1
+    assert store.routers()[0].cursor == 1
     a.delete(before_seq=3)  # deletes 2 (1 was forwarded already)
     b.delete(1 << 30)  # room in b: forwarding runs in this op (RTR-8)
     assert _payloads(b) == [b"3"]
-    assert model.list_routers()[0].lag == 0
-    model.check_invariants()
+    assert store.routers()[0].lag == 0
+    _invariants(store, model)
 
 
-def test_RTR_5_unforwarded_eviction_becomes_a_dest_tombstone() -> None:
+def test_RTR_5_unforwarded_eviction_becomes_a_dest_tombstone(make: Make) -> None:
     """RTR-5, RTR-7: drop_oldest evicts records the router had not forwarded; dest readers and
     subscribers get one tombstone of one dest seq per lost source seq, in source order."""
-    _, model, a, b = _stalled()
+    store, model, a, b = _stalled(make)
     sub = b.subscribe("s", start="earliest")
     a.append_many([b"1", b"2", b"3"])
     a.append_many([b"4", b"5"])  # evicts 1 (forwarded), 2 (not)
@@ -173,51 +217,52 @@ def test_RTR_5_unforwarded_eviction_becomes_a_dest_tombstone() -> None:
     sub.ack(1)  # trim="acked" makes room in this op: 3 is copied; 4 and 5 wait again
     assert _payloads(b) == [(2, 2), b"3"]
     assert [i.payload for i in sub.poll() if isinstance(i, Record)] == [b"3"]
-    model.check_invariants()
+    _invariants(store, model)
 
 
-def test_RTR_6_refused_copy_waits_and_too_large_copy_becomes_a_tombstone() -> None:
+def test_RTR_6_refused_copy_waits_and_too_large_copy_becomes_a_tombstone(make: Make) -> None:
     """RTR-6: topic_full stops the router before the seq (cursor unchanged) until room is made;
     a copy dest can never hold (too_large under its caps) is a one-seq loss range."""
-    store, model, _ = _store()
+    store, model, _ = make()
     a = store.topic("a")
     b = store.topic("b", cap_bytes=4, discard="reject")
-    model.router("r", "a", "b")
+    store.router("r", "a", "b")
     a.append(b"12345")  # larger than b's cap_bytes: never fits
     a.append(b"abcd")
     a.append(b"ef")  # b full: waits
     assert _payloads(b) == [(1, 1), b"abcd"]
-    assert model.list_routers()[0].cursor == 2
+    assert store.routers()[0].cursor == 2
     b.delete(1 << 30)
     assert _payloads(b) == [(1, 1), b"ef"]
-    assert model.list_routers()[0].lag == 0
-    model.check_invariants()
+    assert store.routers()[0].lag == 0
+    _invariants(store, model)
 
 
-def test_RTR_7_router_holds_a_backpressure_source() -> None:
+def test_RTR_7_router_holds_a_backpressure_source(make: Make) -> None:
     """RTR-7, SUB-6: under retention=backpressure an eviction of a seq above the router's cursor
     raises backpressure and changes nothing."""
-    store, model, _ = _store()
+    store, model, _ = make()
     a = store.topic("a", cap_records=2, retention="backpressure")
     b = store.topic("b", cap_records=1, discard="reject")
     b.append(b"direct")  # b is full: the router waits at 1
-    model.router("r", "a", "b")
+    store.router("r", "a", "b")
     a.append_many([b"1", b"2"])
     with pytest.raises(Backpressure, match="router 'r' has not forwarded seq 1"):
         a.append(b"3")
-    assert a.state().head_seq == 2 and model.list_routers()[0].cursor == 0
+    assert a.state().head_seq == 2 and store.routers()[0].cursor == 0
     b.delete(1 << 30)  # 1 forwarded: the router no longer holds it
     a.append(b"3")  # evicts 1; 2 and 3 wait for room in b
     assert a.state().head_seq == 3 and _payloads(b) == [b"1"]
+    _invariants(store, model)
 
 
-def test_RTR_7_ack_trim_stops_at_router_cursor() -> None:
+def test_RTR_7_ack_trim_stops_at_router_cursor(make: Make) -> None:
     """RTR-7, SUB-5: trim="acked" never trims a seq above a router's cursor."""
-    store, model, _ = _store()
+    store, model, _ = make()
     a = store.topic("a", trim="acked")
     b = store.topic("b", cap_records=1, discard="reject")
     sub = a.subscribe("s", start="earliest")
-    model.router("r", "a", "b")
+    store.router("r", "a", "b")
     a.append_many([b"1", b"2", b"3"])
     sub.commit(3)
     # 1 trimmed; 2, 3 held by the router
@@ -226,78 +271,101 @@ def test_RTR_7_ack_trim_stops_at_router_cursor() -> None:
     assert [r.seq for r in a.read(after=0) if isinstance(r, Record)] == [3]
     b.delete(1 << 30)
     assert a.read(after=0) == []
-    model.check_invariants()
+    _invariants(store, model)
 
 
-def test_RTR_8_forwarding_needs_no_further_source_append() -> None:
+def test_RTR_8_forwarding_needs_no_further_source_append(make: Make) -> None:
     """RTR-8: a chain a -> b -> c is caught up when the source append returns; room made in a
     dest by an ack forwards in that op."""
-    store, model, _ = _store()
+    store, model, _ = make()
     a, c = store.topic("a"), store.topic("c")
     store.topic("b")
-    model.router("z", "b", "c")  # name order runs b -> c first: the passes still catch up
-    model.router("y", "a", "b")
+    store.router("z", "b", "c")  # name order runs b -> c first: the passes still catch up
+    store.router("y", "a", "b")
     a.append(b"1")
     assert _payloads(c) == [b"1"]
     d = store.topic("d", cap_records=1, retention="backpressure")
     sub = d.subscribe("s")
-    model.router("x", "c", "d")
+    store.router("x", "c", "d")
     a.append_many([b"2", b"3"])
     assert _payloads(d) == [b"2"]
     sub.ack(1)
-    assert _payloads(d)[-1] == b"3" and model.list_routers()[0].lag == 0
+    assert _payloads(d)[-1] == b"3" and store.routers()[0].lag == 0
+    _invariants(store, model)
 
 
-def test_RTR_9_fan_in_and_cycles_are_refused() -> None:
+def test_RTR_9_fan_in_and_cycles_are_refused(make: Make) -> None:
     """RTR-9: a dest fed from another source is router_dest_fan_in (a config_mismatch); a second
     router from the same source is allowed; a cycle is bad_argument unless allow_cycle."""
-    store, model, _ = _store()
+    store, model, _ = make()
     for name in "abc":
         store.topic(name)
-    model.router("ab", "a", "b")
+    store.router("ab", "a", "b")
     with pytest.raises(RouterFanIn) as err:
-        model.router("cb", "c", "b")
+        store.router("cb", "c", "b")
     assert err.value.code == "router_dest_fan_in" and isinstance(err.value, ConfigMismatch)
-    model.router("ab2", "a", "b")
-    model.router("bc", "b", "c")
+    store.router("ab2", "a", "b")
+    store.router("bc", "b", "c")
     with pytest.raises(BadArgument, match="cycle"):
-        model.router("ca", "c", "a")
+        store.router("ca", "c", "a")
     with pytest.raises(BadArgument, match="cycle"):
-        model.router("aa", "a", "a")
-    assert sorted(model.routers) == ["ab", "ab2", "bc"]
+        store.router("aa", "a", "a")
+    assert [i.name for i in store.routers()] == ["ab", "ab2", "bc"]
     assert closes_cycle([("a", "b"), ("b", "c")], "c", "a")
     assert not closes_cycle([("a", "b"), ("b", "c")], "a", "c")
+    _invariants(store, model)
 
 
-def test_RTR_9_node_tagging_stops_ping_pong() -> None:
+def test_RTR_9_node_tagging_stops_ping_pong(make: Make) -> None:
     """RTR-9: a cycle allowed with allow_cycle forwards each record once when each router
     excludes the other side's node."""
-    store, model, _ = _store()
+    store, model, _ = make()
     a, b = store.topic("a"), store.topic("b")
-    model.router("ab", "a", "b", exclude_node="b")
-    model.router("ba", "b", "a", exclude_node="a", allow_cycle=True)
+    store.router("ab", "a", "b", exclude_node="b")
+    store.router("ba", "b", "a", exclude_node="a", allow_cycle=True)
     a.append(b"from-a", node="a")
     b.append(b"from-b", node="b")
     assert _payloads(a) == [b"from-a", b"from-b"]
     assert _payloads(b) == [b"from-a", b"from-b"]
-    assert all(i.lag == 0 for i in model.list_routers())
+    assert all(i.lag == 0 for i in store.routers())
+    _invariants(store, model)
 
 
-def _flushed_pair(source: str, dest: str) -> tuple[ModelStore, tidelog.Topic, tidelog.Topic]:
+def test_RTR_8_RTR_9_a_cycle_that_never_settles_moves_on_alike(make: Make) -> None:
+    """RTR-8, RTR-9: an allowed cycle whose copies pass every filter forwards without end, by
+    the same bounded amount per op everywhere: only ops that change state forward, at most one
+    pass per router each time; a read changes nothing."""
+    store, model, _ = make()
+    a, b = store.topic("a"), store.topic("b")
+    store.router("ab", "a", "b")
+    store.router("ba", "b", "a", allow_cycle=True)
+    a.append(b"x")
+    # two passes (two routers), each in name order: ab copies a1 (b: 1), ba copies b1 (a: 2);
+    # ab copies a2 (b: 2), ba copies b2 (a: 3)
+    assert (a.state().head_seq, b.state().head_seq) == (3, 2)
+    assert a.read(after=0) == a.read(after=0) and b.state().head_seq == 2  # reads forward none
+    a.append(b"y")  # a: 4; ab a3, a4 (b: 4); ba b3, b4 (a: 6); ab a5, a6 (b: 6); ba (a: 8)
+    assert (a.state().head_seq, b.state().head_seq) == (8, 6)
+    _invariants(store, model)
+
+
+def _flushed_pair(
+    source: str, dest: str
+) -> tuple[tidelog.Store, ModelStore, tidelog.Topic, tidelog.Topic]:
     """Router ``r``: ``a`` -> ``b`` of these durability classes; ``1`` forwarded and flushed."""
-    store, model, _ = _store()
+    store, model, _ = _model()
     a = store.topic("a", durability=source)
     b = store.topic("b", durability=dest)
-    model.router("r", "a", "b")
+    store.router("r", "a", "b")
     a.append(b"1")
     store.flush()
-    return model, a, b
+    return store, model, a, b
 
 
 def test_RTR_10_crash_candidates_carry_the_cursor_with_the_copies() -> None:
     """RTR-10: every crash candidate of dest holds the cursor together with exactly the copies
     it covers; after recovery the router re-derives the rest once (exactly once into dest)."""
-    model, a, b = _flushed_pair("fsync", "memory")
+    _, model, a, b = _flushed_pair("fsync", "memory")
     a.append_many([b"2", b"3"])
     cands = model.crash_candidates("b")
     assert len(cands) > 1
@@ -313,62 +381,85 @@ def test_RTR_10_crash_candidates_carry_the_cursor_with_the_copies() -> None:
 def test_RTR_11_cursor_lowered_to_a_regressed_source_head() -> None:
     """RTR-11: a memory source recovering below the cursor lowers it, so records appended
     under reused seqs are forwarded; dest keeps the copies it had."""
-    model, a, b = _flushed_pair("memory", "fsync")
+    store, model, a, b = _flushed_pair("memory", "fsync")
     a.append(b"2")
     model.adopt("a", model.crash_candidates("a")[0])
     assert a.state().head_seq == 1
     model.resume_routers()
-    assert model.list_routers()[0].cursor == 1
+    assert store.routers()[0].cursor == 1
     a.append(b"2bis")
     assert _payloads(b) == [b"1", b"2", b"2bis"]
     model.check_invariants()
 
 
-def test_RTR_11_clean_restart_keeps_the_cursor() -> None:
-    """RTR-11, DUR-1: a clean close and reopen keeps every cursor; forwarding resumes."""
+@pytest.mark.parametrize("scheme", ROUTING)
+def test_RTR_11_clean_restart_keeps_the_cursor(scheme: str, tmp_path: Path) -> None:
+    """RTR-11, DUR-1: a clean close and reopen keeps every cursor (and the config); forwarding
+    resumes from it."""
     clock = FakeClock()
-    store = tidelog.open("model://rtr11", clock=clock)
-    model = hooks(store, ModelStore)
+    uri = f"file://{tmp_path / 's'}" if scheme == "file" else f"{scheme}://rtr11"
+    store = tidelog.open(uri, clock=clock)
     a = store.topic("a")
     store.topic("b", cap_records=1, discard="reject")
-    model.router("r", "a", "b")
-    a.append_many([b"1", b"2"])
+    before = store.router("r", "a", "b", filter_tag="t*", preserve_node=False)
+    a.append_many([b"1", b"2"], tag="t1")
     store.close()
-    store = tidelog.open("model://rtr11", clock=clock)
-    model = hooks(store, ModelStore)
+    store = tidelog.open(uri, clock=clock)
     try:
-        assert model.list_routers()[0].cursor == 1
+        (after,) = store.routers()
+        assert after.cursor == 1 and after.config == before.config
         store.topic("b").delete(1 << 30)
         assert _payloads(store.topic("b")) == [b"2"]
     finally:
         store.close()
-        tidelog.model.forget("rtr11")
+        if scheme == "model":
+            tidelog.model.forget("rtr11")
+        elif scheme == "memory":
+            memory.forget("rtr11")
 
 
-def test_RTR_12_drop_router_and_drop_topic() -> None:
+def test_RTR_12_drop_router_and_drop_topic(make: Make) -> None:
     """RTR-12: drop_router keeps the copies and returns False for an unknown name; dropping a
     source or dest drops its routers."""
-    store, model, _ = _store()
+    store, model, _ = make()
     a, b = store.topic("a"), store.topic("b")
     store.topic("c")
-    model.router("r", "a", "b")
+    store.router("r", "a", "b")
     a.append(b"1")
-    assert model.drop_router("r") is True and model.drop_router("r") is False
+    assert store.drop_router("r") is True and store.drop_router("r") is False
     a.append(b"2")
-    assert _payloads(b) == [b"1"] and model.topics["b"].cursors == {}
-    model.router("r", "a", "b")
-    model.router("s", "b", "c")
+    assert _payloads(b) == [b"1"] and store.routers() == []
+    store.router("r", "a", "b")
+    store.router("s", "b", "c")
     store.drop_topic("b")
-    assert model.list_routers() == []
-    model.check_invariants()
+    assert store.routers() == []
+    _invariants(store, model)
 
 
-def test_RTR_13_no_builtin_backend_claims_routers() -> None:
-    """RTR-13, CAP-1: the routers flag defaults to False and no descriptor claims it yet."""
+def test_RTR_13_which_stores_claim_routers() -> None:
+    """RTR-13, CAP-1: the routers flag defaults to False; file://, memory:// and the model claim
+    it, a blockdev ring (one topic) and an SF slot do not."""
     assert Capabilities().routers is False
-    assert all(d.capabilities is None or not d.capabilities.routers for d in DESCRIPTORS.values())
-    assert DESCRIPTORS["blockdev"].capabilities is not None
-    assert not DESCRIPTORS["blockdev"].capabilities.multi_topic
+    claims = {s for s, d in DESCRIPTORS.items() if d.capabilities and d.capabilities.routers}
+    assert claims == set(ROUTING)
+
+
+@pytest.mark.parametrize("scheme", ["blockdev", "sf"])
+def test_RTR_13_stores_without_routers_refuse_them(scheme: str, tmp_path: Path) -> None:
+    """RTR-13, CAP-1: where ``routers`` is False, router and drop_router are not_available with
+    the descriptor's reason, and routers() is empty."""
+    uri = (
+        f"blockdev://{tmp_path / 'ring.img'}?size=68KiB&page_size=4KiB&topic=a"
+        if scheme == "blockdev"
+        else f"sf://{tmp_path / 'sf' / 'a'}?sf_max_bytes=4KiB&sf_max_total_bytes=4MiB"
+    )
+    with tidelog.open(uri) as store:
+        assert store.capabilities.routers is False and store.routers() == []
+        with pytest.raises(NotAvailable, match="RTR-13") as err:
+            store.router("r", "a", "b")
+        assert err.value.code == "not_available"
+        with pytest.raises(NotAvailable, match="RTR-13"):
+            store.drop_router("r")
 
 
 # -- property: every source seq after the router's start is accounted for exactly once ----------
@@ -410,7 +501,7 @@ def test_RTR_5_every_source_seq_reaches_dest_once_in_order(
     the source, with a dest that stalls the router until its subscriber consumes: dest's copies
     and tombstones account for every source seq after the router's start exactly once, in
     order (voluntary deletes silently)."""
-    store, model, clock = _store()
+    store, model, clock = _model()
     a = store.topic("a", cap_records=3, retention="drop_oldest", ttl_ms=30)
     b = store.topic("b", cap_records=2, retention="backpressure")
     b.subscribe("s")  # holds b's records until they are read (RTR-6's stall)
@@ -422,7 +513,7 @@ def test_RTR_5_every_source_seq_reaches_dest_once_in_order(
         n += k
 
     append(preexisting)
-    start = model.router("r", "a", "b").cursor
+    start = store.router("r", "a", "b").cursor
     units: list[int | None] = []
 
     pos = 0
@@ -449,7 +540,7 @@ def test_RTR_5_every_source_seq_reaches_dest_once_in_order(
             clock.advance(k)
         model.check_invariants()
     for _ in range(100):
-        if not model.list_routers()[0].lag and b.state().head_seq == pos:
+        if not store.routers()[0].lag and b.state().head_seq == pos:
             break
         consume(2)
     src = model.topics["a"]
