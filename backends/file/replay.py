@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["Replay", "open_chunk"]
 
 _RECORDS = (int(FrameType.APPEND), int(FrameType.APPEND_BATCH))
+SNAPSHOT_VERSIONS = (1, 2)  # SNAP-3: 2 adds the routers of each topic
 _APPEND = int(FrameType.APPEND)
 _MARKS = (int(FrameType.CHECKPOINT), int(FrameType.SYNCED))  # frames without an effect
 
@@ -63,6 +64,12 @@ class Replay:
 
     # -- topics from the snapshot --------------------------------------------------------------
     def rebuild(self, body: Mapping[str, Any]) -> None:
+        version = body["version"]
+        if version not in SNAPSHOT_VERSIONS:  # SNAP-3: a newer writer's schema
+            raise Corrupt(
+                f"snapshot schema version {version}: this tidelog reads versions "
+                f"{', '.join(map(str, SNAPSHOT_VERSIONS))} (SNAP-3); open it with a newer tidelog"
+            )
         b = self.engine
         b.incarnations = int(body.get("incarnations", 0))
         for entry in body["topics"]:

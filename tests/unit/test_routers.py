@@ -4,6 +4,8 @@ inspects them (its crash candidates, its per-seq fates)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,16 +17,21 @@ import tidelog
 from tidelog import FakeClock, Record, Tombstone
 from tidelog.backend import Capabilities
 from tidelog.backends import memory
+from tidelog.backends.file.format import snapshot as snapfmt
+from tidelog.backends.file.format import wal as walfmt
+from tidelog.backends.file.format.wal import FrameType
 from tidelog.errors import (
     Backpressure,
     BadArgument,
     BadName,
     ConfigMismatch,
+    Corrupt,
     NoSuchTopic,
     NotAvailable,
+    ReadOnly,
     RouterFanIn,
 )
-from tidelog.hooks import hooks
+from tidelog.hooks import Abandon, hooks
 from tidelog.model import ModelStore
 from tidelog.model.log import INVOLUNTARY, VOLUNTARY
 from tidelog.model.router import closes_cycle, passes
@@ -545,3 +552,144 @@ def test_RTR_5_every_source_seq_reaches_dest_once_in_order(
         consume(2)
     src = model.topics["a"]
     _account(units, src.fate, src.head, start)
+
+
+# -- file:// specifics: read-only views, a process that dies, live delivery -----------------
+
+
+def test_RTR_1_a_read_only_view_lists_routers_and_never_forwards(tmp_path: Path) -> None:
+    """RTR-1, CLI-10: a read-only view of a file store lists the stored routers with their
+    cursors, refuses router and drop_router (read_only), and sees the writer's copies and
+    cursor after refresh; it forwards nothing itself."""
+    uri = f"file://{tmp_path / 's'}"
+    with tidelog.open(uri) as writer:
+        a = writer.topic("a")
+        writer.topic("b")
+        writer.router("r", "a", "b")
+        a.append(b"1")
+        with tidelog.open(uri + "?readonly=true") as view:
+            assert [(i.name, i.cursor) for i in view.routers()] == [("r", 1)]
+            for call in (lambda: view.router("x", "a", "b"), lambda: view.drop_router("r")):
+                with pytest.raises(ReadOnly):
+                    call()
+            a.append(b"2")
+            view.refresh()
+            assert _payloads(view.topic("b")) == [b"1", b"2"]
+            assert [(i.name, i.cursor, i.lag) for i in view.routers()] == [("r", 2, 0)]
+
+
+@pytest.mark.parametrize("source", ["fsync", "disk"])
+def test_RTR_10_a_process_that_dies_leaves_each_copy_once(tmp_path: Path, source: str) -> None:
+    """RTR-10, RTR-11: after the writing process dies (no close) and the store is reopened,
+    dest holds each forwarded copy exactly once and the cursor covers them; records appended
+    after the reopen are forwarded."""
+    uri = f"file://{tmp_path / 's'}"
+    store = tidelog.open(uri)
+    a = store.topic("a", durability=source)
+    store.topic("b", durability="fsync")
+    store.router("r", "a", "b")
+    a.append_many([b"1", b"2"])
+    store.flush()
+    hooks(store, Abandon).abandon()
+    with tidelog.open(uri) as again:
+        lost = [(i.gap_from, i.gap_to) for i in again.topic("a").read(after=2)]
+        # DUR-3: a disk source raises its head over the seqs it had reserved; dest gets the
+        # same tombstone (RTR-5), once
+        assert lost == ([] if source == "fsync" else [(3, 2 + 4096)])
+        assert _payloads(again.topic("b")) == [b"1", b"2", *lost]
+        head = again.topic("a").state().head_seq
+        assert [(i.cursor, i.lag) for i in again.routers()] == [(head, 0)]
+        again.topic("a").append(b"3")
+        assert _payloads(again.topic("b"))[-1] == b"3"
+
+
+def test_RTR_11_a_memory_source_that_lost_records_lowers_the_cursor(tmp_path: Path) -> None:
+    """RTR-11, DUR-4: a memory-class source loses its unflushed record in a crash and reuses
+    its seq; the fsync dest keeps the copy it made, the cursor is lowered to the source's head,
+    and the record appended under the reused seq is forwarded too."""
+    # two WAL shards: a (the first topic id) and b (the second) log on different shards, and
+    # the committer does not write a's shard before the process dies
+    uri = f"file://{tmp_path / 's'}?wal_shards=2&commit_interval_ms=60000"
+    store = tidelog.open(uri)
+    a = store.topic("a", durability="memory")
+    store.topic("b", durability="fsync")
+    store.router("r", "a", "b")
+    a.append(b"1")
+    store.flush()
+    a.append(b"2")  # copied into b (fsync: durable) but never durable in a
+    hooks(store, Abandon).abandon()
+    with tidelog.open(uri) as again:
+        assert again.topic("a").state().head_seq == 1
+        assert [i.cursor for i in again.routers()] == [1]
+        again.topic("a").append(b"2bis")
+        assert _payloads(again.topic("b")) == [b"1", b"2", b"2bis"]
+
+
+@pytest.mark.parametrize("scheme", ["memory", "file"])
+def test_RTR_8_a_reader_waiting_on_dest_is_woken_by_the_source_append(
+    scheme: str, tmp_path: Path
+) -> None:
+    """RTR-8, CON-3: a reader blocked on dest (``read`` with ``wait_ms``) gets the copy when
+    the source append returns, woken by the change notification: long before its wait ends."""
+    uri = f"file://{tmp_path / 's'}" if scheme == "file" else "memory://"
+    with tidelog.open(uri) as store:
+        a, b = store.topic("a"), store.topic("b")
+        store.router("r", "a", "b")
+        got: list[object] = []
+        reader = threading.Thread(target=lambda: got.extend(b.read(after=0, wait_ms=30_000)))
+        started = time.monotonic()
+        reader.start()
+        time.sleep(0.05)  # the reader is waiting
+        a.append(b"live")
+        reader.join(timeout=20)
+        assert not reader.is_alive() and time.monotonic() - started < 20
+        assert [i.payload for i in got if isinstance(i, Record)] == [b"live"]
+
+
+def test_WAL_8_SNAP_3_routers_on_disk(tmp_path: Path) -> None:
+    """WAL-8, WAL-9, SNAP-3, RTR-10: ROUTER frames go on the dest topic's id (create with the
+    config and the starting cursor, then a cursor frame in the same batch as the copies it
+    covers); the snapshot of a store with routers is version 2 and lists them under their
+    dest, and a store without routers still writes version 1."""
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}?wal_file_bytes=64KiB&prealloc=none") as store:
+        a = store.topic("a")
+        store.topic("b")
+        store.router("r", "a", "b", filter_tag="k*")
+        a.append(b"1", tag="k1")
+        frames = []
+        for wal in sorted((root / "wal").glob("wal-*.log")):
+            frames += walfmt.scan_file(wal.read_bytes()).frames
+        ids = {f.body["name"]: f.topic_id for f in frames if f.type == FrameType.TOPIC_CREATE}
+        routed = [f for f in frames if f.type == FrameType.ROUTER]
+        assert [(f.topic_id, f.body["op"], f.seq) for f in routed] == [
+            (ids["b"], "create", 0),
+            (ids["b"], "cursor", 1),
+        ]
+        assert routed[0].body["config"]["filter_tag"] == "k*"
+        last = frames.index(routed[1])
+        copy = frames[last - 1]  # the copy, then the cursor, one batch
+        assert copy.topic_id == ids["b"] and copy.data == b"1" and copy.batch_end is False
+        assert routed[1].batch_end is True
+    (snapshot,) = sorted((root / "meta").glob("snapshot-*.bin"))[-1:]
+    _, body = snapfmt.decode_snapshot(snapshot.read_bytes())
+    assert body["version"] == 2
+    (entry,) = [t for t in body["topics"] if t["name"] == "b"]
+    assert entry["routers"]["r"]["cursor"] == 1 and "routers" not in body["topics"][0]
+    with tidelog.open(f"file://{root}") as store:
+        store.drop_router("r")
+    (snapshot,) = sorted((root / "meta").glob("snapshot-*.bin"))[-1:]
+    assert snapfmt.decode_snapshot(snapshot.read_bytes())[1]["version"] == 1
+
+
+def test_SNAP_3_a_snapshot_version_this_reader_does_not_know_is_refused(tmp_path: Path) -> None:
+    """SNAP-3: a snapshot of a schema version this tidelog does not know (a newer writer's) is
+    refused with corrupt naming the version, not opened without what it does not understand."""
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}") as store:
+        store.topic("a").append(b"1")
+    for path in (root / "meta").iterdir():
+        n, body = snapfmt.decode_snapshot(path.read_bytes())
+        path.write_bytes(snapfmt.encode_snapshot(n, {**body, "version": 3}))
+    with pytest.raises(Corrupt, match="schema version 3"):
+        tidelog.open(f"file://{root}")
