@@ -170,12 +170,18 @@ class WalJournal:
     def router_created(self, t: EngineTopic, name: str, config: RouterConfig, cursor: int) -> None:
         body = {"op": "create", "name": name, "config": config.to_dict()}
         self._control(t, FrameType.ROUTER, body, seq=cursor)
+        self._sync.add(self.shard_of(t.tid))  # routers exist durably once created (RTR-11)
 
     def router_moved(self, t: EngineTopic, name: str, cursor: int) -> None:
         self._control(t, FrameType.ROUTER, {"op": "cursor", "name": name}, seq=cursor)
+        if t.config.durability == "ephemeral":
+            # its copies are never logged: a cursor older than the op would copy records a
+            # crash took from dest a second time (RTR-11)
+            self._sync.add(self.shard_of(t.tid))
 
     def router_dropped(self, t: EngineTopic, name: str) -> None:
         self._control(t, FrameType.ROUTER, {"op": "drop", "name": name})
+        self._sync.add(self.shard_of(t.tid))
 
     # -- ending an op ----------------------------------------------------------------------
     def end_op(self, wait: bool) -> list[tuple[WalShard, int]] | None:

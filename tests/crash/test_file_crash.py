@@ -292,7 +292,13 @@ def test_WAL_15_random_workloads_with_recycled_files_sampled(workload: int) -> N
 
 @pytest.mark.parametrize(
     ("source", "dest"),
-    [("fsync", "fsync"), ("disk", "fsync"), ("fsync", "disk"), ("disk", "memory")],
+    [
+        ("fsync", "fsync"),
+        ("disk", "fsync"),
+        ("fsync", "disk"),
+        ("disk", "memory"),
+        ("fsync", "ephemeral"),
+    ],
 )
 def test_RTR_10_router_copies_and_cursor_at_every_crash_point(source: str, dest: str) -> None:
     """RTR-10, RTR-11, RTR-5, CRASH-7: a router forwarding between two topics, with tagged and
@@ -324,7 +330,9 @@ def _random_ops(rng: random.Random, n: int) -> list[Op]:
     ops: list[Op] = [
         ("create", "a", {"durability": "fsync", "cap_records": 5}),
         ("create", "b", {"durability": "disk", "trim": "none"}),
+        ("create", "c", {"durability": "disk", "cap_records": 3, "discard": "reject"}),
         ("subscribe", "a", "s", "earliest"),
+        ("router", "r", "a", "c", {"filter_tag": "x"}),  # RTR-10 at random points too
     ]
     for _ in range(n):
         k = rng.random()
@@ -348,7 +356,7 @@ def _random_ops(rng: random.Random, n: int) -> list[Op]:
             ]
             ops.append(("append_records", topic, rows))
         elif k < 0.62:
-            ops.append(("delete", topic, rng.randrange(1, 8)))
+            ops.append(("delete", rng.choice([topic, "c"]), rng.randrange(1, 8)))
         elif k < 0.70:
             ops.append(("commit", "a", "s", rng.randrange(0, 6)))
         elif k < 0.75:
