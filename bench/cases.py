@@ -15,6 +15,7 @@ from tidelog.hooks import Checkpoint, IoCounters, hooks
 from .measure import Ctx, Io, Metrics, rate_metrics, timed, timed_latency
 
 __all__ = [
+    "append_loop",
     "memory_single",
     "file_single",
     "file_many",
@@ -29,26 +30,38 @@ __all__ = [
 ]
 
 
-def _wal_stats(store: Any) -> tuple[int, int]:
+def _wal_stats(store: Any) -> tuple[int, int, int]:
+    """The WAL's fdatasyncs, writes and bytes submitted so far (file://; zeros elsewhere)."""
     wal = store.describe().get("wal", {})
-    return int(wal.get("fdatasyncs", 0)), int(wal.get("writes", 0))
+    return (
+        int(wal.get("fdatasyncs", 0)),
+        int(wal.get("writes", 0)),
+        int(wal.get("submitted_bytes", 0)),
+    )
 
 
-def _appends(ctx: Ctx, store: Any, topic: Any, batch: int, threads: int = 1) -> Metrics:
+def append_loop(
+    ctx: Ctx, store: Any, topic: Any, batch: int, threads: int = 1, max_records: int | None = None
+) -> Metrics:
     """Append ``ctx.payload`` for ``ctx.seconds``: one record per call (``batch`` 1) or
-    ``append_many`` of ``batch``; with ``threads`` > 1, that many producer threads."""
+    ``append_many`` of ``batch``; with ``threads`` > 1, that many producer threads. One thread
+    stops early after ``max_records``."""
     data = ctx.payload
     many = [data] * batch
     topic.append(data)  # warm: topic created, first file touched
-    syncs0, _ = _wal_stats(store)
+    wal0 = _wal_stats(store)
     io = Io(ctx.device)
     if threads == 1:
         if batch == 1:
             append = topic.append
-            n, elapsed, lat = timed_latency(lambda: append(data) and 1, ctx.seconds)
+            n, elapsed, lat = timed_latency(
+                lambda: append(data) and 1, ctx.seconds, max_records=max_records
+            )
         else:
             append_many = topic.append_many
-            n, elapsed, lat = timed_latency(lambda: len(append_many(many)), ctx.seconds)
+            n, elapsed, lat = timed_latency(
+                lambda: len(append_many(many)), ctx.seconds, max_records=max_records
+            )
     else:
         counts = [0] * threads
         lats: list[list[float]] = [[] for _ in range(threads)]
@@ -81,16 +94,19 @@ def _appends(ctx: Ctx, store: Any, topic: Any, batch: int, threads: int = 1) -> 
         out["p50_us_per_batch"] = lat[len(lat) // 2]
     store.flush()  # buffered classes: count the bytes their commits wrote
     out.update(io.stop(n, n * ctx.size))
-    syncs1, _ = _wal_stats(store)
-    if syncs1 or syncs0:
-        out["fdatasync_per_rec"] = (syncs1 - syncs0) / max(n, 1)
+    wal1 = _wal_stats(store)
+    if any(wal1) or any(wal0):
+        syncs, writes, nbytes = (b - a for a, b in zip(wal0, wal1, strict=True))
+        out["fdatasync_per_rec"] = syncs / max(n, 1)
+        out["wal_writes_per_rec"] = writes / max(n, 1)
+        out["wal_bytes_per_rec"] = nbytes / max(n, 1)
     return out
 
 
 def memory_single(ctx: Ctx) -> Metrics:
     with tidelog.open("memory://") as store:
         t = store.topic("bench", durability="memory", trim="none")
-        return _appends(ctx, store, t, 1)
+        return append_loop(ctx, store, t, 1)
 
 
 def _file_store(ctx: Ctx, **options: Any) -> Any:
@@ -116,19 +132,19 @@ def file_single(ctx: Ctx, durability: str, steady: bool = False) -> Metrics:
     with _file_store(ctx) as store:
         if steady:
             _steady(store)
-        return _appends(ctx, store, store.topic("bench", durability=durability), 1)
+        return append_loop(ctx, store, store.topic("bench", durability=durability), 1)
 
 
 def file_many(ctx: Ctx, durability: str, batch: int = 1000, steady: bool = False) -> Metrics:
     with _file_store(ctx) as store:
         if steady:
             _steady(store)
-        return _appends(ctx, store, store.topic("bench", durability=durability), batch)
+        return append_loop(ctx, store, store.topic("bench", durability=durability), batch)
 
 
 def file_threads(ctx: Ctx, durability: str, threads: int = 8) -> Metrics:
     with _file_store(ctx) as store:
-        return _appends(ctx, store, store.topic("bench", durability=durability), 1, threads)
+        return append_loop(ctx, store, store.topic("bench", durability=durability), 1, threads)
 
 
 def _blockdev(ctx: Ctx, durability: str, batch: int) -> Metrics:
@@ -136,7 +152,7 @@ def _blockdev(ctx: Ctx, durability: str, batch: int) -> Metrics:
     size = "64MiB" if ctx.quick else "256MiB"
     with tidelog.open(f"blockdev://{img}?size={size}") as store:
         t = store.topic("default", durability=durability)
-        out = _appends(ctx, store, t, batch)
+        out = append_loop(ctx, store, t, batch)
         stats: dict[str, Any] = hooks(store, IoCounters).io_stats()  # BDEV-19: device writes
         if stats.get("write_amplification") is not None:
             out["write_amplification"] = float(stats["write_amplification"])

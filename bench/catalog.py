@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import cases, forward_cases, limits, peers
+from . import cases, forward_cases, limits, peers, router_cases
 from .measure import Ctx, Metrics
 
 __all__ = ["Case", "CASES", "SIZES"]
@@ -23,8 +23,9 @@ class Case:
     group: str  # "limit" | "tidelog" | "peer"
     fn: Callable[[Ctx], Metrics]
     tier: str = "-"  # "durable" | "buffered" | "-" (limits, reads)
-    mode: str = "single"  # single | batch | read | consume | forward | other
+    mode: str = "single"  # single | batch | read | consume | forward | route | latency | other
     limit: str | None = None  # the physical limit this case is compared with
+    baseline: str | None = None  # the same measurement without the feature (routers: rt_*)
     guarantee: str = ""
     sizes: tuple[int, ...] = SIZES
     quick: bool = True
@@ -41,6 +42,41 @@ _FWD_DUR = (
     "as plain, but acked = request_durable_ack=on: the receiver's group commit synced it "
     "(survives power loss of the receiver)"
 )
+
+
+def _router_cases() -> list[Case]:
+    """Per durability class (``disk``, ``fsync``): appends with no router (the baseline), 1
+    router and 4 routers into 4 dests; append -> readable latency without and with a router."""
+    rate = router_cases.route_rate
+    latency = router_cases.route_latency
+    paced = f"append at {router_cases.RATE}/s, a reader blocked in read(wait_ms)"
+    classes = (
+        ("disk", "buffered", "loop_floor",
+         "as tl_file_disk; copies follow dest's class, re-derived after a crash (RTR-11)"),
+        ("fsync", "durable", "raw_overwrite",
+         _DUR + "; copies re-derived from their source record after a crash (RTR-11)"),
+    )  # fmt: skip
+    out: list[Case] = []
+    for dur, tier, limit, guarantee in classes:
+        base = f"rt_plain_{dur}"
+        for n, what in ((0, f"no router (baseline of rt_*_{dur})"),
+                        (1, "1 router out of the topic"), (4, "4 routers to 4 dests")):  # fmt: skip
+            out.append(Case(base if n == 0 else f"rt_{n}_{dur}",
+                            f"file:// {dur} append, 1 thread, {what}", "tidelog",
+                            P(rate, durability=dur, routers=n), tier, "route", limit=limit,
+                            baseline=None if n == 0 else base, guarantee=guarantee))  # fmt: skip
+    for dur, tier, _, guarantee in classes:
+        base = f"rt_lat_plain_{dur}"
+        for n, what in ((0, "append -> readable in the source"),
+                        (1, "source append -> copy readable in dest, 1 router")):  # fmt: skip
+            out.append(Case(base if n == 0 else f"rt_lat_{n}_{dur}",
+                            f"file:// {dur}: {what} ({paced})", "tidelog",
+                            P(latency, durability=dur, routers=n), tier, "latency",
+                            baseline=None if n == 0 else base, guarantee=guarantee,
+                            sizes=(100,)))  # fmt: skip
+    return out
+
+
 CASES: list[Case] = [
     # -- physical limits ------------------------------------------------------------------------
     Case("raw_append", "os.write+fdatasync per record, appending", "limit", limits.raw_append,
@@ -109,6 +145,8 @@ CASES: list[Case] = [
     Case("tl_sub_ack", "tidelog subscriber poll(1000) + ack(seq) per record", "tidelog",
          cases.subscriber_ack, "buffered", "consume", limit="mmap_read",
          guarantee="progress file at least once (DUR-9)"),
+    # -- routers (spec RTR): each beside the same appends without routers (its baseline) -------
+    *_router_cases(),
     # -- peers -------------------------------------------------------------------------------------
     Case("sqlite_full_1", "sqlite3 WAL synchronous=FULL, 1 row/txn", "peer",
          P(peers.sqlite, synchronous="FULL", per_txn=1), "durable", guarantee=_DUR),

@@ -74,9 +74,10 @@ def timed(step: Callable[[], int], seconds: float, min_calls: int = 3) -> tuple[
 
 
 def timed_latency(
-    step: Callable[[], int], seconds: float, min_calls: int = 3
+    step: Callable[[], int], seconds: float, min_calls: int = 3, max_records: int | None = None
 ) -> tuple[int, float, list[float]]:
-    """As ``timed``, also recording each call's latency (µs)."""
+    """As ``timed``, also recording each call's latency (µs); with ``max_records``, it also
+    stops once that many records were handled (bounds what a fast machine writes)."""
     lat: list[float] = []
     n = 0
     clock = time.perf_counter
@@ -88,7 +89,7 @@ def timed_latency(
         t1 = clock()
         lat.append((t1 - t0) * 1e6)
         t0 = t1
-        if len(lat) >= min_calls and t1 >= end:
+        if len(lat) >= min_calls and (t1 >= end or (max_records is not None and n >= max_records)):
             break
     return n, t0 - start, lat
 

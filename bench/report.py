@@ -34,7 +34,8 @@ def _rows(raw: dict[str, Any]) -> list[dict[str, Any]]:
         m = _metrics(samples)
         base = {"id": cid, "size": int(size_s), "label": case.label, "group": case.group,
                 "tier": case.tier, "mode": case.mode, "guarantee": case.guarantee,
-                "limit": case.limit, "runs": len(samples), "metrics": m}  # fmt: skip
+                "limit": case.limit, "baseline": case.baseline, "runs": len(samples),
+                "metrics": m}  # fmt: skip
         rows.append(base)
         if case.group != "peer":
             continue
@@ -82,6 +83,22 @@ def _best_peer(rows: list[dict[str, Any]], row: dict[str, Any]) -> dict[str, Any
     return best
 
 
+def _vs_baseline(row: dict[str, Any], base: dict[str, Any] | None) -> None:
+    """A router row against the same measurement without routers: the rate's ratio
+    (``x_baseline``), or for a latency row the p50 and p99 ratios (higher: slower)."""
+    if base is None:
+        return
+    if row["mode"] == "latency":
+        for q in ("p50", "p99"):
+            ratio = _ratio(_med(row, f"{q}_us"), _med(base, f"{q}_us"))
+            if ratio is not None:
+                row[f"x_baseline_{q}"] = ratio
+    else:
+        ratio = _ratio(_med(row), _med(base))
+        if ratio is not None:
+            row["x_baseline"] = ratio
+
+
 def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     rows = _rows(raw)
     for row in rows:
@@ -96,6 +113,8 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
         if value is not None and peer is not None and _med(peer):
             row["x_best_peer"] = value / _med(peer)  # type: ignore[operator]
             row["best_peer"] = peer["id"]
+        if row.get("baseline"):
+            _vs_baseline(row, _find(rows, row["baseline"], row["size"]))
     order = {c.id: i for i, c in enumerate(CASES)}
     rows.sort(key=lambda r: (r["size"], order.get(r["id"].split(":")[0], 999), r["id"]))
     iso = _isolated(raw.get("isolated") or {}, rows)
@@ -297,6 +316,7 @@ def table(summary: dict[str, Any]) -> str:
                 f"{g('proc_wbytes_per_rec')} | {g('fdatasync_per_rec')} |"
             )
     lines += _forwarding(summary["rows"])
+    lines += _routers(summary["rows"])
     iso = summary["isolated"]
     if iso:
         lines += ["", "## recovery and memory (fresh processes)", ""]
@@ -366,6 +386,43 @@ def _forwarding(rows: list[dict[str, Any]]) -> list[str]:
             f"**{_fmt(r['x_best_peer'])}x**"
         )
     return out
+
+
+def _routers(rows: list[dict[str, Any]]) -> list[str]:
+    """Each router row beside its baseline (the same appends without routers): the rate
+    ratio and the WAL's work per source append, or append -> readable latency p50/p99."""
+
+    def per_append(r: dict[str, Any]) -> str:
+        return " / ".join(_fmt(_med(r, k)) for k in _WAL_KEYS)
+
+    out: list[str] = []
+    for r in rows:
+        if not r.get("baseline"):
+            continue
+        if not out:
+            out = ["", "## routers (file://; each beside its baseline, the same appends without "
+                   "routers)", ""]  # fmt: skip
+        base = _find(rows, r["baseline"], r["size"])
+        head = f"- {r['id']} @ {r['size']}: "
+        if base is None:
+            out.append(f"{head}{_fmt(_med(r))} rec/s; no {r['baseline']} row to compare with")
+        elif r["mode"] == "latency":
+            out.append(
+                f"{head}append -> copy readable in dest p50 {_fmt(_med(r, 'p50_us'))} µs, p99 "
+                f"{_fmt(_med(r, 'p99_us'))} µs vs {base['id']} (readable in the source) p50 "
+                f"{_fmt(_med(base, 'p50_us'))} µs, p99 {_fmt(_med(base, 'p99_us'))} µs: "
+                f"**{_fmt(r.get('x_baseline_p50'))}x / {_fmt(r.get('x_baseline_p99'))}x**"
+            )
+        else:
+            out.append(
+                f"{head}{_fmt(_med(r))} rec/s vs {base['id']} {_fmt(_med(base))} rec/s: "
+                f"**{_fmt(r.get('x_baseline'))}x**; per source append, WAL writes / bytes / "
+                f"fdatasyncs {per_append(r)} vs {per_append(base)}"
+            )
+    return out
+
+
+_WAL_KEYS = ("wal_writes_per_rec", "wal_bytes_per_rec", "fdatasync_per_rec")
 
 
 def plot(summary: dict[str, Any], path: str) -> bool:

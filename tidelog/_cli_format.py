@@ -7,13 +7,14 @@ Kept apart from the commands so cli.py stays about what each command does.
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from tidelog.records import Item, Tombstone
+from tidelog.records import Item, RouterConfig, Tombstone
 
 __all__ = [
     "CONFIG_FIRST",
@@ -204,3 +205,47 @@ def print_inspect(report: Mapping[str, Any]) -> None:
                 click.echo(line)
         else:
             click.echo("  no subscribers")
+    _print_routers(report["routers"])
+
+
+# The router options (RTR-1) with their defaults: a row names only those set otherwise.
+_ROUTER_DEFAULTS = {
+    f.name: f.default
+    for f in dataclasses.fields(RouterConfig)
+    if f.default is not dataclasses.MISSING
+}
+
+
+def _router_rows(routers: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, ...]]:
+    """The routers table (CLI-11): name, ``source -> dest``, cursor, lag, ``ok`` or
+    ``stalled``, and the options that differ from their defaults (``-`` when none)."""
+    rows: list[tuple[str, ...]] = [
+        ("router", "source -> dest", "cursor", "lag", "state", "options")
+    ]
+    for name, r in routers.items():
+        options = " ".join(
+            f"{key}={show(r[key])}"
+            for key, default in _ROUTER_DEFAULTS.items()
+            if r[key] != default
+        )
+        rows.append(
+            (
+                escape(name),
+                f"{escape(r['source'])} -> {escape(r['dest'])}",
+                str(r["cursor"]),
+                str(r["lag"]),
+                "stalled" if r["stalled"] else "ok",
+                options or "-",
+            )
+        )
+    return rows
+
+
+def _print_routers(routers: Mapping[str, Mapping[str, Any]]) -> None:
+    if not routers:
+        click.echo("\nno routers")
+        return
+    click.echo()
+    _heading("routers")
+    for line in aligned(_router_rows(routers)):
+        click.echo(line)

@@ -64,6 +64,19 @@ def _topic_report(topic: Topic, extras: Mapping[str, object]) -> dict[str, Any]:
     }
 
 
+def _router_report(store: Store, only: str | None) -> dict[str, Any]:
+    """Every router (RTR-1), or those whose source or dest is ``only``: its creation
+    arguments, cursor, lag and whether it is stalled (lag > 0; CLI-11)."""
+    routers: dict[str, Any] = {}
+    for info in store.routers():  # empty where the store has no routers (RTR-13)
+        if only is not None and only not in (info.config.source, info.config.dest):
+            continue
+        facts = info.to_dict()
+        del facts["name"]
+        routers[info.name] = {**facts, "stalled": info.lag > 0}
+    return routers
+
+
 def _inspect_report(store: Store, only: str | None, view: bool) -> dict[str, Any]:
     facts = dict(store.describe())
     # The memory engine nests per-topic facts under "topics"; keep what the API does not show.
@@ -87,15 +100,17 @@ def _inspect_report(store: Store, only: str | None, view: bool) -> dict[str, Any
         "capabilities": fmt.jsonable(dataclasses.asdict(caps)),
         "describe": facts,
         "topics": topics,
+        "routers": _router_report(store, only),
     }
 
 
 @main.command("inspect")
 @click.argument("uri")
-@click.option("--topic", "only", metavar="NAME", help="Only this topic.")
+@click.option("--topic", "only", metavar="NAME", help="Only this topic and its routers.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON (stable keys).")
 def inspect_cmd(uri: str, only: str | None, as_json: bool) -> None:
-    """Show topics (config, state, subscribers), backend facts and capabilities.
+    """Show topics (config, state, subscribers), routers (cursor, lag), backend facts and
+    capabilities; with --topic, that topic and the routers into or out of it.
 
     Reads only (a file:// store, blockdev:// ring or sf:// slot through a read-only view, so a
     live writer may hold it) and never creates a store. Control characters are escaped as in `tail`.

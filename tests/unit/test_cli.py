@@ -75,7 +75,7 @@ def test_inspect_json_has_stable_keys_and_numbers(uri: str) -> None:
     result = run("inspect", uri, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert set(report) == {"uri", "read_only_view", "capabilities", "describe", "topics"}
+    assert set(report) == {"uri", "read_only_view", "capabilities", "describe", "topics", "routers"}
     assert report["read_only_view"] is False  # memory:// has no read-only view (CLI-3)
     assert report["uri"] == uri
     assert sorted(report["topics"]) == ["empty", "events"]
