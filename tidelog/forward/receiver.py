@@ -239,11 +239,9 @@ class Receiver:
             server.close()
         for server in self._servers:
             await server.wait_closed()
-        flusher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await flusher
+        await flusher  # it stops between flushes: never cancelled inside a checkpoint
         if not self._abort:
-            await self._flush_once()
+            await self._flush_once(final=True)
 
     def stop(self, *, abort: bool = False) -> None:
         """Stop serving (connections close with 1001); a final flush and checkpoint unless
@@ -553,7 +551,10 @@ class Receiver:
     # -- durability ----------------------------------------------------------------------------
     async def _flusher(self) -> None:
         while True:
-            await asyncio.sleep(self.flush_interval)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.flush_interval)
+            if self._stopping.is_set():
+                return
             await self._flush_once()
             await self._return_memory()
 
@@ -591,7 +592,9 @@ class Receiver:
     def _snapshot(self) -> tuple[int, dict[str, int], dict[str, int]]:
         return self.topic.state().head_seq, dict(self.dedup.marks), dict(self.dedup.refused)
 
-    async def _flush_once(self) -> None:
+    async def _flush_once(self, *, final: bool = False) -> None:
+        """Flush and checkpoint what is new. A refused FSN whose checkpoint failed is retried
+        only when it changes, except at the ``final`` flush of ``stop`` (FWD-26)."""
         through, marks, refused = await asyncio.to_thread(self._locked, self._snapshot)
         if through > self.durable_seq:
             try:
@@ -603,7 +606,7 @@ class Receiver:
             self.durable_seq = through
             self._trace("durable", seq=through)
             await self._checkpoint(through, marks, refused)
-        elif self.dedup.refused_unsaved(refused) and refused != self._refused_tried:
+        elif self.dedup.refused_unsaved(refused) and (final or refused != self._refused_tried):
             await self._checkpoint(self.dedup.through_seq, {}, refused)  # FWD-26
         for conn in list(self._conns):
             await self._send_durable(conn)
