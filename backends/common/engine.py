@@ -620,11 +620,11 @@ class Engine(Backend):
                 q = log.earliest
                 cursor = q - 1
             while len(items) < limit:
-                if s.gap is not None and q >= s.gap[0]:  # SUB-4: the gap in seq order
-                    items.append(Tombstone(*s.gap))
-                    cursor = max(cursor, s.gap[1])
+                if s.gaps and q >= s.gaps[0][0]:  # SUB-4: the gaps in seq order
+                    lo, hi = s.gaps.pop(0)
+                    items.append(Tombstone(lo, hi))
+                    cursor = max(cursor, hi)
                     q = cursor + 1
-                    s.gap = None
                     continue
                 if q > head:
                     break

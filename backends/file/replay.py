@@ -25,7 +25,7 @@ from tidelog.errors import Corrupt
 from tidelog.fsio import FS
 
 from ..common.engine import Engine, EngineTopic
-from ..common.progress import SubState
+from ..common.progress import SubState, add_gap, live_between
 from .chunk import SegChunk
 from .format import qseg_name
 from .format import segment as segfmt
@@ -110,20 +110,17 @@ class Replay:
                 continue  # unregistered (or its topic dropped) later in the replay
             saved = read_progress(self.fs, self.root, t.tid, name)
             if saved is not None:
-                base, replayed = s.base, s.gap
+                base, replayed = s.base, s.gaps
                 s.hwm = max(saved.hwm, base)
                 s.outcomes = {q: "acked" for q in saved.outcomes if q > s.hwm}
-                s.gap = saved.gap
+                s.gaps = list(saved.gaps)
                 s.base = saved.base if saved.base <= s.hwm else base
-                if replayed is not None and replayed[1] > s.hwm:
-                    # SUB-7: LOSS frames the replay applied may be newer than the progress file
-                    # (a crash before it was written again, or repair's, REP-4): their gap stays
-                    lo = max(replayed[0], s.hwm + 1)
-                    s.gap = (
-                        (lo, replayed[1])
-                        if s.gap is None
-                        else (min(s.gap[0], lo), max(s.gap[1], replayed[1]))
-                    )
+                for lo, hi in replayed:
+                    if hi > s.hwm:
+                        # SUB-7: LOSS frames the replay applied may be newer than the progress
+                        # file (a crash before it was written again, or repair's, REP-4): their
+                        # gaps stay
+                        add_gap(s, max(lo, s.hwm + 1), hi, live_between(t.log))
             s.cursor = s.flushed_hwm = s.hwm
             self.loaded.append((t.tid, name, s))
 
@@ -362,10 +359,7 @@ def lose(t: EngineTopic, lo: int, hi: int) -> tuple[int, int] | None:
     if hi <= t.log.head:
         return None  # already part of the snapshot
     lo = max(lo, t.log.head + 1)
-    for s in t.progress.subs.values():
-        if s.hwm < hi:  # SUB-7: every lost seq above the hwm was unresolved
-            g = (max(lo, s.hwm + 1), hi)
-            s.gap = g if s.gap is None else (min(s.gap[0], g[0]), max(s.gap[1], g[1]))
+    t.progress.note_loss(t.log, lo, hi)  # SUB-7: every lost seq above an hwm was unresolved
     t.log.skip_to(hi)
     t.log.add_loss(lo, hi)
     return lo, hi
