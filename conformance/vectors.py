@@ -135,7 +135,7 @@ def decode_file(fmt: str, data: bytes, params: dict[str, Any] | None = None) -> 
 
         p = prg.decode_progress(data)
         return {"hwm": p.hwm, "outcomes": sorted(p.outcomes), "base": p.base,
-                "gap": list(p.gap) if p.gap else None}
+                "gaps": [[lo, hi] for lo, hi in p.gaps]}
     if fmt == "sf-segment":
         from tidelog.backends.sf import format as sff
 
@@ -424,10 +424,20 @@ def _snapshot_vectors(add: Callable[..., None]) -> None:
 def _progress_vectors(add: Callable[..., None]) -> None:
     from tidelog.backends.file.format import progress as prg
 
-    data = prg.encode_progress(5, [7, 9, 4100], 2, (6, 6))
+    data = prg.encode_progress(5, [7, 9, 4100], 2, [(6, 6)])
     add("progress/valid.quiver.sub", "progress", True, "hwm 5, outcomes 7, 9, 4100 (two "
         "blocks), base 2, gap 6..6", body=data,
-        decode={"hwm": 5, "outcomes": [7, 9, 4100], "base": 2, "gap": [6, 6]})
+        decode={"hwm": 5, "outcomes": [7, 9, 4100], "base": 2, "gaps": [[6, 6]]})
+    gaps = prg.encode_progress(5, [7, 9, 4100], 2, [(6, 6), (8, 8), (10, 4099)])
+    add("progress/three-gaps.quiver.sub", "progress", True, "version 2: hwm 5, outcomes 7, 9, "
+        "4100, base 2, gaps 6..6, 8..8, 10..4099 (PRG-10)", body=gaps,
+        decode={"hwm": 5, "outcomes": [7, 9, 4100], "base": 2,
+                "gaps": [[6, 6], [8, 8], [10, 4099]]})
+    bad = gaps[:56] + struct.pack("<Q", 3) + gaps[64:-4]
+    bad += struct.pack("<I", _crc32c(bad))
+    add("progress/gap-count-overflow.quiver.sub", "progress", False, "version 2 whose more_gaps "
+        "needs more header than header_size gives, CRC valid (PRG-10)", body=bad,
+        error=_err("corrupt", "PRG-10"))
     add("progress/bad-crc.quiver.sub", "progress", False, "CRC32C mismatch (PRG-1)",
         body=_flip(data, 60), error=_err("corrupt", "PRG-1"))
     add("progress/bad-magic.quiver.sub", "progress", False, "bad magic (PRG-1)",

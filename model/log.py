@@ -42,7 +42,7 @@ from .rules import (
     eviction_count,
     floors_ok,
     held_trim_bounds,
-    merge_gap,
+    insert_gap,
     read_tombstone,
     trim_bounds,
 )
@@ -61,7 +61,7 @@ class SubModel:
     hwm: int
     cursor: int
     outcomes: dict[int, str] = field(default_factory=dict)
-    gap: tuple[int, int] | None = None
+    gaps: list[tuple[int, int]] = field(default_factory=list)  # SUB-7: disjoint, ascending
     flushed_hwm: int = 0  # hwm at the last flush/clean close: the DUR-9 lower bound
 
 
@@ -116,6 +116,10 @@ class TopicModel:
     def live_sorted(self) -> list[int]:
         return sorted(self.records)
 
+    def add_gap(self, s: SubModel, lo: int, hi: int) -> None:
+        """SUB-7: the range ``lo..hi`` enters the subscriber's gaps."""
+        s.gaps = insert_gap(s.gaps, lo, hi, lambda a, b: any(a < q < b for q in self.records))
+
     def resolved(self, s: SubModel, q: int) -> bool:
         """A seq is resolved for a subscriber iff at/below its hwm, has an outcome, or is not
         live (voluntary removal, or involuntary which always records an outcome first)."""
@@ -158,6 +162,17 @@ class TopicModel:
             )
             assert all(q > s.hwm for q in s.outcomes), f"SUB-2: {name} stale outcomes"
 
+    def SUB_7(self) -> None:
+        for name, s in self.subs.items():
+            g = s.gaps
+            assert all(1 <= lo <= hi <= self.head for lo, hi in g), f"SUB-7: {name} gaps {g}"
+            assert all(g[i][1] < g[i + 1][0] for i in range(len(g) - 1)), (
+                f"SUB-7: {name} gaps {g} not disjoint and ascending"
+            )
+            assert not [q for q in self.records if any(lo <= q <= hi for lo, hi in g)], (
+                f"SUB-7: {name} gaps {g} cover a live record"
+            )
+
     def SUB_5(self, holds: Sequence[int] = ()) -> None:
         """SUB-5, with RTR-7's holds: the cursors of the routers out of this topic."""
         if self.config.trim != "acked" or not self.subs:
@@ -187,6 +202,7 @@ class TopicModel:
             self.TMB_2,
             self.RET_1,
             self.SUB_2,
+            self.SUB_7,
             self.QUE_2,
         ):
             check()
@@ -279,15 +295,18 @@ class ModelStore(Backend):
     # -- removal ---------------------------------------------------------------------------
     def _remove_involuntary(self, t: TopicModel, seqs: list[int], fate: str) -> None:
         """Evict/lose the oldest live records ``seqs`` (TMB-1, SUB-7)."""
+        ranges: list[tuple[SubModel, int, int]] = []
         for s in t.subs.values():
             pending = [q for q in seqs if not t.resolved(s, q)]
             for q in pending:
                 s.outcomes[q] = "dropped"
             if pending:
-                s.gap = merge_gap(s.gap, min(pending), max(pending))
+                ranges.append((s, min(pending), max(pending)))
         for q in seqs:
             del t.records[q]
             t.fate[q] = fate
+        for s, lo, hi in ranges:  # SUB-7: once the event is done
+            t.add_gap(s, lo, hi)
         t.evict_floor = max(t.evict_floor, max(seqs) + 1)
         t.losses = [(max(lo, t.evict_floor), hi) for lo, hi in t.losses if hi >= t.evict_floor]
         self._settle(t)
@@ -599,11 +618,11 @@ class ModelStore(Backend):
             s.cursor = max(s.cursor, s.hwm)
             q = s.cursor + 1
             while len(items) < limit:
-                if s.gap is not None and q >= s.gap[0]:  # SUB-4: the gap in seq order
-                    items.append(Tombstone(*s.gap))
-                    s.cursor = max(s.cursor, s.gap[1])
+                if s.gaps and q >= s.gaps[0][0]:  # SUB-4: the gaps in seq order
+                    lo, hi = s.gaps.pop(0)
+                    items.append(Tombstone(lo, hi))
+                    s.cursor = max(s.cursor, hi)
                     q = s.cursor + 1
-                    s.gap = None
                     continue
                 if q > t.head:
                     break
@@ -910,7 +929,7 @@ class ModelStore(Backend):
         t.head = hi
         t.losses.append((lo, hi))
         for s in t.subs.values():
-            s.gap = merge_gap(s.gap, lo, hi)
+            t.add_gap(s, lo, hi)
         self._settle(t)
         self._record_history(t)
 
@@ -991,7 +1010,7 @@ class ModelStore(Backend):
         for s in t.subs.values():
             pending = [q for q in lost if q > s.hwm and q not in s.outcomes]
             if pending:
-                s.gap = merge_gap(s.gap, pending[0], pending[-1])
+                t.add_gap(s, pending[0], pending[-1])
         for q in lost:
             t.fate[q] = "lost"
         t.head = pre_head

@@ -6,7 +6,7 @@ Each function is one rule of spec/SPEC.md, small enough to verify symbolically. 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = [
     "floors_ok",
@@ -16,7 +16,7 @@ __all__ = [
     "advance_hwm",
     "trim_bounds",
     "held_trim_bounds",
-    "merge_gap",
+    "insert_gap",
 ]
 
 
@@ -140,14 +140,29 @@ def held_trim_bounds(
     return (lo, hi)
 
 
-def merge_gap(gap: tuple[int, int] | None, lo: int, hi: int) -> tuple[int, int]:
-    """SUB-7: extend a subscriber's unreported dropped range to cover ``[lo, hi]``.
+def insert_gap(
+    gaps: Sequence[tuple[int, int]], lo: int, hi: int, live_between: Callable[[int, int], bool]
+) -> list[tuple[int, int]]:
+    """SUB-7: a subscriber's pending gaps (disjoint, ascending) with the new range ``[lo, hi]``
+    entered: it absorbs every gap it overlaps, then merges with the gap just below and the gap
+    just above it unless ``live_between(a, b)`` (some live seq ``q`` with ``a < q < b``).
 
     pre: 1 <= lo <= hi
-    pre: gap is None or 1 <= gap[0] <= gap[1]
-    post: __return__[0] <= lo and __return__[1] >= hi
-    post: gap is None or (__return__[0] <= gap[0] and __return__[1] >= gap[1])
+    pre: all(1 <= a <= b for a, b in gaps)
+    pre: all(gaps[i][1] < gaps[i + 1][0] for i in range(len(gaps) - 1))
+    post: all(1 <= a <= b for a, b in __return__)
+    post: all(__return__[i][1] < __return__[i + 1][0] for i in range(len(__return__) - 1))
+    post: any(a <= lo and hi <= b for a, b in __return__)
+    post: all(any(c <= a and b <= d for c, d in __return__) for a, b in gaps)
+    post: all(g in gaps or (g[0] <= lo and hi <= g[1]) for g in __return__)
+    post: len(__return__) <= len(gaps) + 1
     """
-    if gap is None:
-        return (lo, hi)
-    return (min(gap[0], lo), max(gap[1], hi))
+    below = [g for g in gaps if g[1] < lo]
+    above = [g for g in gaps if g[0] > hi]
+    over = [g for g in gaps if lo <= g[1] and g[0] <= hi]
+    lo, hi = min([lo, *(g[0] for g in over)]), max([hi, *(g[1] for g in over)])
+    if below and not live_between(below[-1][1], lo):
+        lo = below.pop()[0]
+    if above and not live_between(hi, above[0][0]):
+        hi = above.pop(0)[1]
+    return [*below, (lo, hi), *above]

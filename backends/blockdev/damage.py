@@ -21,6 +21,7 @@ from tidelog.report import ERROR, WARNING, Problem
 
 from .device import Geometry
 from .format import SLOT_BYTES, FormatCorrupt, Slot, decode_slot, slot_index
+from .meta import gaps_of
 from .ring import Assembled, RingScan, assemble, scan_ring
 
 __all__ = ["Examined", "examine", "read_slots", "slot_warnings", "corrupt_from", "body_problem"]
@@ -273,8 +274,6 @@ def _check_body(body: dict[str, Any]) -> None:
         if not isinstance(name, str):
             raise ValueError(f"subscriber name {name!r}")
         _int(sub["base"], "base"), _int(sub["hwm"], "hwm")
-        if sub.get("gap") is not None:
-            lo, hi = sub["gap"]
-            _int(lo, "gap"), _int(hi, "gap")
+        gaps_of(sub.get("gap"))  # BDEV-29
         for q in [*sub.get("acked", []), *sub.get("rejected", [])]:
             _int(q, "outcome")

@@ -13,6 +13,7 @@ they do not fit, which only causes redelivery (at-least-once: ``exact_progress=F
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidelog.errors import StorageError
@@ -29,6 +30,8 @@ __all__ = [
     "facts_of",
     "build_body",
     "dead_ranges",
+    "gap_json",
+    "gaps_of",
 ]
 
 #: Subscribers per ring: the worst case (64-character names, 20-digit seqs, a 200-character
@@ -77,12 +80,49 @@ def facts_of(t: EngineTopic) -> dict[str, Any]:
     }
 
 
-def _subs(t: EngineTopic, without: set[str]) -> dict[str, Any]:
-    """Every subscriber's progress; the out-of-order outcomes of those in ``without`` left out."""
+def gap_json(gaps: Sequence[tuple[int, int]]) -> Any:
+    """A subscriber's gaps as the slot's ``"gap"`` (BDEV-29): null, ``[lo, hi]`` for one (as
+    every earlier version wrote), ``[[lo, hi], ...]`` for more (an earlier reader refuses the
+    body rather than read one gap)."""
+    if not gaps:
+        return None
+    if len(gaps) == 1:
+        return [gaps[0][0], gaps[0][1]]
+    return [[lo, hi] for lo, hi in gaps]
+
+
+def gaps_of(value: Any) -> list[tuple[int, int]]:
+    """The gaps a slot's ``"gap"`` holds (BDEV-29); ValueError if it is none of its forms."""
+    if value is None:
+        return []
+    if isinstance(value, list) and len(value) == 2 and all(map(_is_int, value)):
+        pairs = [value]  # one gap, as every version wrote it
+    elif isinstance(value, list) and len(value) >= 2 and all(isinstance(p, list) for p in value):
+        pairs = value
+    else:
+        raise ValueError(f"gap is {value!r}: not [lo, hi], nor a list of two or more of them")
+    out: list[tuple[int, int]] = []
+    for pair in pairs:
+        if len(pair) != 2 or not all(map(_is_int, pair)):
+            raise ValueError(f"gap {pair!r} is not [lo, hi]")
+        lo, hi = pair
+        if not 1 <= lo <= hi or (out and lo <= out[-1][1]):
+            raise ValueError(f"gaps {value!r} are not disjoint ascending ranges of seqs")
+        out.append((lo, hi))
+    return out
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _subs(t: EngineTopic, without: set[str], coarse: bool) -> dict[str, Any]:
+    """Every subscriber's progress; the out-of-order outcomes of those in ``without`` left out;
+    ``coarse``: each subscriber's gaps merged into one (BDEV-29's last resort)."""
     out: dict[str, Any] = {}
     for name, s in sorted(t.progress.subs.items()):
-        gap = list(s.gap) if s.gap else None
-        entry: dict[str, Any] = {"base": s.base, "hwm": s.hwm, "gap": gap}
+        gaps = [(s.gaps[0][0], s.gaps[-1][1])] if coarse and s.gaps else s.gaps
+        entry: dict[str, Any] = {"base": s.base, "hwm": s.hwm, "gap": gap_json(gaps)}
         if name not in without:
             entry["acked"] = sorted(q for q, o in s.outcomes.items() if o == "acked")
             entry["rejected"] = sorted(q for q, o in s.outcomes.items() if o == "rejected")
@@ -100,7 +140,8 @@ def build_body(
 ) -> dict[str, Any]:
     """The slot body, degraded until it fits (BDEV-4): the out-of-order outcomes of the
     subscribers holding the most are left out first, one subscriber at a time, then the trimmed
-    ranges (both only cost redelivery or rereading after a restart, never a loss). ``lap`` and
+    ranges, then each subscriber's gaps are merged into one (BDEV-29) (all only cost redelivery
+    or rereading after a restart, never a loss). ``lap`` and
     ``next_index`` are the ring position of the next page: every page before it was queued
     before this slot, so a valid slot proves them durable (BDEV-22)."""
     base: dict[str, Any] = {
@@ -113,12 +154,12 @@ def build_body(
     }
     subs = t.progress.subs if t is not None else {}
     by_size = sorted(subs, key=lambda n: (-len(subs[n].outcomes), n))
-    steps = [(set(by_size[:k]), True) for k in range(len(by_size) + 1)]
-    steps.append((set(by_size), False))
-    for without, trimmed in steps:
+    steps = [(set(by_size[:k]), True, False) for k in range(len(by_size) + 1)]
+    steps += [(set(by_size), False, False), (set(by_size), False, True)]
+    for without, trimmed, coarse in steps:
         body = dict(base)
         body["state"] = facts if trimmed else {**facts, "trimmed": []}
-        body["subs"] = _subs(t, without) if t is not None else {}
+        body["subs"] = _subs(t, without, coarse) if t is not None else {}
         if len(dumps_body(body)) + IO_RESERVE <= SLOT_BODY_MAX:
             return body
     raise StorageError(f"ring metadata does not fit its {SLOT_BODY_MAX}-byte slot")

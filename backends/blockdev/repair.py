@@ -33,6 +33,7 @@ from tidelog.errors import Corrupt, StorageError
 from tidelog.fsio import FS, storage_error, write_whole
 from tidelog.model.ring import page_seq
 
+from ..common.progress import SubState, add_gap, offline_live_between
 from .damage import Examined, body_problem, examine, read_slots
 from .device import Geometry, attach
 from .format import (
@@ -52,6 +53,7 @@ from .format import (
     slot_index,
     unchecked_slot_ring_id,
 )
+from .meta import gap_json, gaps_of
 from .ring import page_reader
 
 __all__ = ["RingRepairReport", "repair_ring", "read_quarantine", "QUARANTINE_MAGIC"]
@@ -374,19 +376,21 @@ def _plan_slot(
 def _with_gaps(
     body: dict[str, Any], losses: list[tuple[int, int]]
 ) -> tuple[dict[str, Any], list[str]]:
-    """The slot body with every subscriber's gap covering the lost seqs above its hwm (SUB-7:
-    they were unresolved for it), and the names of those subscribers."""
+    """The slot body with every subscriber's gaps covering the lost seqs above its hwm (SUB-7:
+    they were unresolved for it), and the names of those subscribers. Without the log, a seq
+    counts as live unless the slot has it below the floor or trimmed, or it is lost."""
     subs = {name: dict(sub) for name, sub in (body.get("subs") or {}).items()}
+    state = body.get("state") or {}
+    trimmed = [(int(lo), int(hi)) for lo, hi in state.get("trimmed", [])]
+    between = offline_live_between(int(state.get("floor", 1)), [*trimmed, *losses])
     told = []
     for name, sub in sorted(subs.items()):
-        hwm = int(sub["hwm"])
-        gap = sub.get("gap")
+        s = SubState(int(sub["base"]), int(sub["hwm"]), 0, gaps=gaps_of(sub.get("gap")))
         for lo, hi in losses:
-            if hi > hwm:
-                lo = max(lo, hwm + 1)
-                gap = [lo, hi] if gap is None else [min(gap[0], lo), max(gap[1], hi)]
-        if gap != sub.get("gap"):
-            sub["gap"] = gap
+            if hi > s.hwm:
+                add_gap(s, max(lo, s.hwm + 1), hi, between)
+        if gap_json(s.gaps) != sub.get("gap"):
+            sub["gap"] = gap_json(s.gaps)
             told.append(name)
     return {**body, "subs": subs}, told
 

@@ -40,7 +40,7 @@ from tidelog.errors import (
 from tidelog.fsio import FS, storage_error
 
 from ..common.engine import Engine, EngineTopic
-from ..common.progress import SubState
+from ..common.progress import SubState, add_gap, live_between
 from . import meta as metamod
 from .damage import read_slots, slot_warnings
 from .device import Attached, DeviceHandle, Geometry, attach, attach_read_only, geometry_for
@@ -422,15 +422,16 @@ class BlockdevBackend(Engine):
             hwm = int(sub["hwm"])
             if same_gen and newest is not None:
                 hwm = max(hwm, newest.min_hwm)
-            gap = sub.get("gap")
+            gaps = metamod.gaps_of(sub.get("gap"))  # BDEV-29
             outcomes = [*sub.get("acked", []), *sub.get("rejected", [])]
-            past = past or max(int(sub["base"]), hwm, int(gap[1]) if gap else 0, *outcomes) > head
+            top = gaps[-1][1] if gaps else 0
+            past = past or max(int(sub["base"]), hwm, top, *outcomes) > head
             hwm = max(base, min(hwm, head))
             s = t.progress.add(name, base)
             s.hwm = hwm
             s.outcomes = {q: "acked" for q in sub.get("acked", []) if hwm < q <= head}
             s.outcomes.update({q: "rejected" for q in sub.get("rejected", []) if hwm < q <= head})
-            s.gap = _clip(int(gap[0]), int(gap[1]), head) if gap else None
+            s.gaps = [g for lo, hi in gaps if (g := _clip(lo, hi, head))]
         # 2. trimmed ranges (voluntary, silent)
         trimmed = [r for lo, hi in facts.get("trimmed", []) if (r := _clip(int(lo), int(hi), head))]
         dead = [q for lo, hi in trimmed for q in log.live_between(lo, hi)]
@@ -443,12 +444,12 @@ class BlockdevBackend(Engine):
         if first > floor and not _covered(floor, first - 1, trimmed):
             floor = first  # fates below the ring unknown: tombstone them rather than hide them
         if floor > 1:
-            for s in t.progress.subs.values():
-                if s.hwm < floor - 1:
-                    lo, hi = s.hwm + 1, floor - 1
-                    s.gap = (lo, hi) if s.gap is None else (min(s.gap[0], lo), max(s.gap[1], hi))
+            below = [s for s in t.progress.subs.values() if s.hwm < floor - 1]
+            lows = [s.hwm + 1 for s in below]
             self.apply_evict(t, floor - 1, "recovery")
             log.evict_floor = max(log.evict_floor, floor)
+            for s, lo in zip(below, lows, strict=True):  # SUB-7: once nothing below is live
+                add_gap(s, lo, floor - 1, live_between(log))
         # 4. settle, caps, restart rules (SUB-9)
         self._settle(t)
         evict = log.eviction_plan(0, 0)

@@ -313,10 +313,7 @@ class Engine(Backend):
         if hi <= t.log.head:
             return None
         lo = max(lo, t.log.head + 1)
-        for s in t.progress.subs.values():
-            if s.hwm < hi:  # SUB-7: every lost seq above the hwm was unresolved
-                g = (max(lo, s.hwm + 1), hi)
-                s.gap = g if s.gap is None else (min(s.gap[0], g[0]), max(s.gap[1], g[1]))
+        t.progress.note_loss(t.log, lo, hi)  # SUB-7: every lost seq above an hwm was unresolved
         t.log.skip_to(hi)
         t.log.add_loss(lo, hi)
         if self.journal is not None:
@@ -685,11 +682,11 @@ class Engine(Backend):
                 q = log.earliest
                 cursor = q - 1
             while len(items) < limit:
-                if s.gap is not None and q >= s.gap[0]:  # SUB-4: the gap in seq order
-                    items.append(Tombstone(*s.gap))
-                    cursor = max(cursor, s.gap[1])
+                if s.gaps and q >= s.gaps[0][0]:  # SUB-4: the gaps in seq order
+                    lo, hi = s.gaps.pop(0)
+                    items.append(Tombstone(lo, hi))
+                    cursor = max(cursor, hi)
                     q = cursor + 1
-                    s.gap = None
                     continue
                 if q > head:
                     break

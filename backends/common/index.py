@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from fnmatch import fnmatchcase
 from typing import Protocol
 
@@ -154,6 +154,19 @@ class TopicLog:
             elif c.live:
                 out += [c.first_seq + i for i in range(i0, i1 + 1) if c.is_live(i)]
         return out
+
+    def any_live(self, lo: int, hi: int, skip: Container[int] = ()) -> bool:
+        """Whether some live seq in [lo, hi] is not in ``skip``; stops at the first (SUB-7)."""
+        for c, i0, i1 in self._pieces(lo, hi):
+            if c is None:
+                p, base = self.payloads, self.base
+                if any(p[i] is not None and base + i not in skip for i in range(i0, i1 + 1)):
+                    return True
+            elif c.live and any(
+                c.is_live(i) and c.first_seq + i not in skip for i in range(i0, i1 + 1)
+            ):
+                return True
+        return False
 
     def _live_from_start(self) -> Iterator[tuple[int, int, int]]:
         """(seq, ts, payload size) of live records, oldest first."""

@@ -7,12 +7,16 @@ A seq is *resolved* for a subscriber iff it is at/below the hwm, has an outcome,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
+
+from tidelog.model.rules import insert_gap
 
 from .index import TopicLog
 
-__all__ = ["SubState", "Progress"]
+__all__ = ["SubState", "Progress", "add_gap", "live_between", "offline_live_between"]
+
+Gap = tuple[int, int]
 
 
 @dataclass
@@ -21,8 +25,38 @@ class SubState:
     hwm: int
     cursor: int
     outcomes: dict[int, str] = field(default_factory=dict)
-    gap: tuple[int, int] | None = None
+    gaps: list[Gap] = field(default_factory=list)  # SUB-7: disjoint, ascending
     flushed_hwm: int = 0
+
+
+def add_gap(s: SubState, lo: int, hi: int, live_between: Callable[[int, int], bool]) -> None:
+    """SUB-7: the range ``lo..hi`` enters ``s.gaps``; ``live_between(a, b)`` says whether a live
+    seq lies strictly between ``a`` and ``b`` once the removal is done."""
+    s.gaps = insert_gap(s.gaps, lo, hi, live_between)
+
+
+def live_between(log: TopicLog, skip: Container[int] = ()) -> Callable[[int, int], bool]:
+    """``add_gap``'s question answered by the log: a live seq strictly between ``a`` and ``b``
+    that is not in ``skip`` (seqs being removed by the same event)."""
+    return lambda a, b: log.any_live(a + 1, b - 1, skip)
+
+
+def offline_live_between(floor: int, dead: Sequence[Gap]) -> Callable[[int, int], bool]:
+    """SUB-7 for repair, which does not replay the log: a seq counts as live unless it is below
+    ``floor`` or inside one of the ``dead`` ranges (any order, may overlap). Counting a removed
+    seq as live only keeps two gaps apart (two tombstones where one would do), never hides a
+    record behind a tombstone."""
+    ranges = sorted(dead)
+
+    def live_between(a: int, b: int) -> bool:
+        q = max(a + 1, floor)  # the lowest candidate
+        for lo, hi in ranges:
+            if lo > q:
+                break
+            q = max(q, hi + 1)
+        return q < b
+
+    return live_between
 
 
 class Progress:
@@ -41,16 +75,32 @@ class Progress:
         return s
 
     def note_involuntary(self, log: TopicLog, seqs: Sequence[int]) -> None:
-        """SUB-7: before ``seqs`` (live, ascending) are evicted or lost, extend the gap of every
-        subscriber for which some of them were unresolved."""
-        if not seqs:
+        """SUB-7: before ``seqs`` (live, ascending) are evicted or lost, give every subscriber
+        for which some of them were unresolved a gap over them (the seqs count as removed)."""
+        if not seqs or not self.subs:
             return
+        gone: set[int] = set()
+
+        def between(a: int, b: int) -> bool:  # asked only when the subscriber has gaps
+            if not gone:
+                gone.update(seqs)
+            return log.any_live(a + 1, b - 1, gone)
+
         for s in self.subs.values():
             lo = next((q for q in seqs if q > s.hwm and q not in s.outcomes), None)
             if lo is None:
                 continue
             hi = next(q for q in reversed(seqs) if q > s.hwm and q not in s.outcomes)
-            s.gap = (lo, hi) if s.gap is None else (min(s.gap[0], lo), max(s.gap[1], hi))
+            add_gap(s, lo, hi, between)
+
+    def note_loss(self, log: TopicLog, lo: int, hi: int) -> None:
+        """SUB-7: seqs ``lo..hi`` above the head that never became live (a crash lost them,
+        DUR-3; or a router's loss range, RTR-5) are a gap for every subscriber whose hwm is
+        below ``hi`` (they were unresolved for it)."""
+        between = live_between(log)
+        for s in self.subs.values():
+            if s.hwm < hi:
+                add_gap(s, max(lo, s.hwm + 1), hi, between)
 
     def settle(self, log: TopicLog, holds: Sequence[int] = ()) -> list[int]:
         """Advance every hwm (SUB-2); return the seqs that ack-trimming must remove (SUB-5),

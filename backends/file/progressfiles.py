@@ -26,7 +26,11 @@ def _path(root: str, tid: int, name: str) -> str:
 def write_progress(fs: FS, root: str, tid: int, name: str, s: SubState) -> None:
     directory = topic_dir(root, tid)
     make_dirs(fs, directory)
-    data = prgfmt.encode_progress(s.hwm, [q for q in s.outcomes if q > s.hwm], s.base, s.gap)
+    gaps = s.gaps
+    if len(gaps) > prgfmt.MAX_GAPS:  # PRG-10: the last ones merged (at-least-once)
+        keep = prgfmt.MAX_GAPS - 1
+        gaps = [*gaps[:keep], (gaps[keep][0], gaps[-1][1])]
+    data = prgfmt.encode_progress(s.hwm, [q for q in s.outcomes if q > s.hwm], s.base, gaps)
     replace_file(fs, _path(root, tid, name), data)
 
 

@@ -31,7 +31,7 @@ import xxhash
 from tidelog.errors import Corrupt
 from tidelog.fsio import FS, make_dirs, read_whole, write_whole
 
-from ..common.progress import SubState
+from ..common.progress import SubState, add_gap, offline_live_between
 from .checkpoint import write_snapshot
 from .format import progress as prgfmt
 from .format import qseg_name
@@ -311,6 +311,10 @@ def _repair_progress(ctx: _Ctx, entry: dict[str, Any], lost: list[tuple[int, int
     subscriber that had not resolved seqs repair made a loss range gets a gap for them (SUB-7),
     so its next poll returns a tombstone instead of passing them silently."""
     tid = int(entry["id"])
+    # SUB-7 without a replay: a seq counts as live unless the snapshot has it below the floor,
+    # removed, or in a loss range (repair's own included)
+    dead = [(int(lo), int(hi)) for lo, hi in [*entry["dead"], *entry["losses"]]]
+    between = offline_live_between(int(entry["evict_floor"]), [*dead, *lost])
     for sub in entry["subscribers"]:
         name, base = sub["name"], int(sub["base"])
         path = os.path.join(topic_dir(ctx.root, tid), prgfmt.file_name(name))
@@ -329,18 +333,17 @@ def _repair_progress(ctx: _Ctx, entry: dict[str, Any], lost: list[tuple[int, int
         state = SubState(base=base, hwm=base, cursor=base)
         if saved is not None:
             state = SubState(saved.base, saved.hwm, saved.hwm, dict.fromkeys(saved.outcomes,
-                             "acked"), saved.gap)  # fmt: skip
-        gap = state.gap
+                             "acked"), list(saved.gaps))  # fmt: skip
+        before = list(state.gaps)
         for lo, hi in lost:
             if hi > state.hwm:
-                lo = max(lo, state.hwm + 1)
-                gap = (lo, hi) if gap is None else (min(gap[0], lo), max(gap[1], hi))
-        if gap is None or gap == state.gap:
+                add_gap(state, max(lo, state.hwm + 1), hi, between)
+        if state.gaps == before:
             continue
-        state.gap = gap
+        told = ", ".join(f"{lo}..{hi}" for lo, hi in state.gaps if (lo, hi) not in before)
         ctx.report.actions.append(
             f"topic {entry['name']!r}: subscriber {name!r}: its next poll returns a tombstone "
-            f"for seqs {gap[0]}..{gap[1]}"
+            f"for seqs {told}"
         )
         ctx.quarantine(path)
         if not ctx.dry_run:

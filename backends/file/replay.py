@@ -26,7 +26,7 @@ from tidelog.fsio import FS
 from tidelog.records import RouterConfig
 
 from ..common.engine import Engine, EngineTopic
-from ..common.progress import SubState
+from ..common.progress import SubState, add_gap, live_between
 from .chunk import SegChunk
 from .format import qseg_name
 from .format import segment as segfmt
@@ -123,20 +123,17 @@ class Replay:
                 continue  # unregistered (or its topic dropped) later in the replay
             saved = read_progress(self.fs, self.root, t.tid, name)
             if saved is not None:
-                base, replayed = s.base, s.gap
+                base, replayed = s.base, s.gaps
                 s.hwm = max(saved.hwm, base)
                 s.outcomes = {q: "acked" for q in saved.outcomes if q > s.hwm}
-                s.gap = saved.gap
+                s.gaps = list(saved.gaps)
                 s.base = saved.base if saved.base <= s.hwm else base
-                if replayed is not None and replayed[1] > s.hwm:
-                    # SUB-7: LOSS frames the replay applied may be newer than the progress file
-                    # (a crash before it was written again, or repair's, REP-4): their gap stays
-                    lo = max(replayed[0], s.hwm + 1)
-                    s.gap = (
-                        (lo, replayed[1])
-                        if s.gap is None
-                        else (min(s.gap[0], lo), max(s.gap[1], replayed[1]))
-                    )
+                for lo, hi in replayed:
+                    if hi > s.hwm:
+                        # SUB-7: LOSS frames the replay applied may be newer than the progress
+                        # file (a crash before it was written again, or repair's, REP-4): their
+                        # gaps stay
+                        add_gap(s, max(lo, s.hwm + 1), hi, live_between(t.log))
             s.cursor = s.flushed_hwm = s.hwm
             self.loaded.append((t.tid, name, s))
 

@@ -405,7 +405,7 @@ class FileBackend(Engine):
     # -- progress files (DUR-9) ----------------------------------------------------------------
     @staticmethod
     def progress_key(s: SubState) -> tuple[Any, ...]:
-        return (s.hwm, frozenset(q for q in s.outcomes if q > s.hwm), s.base, s.gap)
+        return (s.hwm, frozenset(q for q in s.outcomes if q > s.hwm), s.base, tuple(s.gaps))
 
     def persist_progress(self, t: EngineTopic, name: str, s: SubState) -> None:
         key = self.progress_key(s)

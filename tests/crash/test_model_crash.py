@@ -80,7 +80,7 @@ def test_DUR_5_ephemeral_topic_keeps_only_its_head() -> None:
     (only,) = model.crash_candidates("t")
     assert only.records == {} and only.head == 3
     assert only.evict_floor == 4 and only.earliest == 4
-    assert only.subs["s"].gap == (1, 3)  # SUB-7: the subscriber is told
+    assert only.subs["s"].gaps == [(1, 3)]  # SUB-7: the subscriber is told
     del s
 
 

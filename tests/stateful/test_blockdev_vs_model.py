@@ -169,7 +169,7 @@ class BlockdevMachine(LogMachine):
             assert all(pre.outcomes.get(q) == o or q <= pre.hwm for q, o in kept.items()), (
                 f"DUR-9: {name}/{sub} outcomes {kept} not among {pre.outcomes} (hwm {pre.hwm})"
             )
-            gap = set(range(s.gap[0], s.gap[1] + 1)) if s.gap else set()
+            gap = {q for lo, hi in s.gaps for q in range(lo, hi + 1)}
             for q in range(s.hwm + 1, view.head + 1):
                 unresolved = q <= before.head and not before.resolved(pre, q)
                 assert q in live or q in kept or q in gap or not unresolved, (
@@ -180,7 +180,7 @@ class BlockdevMachine(LogMachine):
                 hwm=s.hwm,
                 cursor=s.cursor,
                 outcomes=kept,
-                gap=s.gap,
+                gaps=list(s.gaps),
                 flushed_hwm=s.hwm,
             )
         return state

@@ -487,7 +487,7 @@ def test_BDEV_4_BDEV_18_worst_case_metadata_fits_the_slot() -> None:
     t = EngineTopic(name, config, big)
     for i in range(MAX_SUBSCRIBERS):
         s = t.progress.add(f"{i}" + "s" * 63, big - 10**6)
-        s.hwm, s.gap = big - 10**6, (big - 10, big - 1)
+        s.hwm, s.gaps = big - 10**6, [(big - 10, big - 1)]
         s.outcomes = {big - 10**6 + 2 * k: "acked" for k in range(1, 30 + 10 * i)}
     facts = {"head": big, "floor": big, "last_ts": big,
              "trimmed": [[big - 100 * k, big - 100 * k + 50] for k in range(40)]}  # fmt: skip
@@ -502,3 +502,70 @@ def test_BDEV_4_BDEV_18_worst_case_metadata_fits_the_slot() -> None:
     t.progress.subs = few
     kept = build_body(name, big, t, {**facts, "trimmed": facts["trimmed"][:5]}, big, 65533)
     assert len(kept["state"]["trimmed"]) == 5 and all("acked" in s for s in kept["subs"].values())
+
+
+@pytest.mark.parametrize(
+    ("gaps", "stored"),
+    [([], None), ([(3, 4)], [3, 4]), ([(3, 4), (7, 7), (9, 12)], [[3, 4], [7, 7], [9, 12]])],
+)
+def test_BDEV_29_SUB_7_slot_gap_forms_round_trip(
+    gaps: list[tuple[int, int]], stored: object
+) -> None:
+    """BDEV-29, SUB-7: none, one or three gaps are stored as null, [lo, hi] (what every earlier
+    version wrote) and a list of pairs, and read back as the same gaps."""
+    from tidelog.backends.blockdev.meta import gap_json, gaps_of
+
+    assert gap_json(gaps) == stored
+    assert gaps_of(stored) == gaps
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [[3, 4]],  # a list of fewer than two pairs
+        [0, 4],
+        [5, 4],
+        [[3, 4], [4, 6]],  # overlapping
+        [[7, 9], [3, 4]],  # out of order
+        [[3, 4], [6]],
+        [[3, 4], 6],
+        [3, True],
+        "3..4",
+        [3, 4, 5],
+    ],
+)
+def test_BDEV_29_a_bad_slot_gap_makes_the_body_unusable(bad: object) -> None:
+    """BDEV-29, BDEV-4: a "gap" in none of BDEV-29's forms makes the slot body unusable
+    (recovery refuses it as damage), never read as some other gap."""
+    from tidelog.backends.blockdev.damage import body_problem
+
+    body = {"topic": "t", "subs": {"s": {"base": 0, "hwm": 0, "gap": bad}}}
+    problem = body_problem(body)
+    assert problem is not None and "gap" in problem
+    assert body_problem({**body, "subs": {"s": {"base": 0, "hwm": 0, "gap": [3, 4]}}}) is None
+
+
+def test_BDEV_29_gaps_that_do_not_fit_the_slot_are_merged() -> None:
+    """BDEV-29, BDEV-4: a subscriber whose gaps do not fit the slot even without outcomes and
+    trimmed ranges is written with them merged into one (at-least-once), never refused."""
+    from tidelog.backends.blockdev.format import SLOT_BODY_MAX, dumps_body
+    from tidelog.backends.blockdev.meta import IO_RESERVE, build_body
+    from tidelog.backends.common.engine import EngineTopic
+    from tidelog.config import TopicConfig
+
+    t = EngineTopic("t", TopicConfig(), 1)
+    s = t.progress.add("s", 0)
+    s.gaps = [(10**9 + 3 * k, 10**9 + 3 * k + 1) for k in range(200)]
+    few = t.progress.add("f", 0)
+    few.gaps = [(1, 2), (5, 6)]
+    body = build_body("t", 1, t, {"head": 2 * 10**9, "floor": 1, "last_ts": None,
+                                  "trimmed": []}, 0, 0)  # fmt: skip
+    assert len(dumps_body(body)) + IO_RESERVE <= SLOT_BODY_MAX
+    assert body["subs"]["s"]["gap"] == [10**9, 10**9 + 3 * 199 + 1]
+    assert body["subs"]["f"]["gap"] == [1, 6]
+    few.gaps = few.gaps[:1]
+    s.gaps = s.gaps[:3]
+    body = build_body("t", 1, t, {"head": 2 * 10**9, "floor": 1, "last_ts": None,
+                                  "trimmed": []}, 0, 0)  # fmt: skip
+    assert body["subs"]["s"]["gap"] == [[a, b] for a, b in s.gaps]
+    assert body["subs"]["f"]["gap"] == [1, 2]

@@ -150,6 +150,42 @@ def test_BDEV_25_a_damaged_page_in_the_middle_of_the_live_range(tmp_path: Path) 
         assert len(got) == 1
 
 
+def test_BDEV_26_BDEV_29_SUB_7_two_damaged_pages_with_a_live_record_between(
+    tmp_path: Path,
+) -> None:
+    """BDEV-26, BDEV-29, SUB-4, SUB-7: pages 2 and 4 (seqs 3 and 5) are damaged with seq 4
+    live between them: repair gives the subscriber two gaps, stored as a list of pairs; its poll
+    returns 1, 2, Tombstone(3, 3), 4, Tombstone(5, 5), 6. Progress the engine writes keeps both
+    (the slot's list form read and written again), and a clean reopen redelivers from the hwm
+    with the gaps still pending (one merged gap returned Tombstone(3, 5), over the live 4)."""
+    path = tmp_path / "r.img"
+    with ring(path) as store:
+        t = store.topic("t", durability="fsync", trim="none")
+        t.subscribe("s", start="earliest")
+        append(t, 6)
+    flip(path, page_off(2) + 7)
+    flip(path, page_off(4) + 7)
+    repaired(path)
+    subs = slot_body(path)["subs"]
+    assert isinstance(subs, dict) and subs["s"]["gap"] == [[3, 3], [5, 5]]
+    want = [1, 2, (3, 3), 4, (5, 5), 6]
+    with tidelog.open(f"blockdev://{path}") as store:
+        s = store.topic("t").subscribe("s")
+        s.ack(1)
+        s.flush()  # the engine writes the slot: both gaps still pending
+        subs = slot_body(path)["subs"]
+        assert isinstance(subs, dict) and subs["s"]["gap"] == [[3, 3], [5, 5]]
+    with tidelog.open(f"blockdev://{path}") as store:
+        s = store.topic("t").subscribe("s")
+        got = s.poll(10)
+        assert [i.seq if isinstance(i, Record) else (i.gap_from, i.gap_to) for i in got] == want[1:]
+        s.ack(2)
+        s.ack(4)
+        assert s.hwm == 5  # over the lost 5 (SUB-2)
+        s.ack(6)
+        assert s.hwm == 6
+
+
 def test_BDEV_25_damaged_newest_pages_lose_as_many_seqs_as_they_could_hold(
     tmp_path: Path,
 ) -> None:

@@ -21,6 +21,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidelog.backends.common.progress import SubState
 from tidelog.backends.file.format import (
     FormatCorrupt,
     dumps_body,
@@ -34,7 +35,9 @@ from tidelog.backends.file.format import (
 from tidelog.backends.file.format import progress as prg
 from tidelog.backends.file.format import segment as seg
 from tidelog.backends.file.format import snapshot as snap
+from tidelog.backends.file.progressfiles import read_progress, write_progress
 from tidelog.errors import BadArgument, Corrupt, TooLarge
+from tidelog.fsio import OsFS
 
 REPO = Path(__file__).resolve().parents[2]
 STORE_ID = bytes(range(16))
@@ -1232,18 +1235,47 @@ GOLDEN_PROGRESS_GAP = progress_golden(
     [(1, "01")],  # block 1: bit 0 = seq 4097 <= hwm
     "4af0484a",
 )
+GOLDEN_PROGRESS_GAPS = progress_golden(
+    "5155495653554200"
+    "0200"
+    "6000"
+    "0000"  # version 2, header_size 96 = 64 + 16 * 2 (PRG-10)
+    "0000000000000000"
+    "01000000"
+    "000000000000",
+    "0000000000000000"  # base 0
+    "0a000000000000000c00000000000000"  # first gap 10..12
+    "0200000000000000"  # more_gaps 2
+    "14000000000000001400000000000000"  # gap 20..20
+    "1e000000000000002300000000000000",  # gap 30..35
+    [(0, "0b")],
+    "906df6a6",
+)
 
 
 def test_progress_golden_bytes() -> None:
     """PRG-1, PRG-4, PRG-5, PRG-6: Quiver v1 header + tidelog extension, 4096-seq blocks,
     hwm as the run of set bits from the oldest incomplete block, CRC32C footer."""
-    got = prg.encode_progress(2, [4], 0, None)
+    got = prg.encode_progress(2, [4], 0, [])
     assert got.hex() == GOLDEN_PROGRESS
     assert len(got) == 56 + 526 + 4
-    assert prg.decode_progress(got) == prg.Progress(2, {4}, 0, None)
-    got = prg.encode_progress(4097, [], 3, (10, 12))
+    assert prg.decode_progress(got) == prg.Progress(2, {4}, 0, [])
+    got = prg.encode_progress(4097, [], 3, [(10, 12)])
     assert got.hex() == GOLDEN_PROGRESS_GAP
-    assert prg.decode_progress(got) == prg.Progress(4097, set(), 3, (10, 12))
+    assert prg.decode_progress(got) == prg.Progress(4097, set(), 3, [(10, 12)])
+
+
+def test_PRG_10_SUB_7_three_gaps_make_a_version_2_file() -> None:
+    """PRG-10, SUB-7: with more than one gap the file is version 2, the first gap where version 1
+    has it and the others after more_gaps; with at most one it is version 1, byte for byte
+    (the goldens above)."""
+    gaps = [(10, 12), (20, 20), (30, 35)]
+    got = prg.encode_progress(2, [4], 0, gaps)
+    assert got.hex() == GOLDEN_PROGRESS_GAPS
+    assert len(got) == 96 + 526 + 4
+    assert prg.decode_progress(got) == prg.Progress(2, {4}, 0, gaps)
+    (version,) = struct.unpack_from("<H", prg.encode_progress(2, [4], 0, gaps[:1]), 8)
+    assert version == 1
 
 
 def test_progress_block_mapping() -> None:
@@ -1263,26 +1295,65 @@ def normalised(hwm: int, outcomes: set[int]) -> tuple[int, set[int]]:
     return hwm, {q for q in outcomes if q > hwm}
 
 
+def as_gaps(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Disjoint ascending gaps from (distance from the previous gap, length - 1) steps."""
+    gaps: list[tuple[int, int]] = []
+    hi = 0
+    for skip, extra in steps:
+        lo = hi + 1 + skip
+        hi = lo + extra
+        gaps.append((lo, hi))
+    return gaps
+
+
 @given(
     hwm=st.integers(0, 3 * 4096),
     offsets=st.sets(st.integers(1, 3 * 4096), max_size=40),
     base=st.integers(0, 2**64 - 1),
-    gap=st.one_of(st.none(), st.tuples(st.integers(1, 2**40), st.integers(0, 2**20))),
+    steps=st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**20)), max_size=5),
 )
-def test_progress_round_trip(
-    hwm: int, offsets: set[int], base: int, gap: tuple[int, int] | None
+def test_PRG_10_progress_round_trip(
+    hwm: int, offsets: set[int], base: int, steps: list[tuple[int, int]]
 ) -> None:
-    """PRG-5, PRG-6: decode(encode) gives SUB-2's hwm, the outcomes above it, base and gap."""
-    gap = None if gap is None else (gap[0], gap[0] + gap[1])
+    """PRG-5, PRG-6, PRG-10: decode(encode) gives SUB-2's hwm, the outcomes above it, base and
+    every gap (none, one: version 1; more: version 2)."""
+    gaps = as_gaps(steps)
     outcomes = {hwm + d for d in offsets} | {max(1, hwm - 3)}  # some at/below hwm: implied
-    got = prg.decode_progress(prg.encode_progress(hwm, outcomes, base, gap))
+    data = prg.encode_progress(hwm, outcomes, base, gaps)
+    got = prg.decode_progress(data)
     assert (got.hwm, got.outcomes) == normalised(hwm, outcomes)
-    assert (got.base, got.gap, got.warnings) == (base, gap, [])
+    assert (got.base, got.gaps, got.warnings) == (base, gaps, [])
+    assert struct.unpack_from("<H", data, 8)[0] == (2 if len(gaps) > 1 else 1)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_PRG_10_SUB_7_progress_file_round_trip(tmp_path: Path, n: int) -> None:
+    """PRG-10, SUB-7: a subscriber's 0, 1 or 3 gaps survive write_progress / read_progress."""
+    gaps = as_gaps([(1, 2)] * n)
+    s = SubState(base=0, hwm=0, cursor=0, outcomes={9: "acked"}, gaps=gaps)
+    write_progress(OsFS(), str(tmp_path), 1, "s", s)
+    got = read_progress(OsFS(), str(tmp_path), 1, "s")
+    assert got is not None and (got.hwm, got.outcomes, got.gaps) == (0, {9}, gaps)
+
+
+def test_PRG_10_more_gaps_than_fit_merge_the_last(tmp_path: Path) -> None:
+    """PRG-10: a subscriber with more gaps than a u16 header_size holds is written with its last
+    gaps merged into one (at-least-once: the tombstone covers more, nothing is skipped); the
+    encoder itself refuses the excess."""
+    gaps = [(3 * i + 1, 3 * i + 1) for i in range(prg.MAX_GAPS + 2)]
+    with pytest.raises(BadArgument):
+        prg.encode_progress(0, [], 0, gaps)
+    fs, root = OsFS(), str(tmp_path)
+    write_progress(fs, root, 1, "s", SubState(0, 0, 0, gaps=gaps))
+    got = read_progress(fs, root, 1, "s")
+    assert got is not None and len(got.gaps) == prg.MAX_GAPS
+    assert got.gaps[:-1] == gaps[: prg.MAX_GAPS - 1]
+    assert got.gaps[-1] == (gaps[prg.MAX_GAPS - 1][0], gaps[-1][1])
 
 
 def test_progress_hwm_crosses_full_blocks() -> None:
     """PRG-5: outcomes contiguous to the hwm across a block boundary move oldest_incomplete_seg."""
-    data = prg.encode_progress(4000, range(4001, 4200), 0, None)
+    data = prg.encode_progress(4000, range(4001, 4200), 0, [])
     (oldest,) = struct.unpack_from("<Q", data, 14)
     assert oldest == 1  # block of seq 4200
     assert prg.decode_progress(data).hwm == 4199
@@ -1318,7 +1389,7 @@ def test_progress_plain_quiver_header() -> None:
     """PRG-2, PRG-6: a 32-byte Quiver header reads as base = hwm, no gap; a missing entry for
     the oldest block means none of its seqs is resolved (PRG-5)."""
     got = prg.decode_progress(raw_progress(oldest=2, entries=[(2, 4096, 64, bitmap(0, 1, 5))]))
-    assert got == prg.Progress(2 * 4096 + 2, {2 * 4096 + 6}, 2 * 4096 + 2, None)
+    assert got == prg.Progress(2 * 4096 + 2, {2 * 4096 + 6}, 2 * 4096 + 2, [])
     bare = prg.decode_progress(raw_progress(oldest=3))
     assert (bare.hwm, bare.outcomes, bare.base) == (3 * 4096, set(), 3 * 4096)
     later = prg.decode_progress(raw_progress(oldest=0, entries=[(1, 4096, 64, bitmap(0))]))
@@ -1332,12 +1403,12 @@ def test_progress_skips_unknown_header_bytes_and_warns() -> None:
     got = prg.decode_progress(
         raw_progress(header_size=64, extension=ext, entries=[(0, 4096, 64, bitmap(0))], flags=4)
     )
-    assert (got.hwm, got.base, got.gap) == (1, 7, None)
+    assert (got.hwm, got.base, got.gaps) == (1, 7, [])
     assert any("flags" in w for w in got.warnings)
     extra = prg.decode_progress(raw_progress(trailing=b"xyz"))
     assert any("trailing" in w for w in extra.warnings)
     middle = prg.decode_progress(raw_progress(header_size=40, extension=b"12345678"))
-    assert middle.base == middle.hwm and middle.gap is None
+    assert middle.base == middle.hwm and middle.gaps == []
 
 
 @pytest.mark.parametrize(
@@ -1347,10 +1418,8 @@ def test_progress_skips_unknown_header_bytes_and_warns() -> None:
         pytest.param(lambda: b"", "PRG-1", id="empty"),
         pytest.param(lambda: raw_progress(magic=b"QUIVSEG\0"), "PRG-1", id="bad-magic"),
         pytest.param(lambda: raw_progress(version=0), "PRG-1", id="version-0"),
-        pytest.param(lambda: raw_progress(version=2), "PRG-1", id="version-2"),
-        pytest.param(
-            lambda: flip(prg.encode_progress(5, [9], 0, None), 100), "PRG-1", id="bad-crc"
-        ),
+        pytest.param(lambda: raw_progress(version=3), "PRG-1", id="version-3"),
+        pytest.param(lambda: flip(prg.encode_progress(5, [9], 0, []), 100), "PRG-1", id="bad-crc"),
         pytest.param(
             lambda: raw_progress(crc=lambda b: zlib.crc32(b)), "PRG-1", id="ieee-crc-not-crc32c"
         ),
@@ -1383,14 +1452,49 @@ def test_progress_skips_unknown_header_bytes_and_warns() -> None:
             "PRG-6",
             id="gap-from-zero",
         ),
+        pytest.param(lambda: raw_progress(version=2), "PRG-10", id="v2-plain-quiver-header"),
+        pytest.param(lambda: v2([(1, 2), (5, 6)], size=56), "PRG-10", id="v2-header-56"),
+        pytest.param(lambda: v2([(1, 2), (5, 6)], more=0), "PRG-10", id="v2-more-gaps-0"),
+        pytest.param(lambda: v2([(1, 2), (5, 6)], more=2), "PRG-10", id="v2-more-than-fit"),
+        pytest.param(lambda: v2([(1, 2), (5, 6)], more=2**64 - 1), "PRG-10", id="v2-huge-count"),
+        pytest.param(lambda: v2([(0, 0), (5, 6)]), "PRG-10", id="v2-first-gap-none"),
+        pytest.param(lambda: v2([(1, 2), (6, 5)]), "PRG-10", id="v2-gap-reversed"),
+        pytest.param(lambda: v2([(5, 6), (1, 2)]), "PRG-10", id="v2-out-of-order"),
+        pytest.param(lambda: v2([(1, 5), (5, 6)]), "PRG-10", id="v2-overlapping"),
+        pytest.param(lambda: v2([(1, 2), (4, 6), (6, 9)]), "PRG-10", id="v2-third-overlaps"),
     ],
 )
 def test_progress_rejects_damage(make: object, rule: str) -> None:
-    """PRG-1, PRG-2, PRG-3, PRG-6: Corrupt naming the first problem (Quiver: v1 readers reject
-    v0 and unknown versions; short files are corrupt; the CRC is CRC32C, not IEEE)."""
+    """PRG-1, PRG-2, PRG-3, PRG-6, PRG-10: Corrupt naming the first problem (Quiver: v1 readers
+    reject v0 and unknown versions; short files are corrupt; the CRC is CRC32C, not IEEE; a
+    version 2 file's gap count must fit its header and its gaps be disjoint and ascending)."""
     with pytest.raises(Corrupt) as exc:
         prg.decode_progress(make())  # type: ignore[operator]
     assert corrupt_rule(exc) == rule
+
+
+def v2(gaps: list[tuple[int, int]], *, more: int | None = None, size: int | None = None) -> bytes:
+    """A version 2 header (PRG-10) with ``gaps`` as they are, ``more_gaps`` and header_size
+    overridable."""
+    (a, b), rest = gaps[0], gaps[1:]
+    ext = struct.pack("<QQQQ", 0, a, b, len(rest) if more is None else more)
+    ext += b"".join(struct.pack("<QQ", lo, hi) for lo, hi in rest)
+    size = 32 + len(ext) if size is None else size
+    return raw_progress(version=2, header_size=size, extension=ext[: size - 32])
+
+
+def test_PRG_10_damaged_file_is_corrupt_naming_it(tmp_path: Path) -> None:
+    """PRG-10: a damaged version 2 progress file is ``corrupt`` naming the file and the rule."""
+    fs = OsFS()
+    write_progress(fs, str(tmp_path), 1, "s", SubState(0, 0, 0, gaps=[(1, 2), (5, 6)]))
+    path = tmp_path / "topics" / f"{1:016x}" / "quiver.sub.s"
+    data = bytearray(path.read_bytes()[:-4])
+    struct.pack_into("<Q", data, 56, 7)  # more_gaps 7: the header holds 1
+    path.write_bytes(bytes(data) + struct.pack("<I", crc32c.crc32c(bytes(data))))
+    with pytest.raises(Corrupt) as exc:
+        read_progress(fs, str(tmp_path), 1, "s")
+    assert str(path) in exc.value.message and "PRG-10" in exc.value.message
+    assert "more_gaps 7" in exc.value.message
 
 
 def overflowing_entry_count() -> bytes:
@@ -1400,13 +1504,18 @@ def overflowing_entry_count() -> bytes:
 
 
 def test_progress_encode_rejects_bad_arguments() -> None:
-    """PRG-6: a gap needs 1 <= gap_from <= gap_to; hwm and base are non-negative."""
+    """PRG-6, PRG-10: a gap needs 1 <= gap_from <= gap_to, gaps are disjoint and ascending;
+    hwm and base are non-negative."""
     with pytest.raises(BadArgument):
-        prg.encode_progress(-1, [], 0, None)
+        prg.encode_progress(-1, [], 0, [])
     with pytest.raises(BadArgument):
-        prg.encode_progress(0, [], 0, (5, 4))
+        prg.encode_progress(0, [], 0, [(5, 4)])
     with pytest.raises(BadArgument):
-        prg.encode_progress(0, [0], 0, None)
+        prg.encode_progress(0, [], 0, [(1, 4), (4, 6)])
+    with pytest.raises(BadArgument):
+        prg.encode_progress(0, [], 0, [(7, 9), (1, 2)])
+    with pytest.raises(BadArgument):
+        prg.encode_progress(0, [0], 0, [])
 
 
 # --- snapshots ------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import tidelog
 from tidelog.backends.file import FileBackend
 from tidelog.backends.file.format import segment as segfmt
 from tidelog.backends.file.format import wal as walfmt
-from tidelog.backends.file.repair import repair_store
+from tidelog.backends.file.repair import RepairReport, repair_store
 from tidelog.backends.file.verify import verify_store
 from tidelog.cli import main
 from tidelog.fsio import OsFS
@@ -176,6 +176,33 @@ def test_REP_5_no_valid_snapshot_is_refused(tmp_path: Path) -> None:
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
+def _lagging_subscriber_repaired(root: Path, segments: int, damaged: list[int]) -> RepairReport:
+    """Segments of 20 records each, a subscriber that acked 1..5 (its progress file says so),
+    the first frame of each ``damaged`` segment (by its first seq) flipped, then repair."""
+    store = tidelog.open(_uri(root))
+    t = store.topic("t", durability="fsync", trim="none")
+    sub = t.subscribe("s", start="earliest")
+    b = hooks(store, FileBackend)
+    for k in range(segments):  # 1..20, 21..40, ...
+        t.append_many([b"r%03d" % i for i in range(20 * k + 1, 20 * k + 21)])
+        b.checkpoint()
+    for rec in sub.poll(max=5):
+        sub.ack(rec.seq)
+    sub.flush()
+    store.close()
+    topic = next((root / "topics").iterdir())
+    for first in damaged:
+        data = next(topic.glob(f"*{first:05d}.data"))
+        runs = segfmt.scan_data(data.read_bytes()).runs
+        assert runs is not None
+        _flip(data, runs[0][1] + 8)
+    return repair_store(OsFS(), str(root))
+
+
+def _order(items: list[Record | Tombstone]) -> list[int | tuple[int, int]]:
+    return [i.seq if isinstance(i, Record) else (i.gap_from, i.gap_to) for i in items]
+
+
 def test_REP_2_SUB_4_SUB_7_a_lagging_subscriber_gets_the_gap_in_seq_order(
     tmp_path: Path,
 ) -> None:
@@ -183,26 +210,24 @@ def test_REP_2_SUB_4_SUB_7_a_lagging_subscriber_gets_the_gap_in_seq_order(
     had not resolved them (its progress file says so); SUB-4: its poll returns the records below
     the gap first, then the tombstone, then the records above it (the tombstone used to come
     first and the cursor jumped past the records below it until the next restart)."""
-    store = tidelog.open(_uri(tmp_path))
-    t = store.topic("t", durability="fsync", trim="none")
-    sub = t.subscribe("s", start="earliest")
-    b = hooks(store, FileBackend)
-    for k in range(3):  # three segments: 1..20, 21..40, 41..60
-        t.append_many([b"r%03d" % i for i in range(20 * k + 1, 20 * k + 21)])
-        b.checkpoint()
-    for rec in sub.poll(max=5):
-        sub.ack(rec.seq)
-    sub.flush()
-    store.close()
-    middle = next(next((tmp_path / "topics").iterdir()).glob("*00021.data"))
-    runs = segfmt.scan_data(middle.read_bytes()).runs
-    assert runs is not None
-    _flip(middle, runs[0][1] + 8)
-    repair_store(OsFS(), str(tmp_path))
+    _lagging_subscriber_repaired(tmp_path, 3, [21])
     with tidelog.open(_uri(tmp_path)) as store:
         got = store.topic("t").subscribe("s", start="resume").poll(max=100)
-    assert [i.seq if isinstance(i, Record) else (i.gap_from, i.gap_to) for i in got] == [
-        *range(6, 21),
-        (21, 40),
-        *range(41, 61),
-    ]
+    assert _order(got) == [*range(6, 21), (21, 40), *range(41, 61)]
+
+
+def test_REP_2_SUB_4_SUB_7_two_loss_ranges_with_live_records_between_are_two_gaps(
+    tmp_path: Path,
+) -> None:
+    """REP-2, REP-1, SUB-7: repair makes two loss ranges (two damaged segments) with live
+    records between them: the subscriber gets two gaps, not one over the live records; SUB-4:
+    its poll returns 6..20, Tombstone(21, 40), 41..60, Tombstone(61, 80), 81..100 (one merged
+    gap returned Tombstone(21, 80) and passed 41..60 over until the next restart)."""
+    report = _lagging_subscriber_repaired(tmp_path, 5, [21, 61])
+    assert any("tombstone for seqs 21..40, 61..80" in a for a in report.actions), report.actions
+    with tidelog.open(_uri(tmp_path)) as store:
+        sub = store.topic("t").subscribe("s", start="resume")
+        got = sub.poll(max=200)
+        assert _order(got) == [*range(6, 21), (21, 40), *range(41, 61), (61, 80), *range(81, 101)]
+        sub.commit(100)
+        assert sub.hwm == 100

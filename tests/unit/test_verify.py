@@ -88,7 +88,7 @@ def build_store(tmp_path: Path) -> Store:
     )
     data_path = write(topic / seg.data_name(1), data)
     idx_path = write(topic / seg.idx_name(1), idx)
-    progress = write(topic / prg.file_name("exporter"), prg.encode_progress(1, [3], 0, (2, 2)))
+    progress = write(topic / prg.file_name("exporter"), prg.encode_progress(1, [3], 0, [(2, 2)]))
     write(root / ".lock", b"")
     write(root / ".lock.pid", b"4242\n")
     return Store(root, snapshot, wal_file, frames, data_path, idx_path, progress)
@@ -506,6 +506,23 @@ def test_progress_warnings_and_bad_gap(store: Store) -> None:
     store.progress.unlink()
     write(store.topic / "quiver.sub.bad name", b"")
     assert only(check(store.root)).rule == "LAY-2"
+
+
+def test_PRG_10_version_2_progress_checks(store: Store) -> None:
+    """PRG-10: a version 2 progress file (three gaps) verifies clean; one whose gaps overlap is
+    an error naming the file and PRG-10."""
+    good = prg.encode_progress(1, [3], 0, [(2, 2), (5, 6), (9, 9)])
+    store.progress.write_bytes(good)
+    assert check(store.root).problems == []
+    raw = bytearray(good[:-4])
+    struct.pack_into("<Q", raw, 64, 2)  # the second gap 2..6 overlaps the first, 2..2
+    store.progress.write_bytes(bytes(raw) + struct.pack("<I", crc32c.crc32c(bytes(raw))))
+    problem = only(check(store.root))
+    assert (problem.path, problem.rule, problem.severity) == (
+        str(store.progress),
+        "PRG-10",
+        "error",
+    )
 
 
 # --- layout (LAY, LOCK) ---------------------------------------------------------------------------
