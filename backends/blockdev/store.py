@@ -107,6 +107,7 @@ class BlockdevBackend(Engine):
         self.io_base = IoStats()  # device writes from format until this open (from the slot)
         self.readonly = bopts.readonly
         self._seen: tuple[bytes, bytes] | None = None  # a view's last look (BDEV-28)
+        self._scanned: dict[int, bytes] = {}  # a view: the pages its last scan read
         try:
             if self.readonly:
                 self.dev: Attached = attach_read_only(fs, path)
@@ -185,7 +186,13 @@ class BlockdevBackend(Engine):
         assert slot is not None
         self._adopt(slot, device_bytes)
         self._apply_plan(self._plan(slot))  # progress past the head: clamped in memory only
-        self._seen = self._look()
+        # what this scan saw, not what is there now: a page the writer finished after the scan
+        # read it torn must differ from it at the next refresh, or the view would stall there
+        ring = self.ring
+        page = self._scanned.get(ring.next_index)
+        if page is None:
+            page = self._pread(ring.geometry.page_size, ring.geometry.offset(ring.next_index))
+        self._seen = (block, page)
 
     def _look(self) -> tuple[bytes, bytes]:
         """The metadata block and the page the writer writes next: every write a writer makes
@@ -358,7 +365,15 @@ class BlockdevBackend(Engine):
     def _plan(self, slot: Slot) -> RingPlan:
         geometry = self.ring.geometry
         pages = read_pages(self.dev.handle, self.path, geometry)
-        return plan_recovery(self.path, geometry, slot, pages)
+        if not self.readonly:
+            return plan_recovery(self.path, geometry, slot, pages)
+        seen = self._scanned = {}
+
+        def remember(index: int) -> bytes:  # a view: what the scan saw (BDEV-28, refresh)
+            data = seen[index] = pages(index)
+            return data
+
+        return plan_recovery(self.path, geometry, slot, remember)
 
     def _apply_plan(self, plan: RingPlan) -> bool:
         """Rebuild the engine from the plan through the ``apply_*`` path (journal off); True

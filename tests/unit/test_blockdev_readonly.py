@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 import tidelog
 from tidelog.backends.blockdev import open_store
+from tidelog.backends.blockdev import store as store_module
 from tidelog.backends.blockdev.store import BlockdevBackend
 from tidelog.cli import main
 from tidelog.clock import FakeClock
@@ -165,6 +166,46 @@ def test_BDEV_28_refresh_reads_the_ring_only_when_it_changed(
     sub.flush()  # a slot write only
     store.refresh()
     assert len(reads) == 2
+    store.close()
+    writer.close()
+
+
+def test_BDEV_28_a_page_the_scan_read_unwritten_is_looked_at_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BDEV-28: the writer finishes a page just after a view's scan read it still unwritten.
+    The view remembers the page as its scan saw it, so the next refresh finds it changed and
+    reads the ring again. It used to remember the page as it was after the scan, found no
+    change at the next refreshes and stalled there until the writer's next slot write (a
+    `tail --follow` of a ring showed the first records and then nothing)."""
+    path = tmp_path / "r.img"
+    writer = tidelog.open(ring_uri(path))
+    events = writer.topic("events", durability="fsync")
+    for i in range(12):  # about four records a page: three pages, the slot not told of all
+        events.append(bytes([65 + i]) * 100)
+    last = hooks(writer, BlockdevBackend).ring.next_index - 1  # the page written last
+    real = BlockdevBackend._plan
+
+    def scan_before_the_write(self: BlockdevBackend, slot: Any) -> Any:
+        pages = store_module.read_pages
+
+        def unwritten(handle: Any, where: str, geometry: Any) -> Any:
+            read = pages(handle, where, geometry)
+            return lambda i: bytes(geometry.page_size) if i == last else read(i)
+
+        monkeypatch.setattr(store_module, "read_pages", unwritten)
+        try:
+            return real(self, slot)
+        finally:
+            monkeypatch.setattr(store_module, "read_pages", pages)
+
+    monkeypatch.setattr(BlockdevBackend, "_plan", scan_before_the_write)
+    store = view(path)
+    behind = store.topic("events").state().head_seq
+    assert 0 < behind < 12  # the last page read as not yet written
+    monkeypatch.setattr(BlockdevBackend, "_plan", real)
+    store.refresh()
+    assert payloads(store.topic("events").read()) == [bytes([65 + i]) * 100 for i in range(12)]
     store.close()
     writer.close()
 
