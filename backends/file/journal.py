@@ -23,6 +23,7 @@ from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
 from ..common.journal import FALLBACK
+from .format import dumps_body
 from .format import wal as walfmt
 from .format.wal import FrameType
 from .wal import WalShard
@@ -53,6 +54,7 @@ class WalJournal:
         self._shard_of: dict[int, int] = {}  # tid -> shard (hashing on every op is measurable)
         # tid -> (shard, class) for append_one, which must not look either up the long way
         self._lean: dict[int, tuple[WalShard, str]] = {}
+        self._cursor_bodies: dict[str, bytes] = {}  # router name -> its cursor frame's body
 
     def shard_of(self, tid: int) -> int:
         shard = self._shard_of.get(tid)
@@ -69,7 +71,7 @@ class WalJournal:
             self._sync.add(shard)
 
     def _control(
-        self, t: EngineTopic, ftype: FrameType, body: dict[str, Any], seq: int = 0
+        self, t: EngineTopic, ftype: FrameType, body: dict[str, Any] | bytes, seq: int = 0
     ) -> None:
         self._add(t, ("control", int(ftype), t.tid, body, seq, t.config.durability == "fsync"))
 
@@ -173,7 +175,10 @@ class WalJournal:
         self._sync.add(self.shard_of(t.tid))  # routers exist durably once created (RTR-11)
 
     def router_moved(self, t: EngineTopic, name: str, cursor: int) -> None:
-        self._control(t, FrameType.ROUTER, {"op": "cursor", "name": name}, seq=cursor)
+        body = self._cursor_bodies.get(name)
+        if body is None:  # encoded once per router: one of these goes with every copy op
+            body = self._cursor_bodies[name] = dumps_body({"op": "cursor", "name": name})
+        self._control(t, FrameType.ROUTER, body, seq=cursor)
         if t.config.durability == "ephemeral":
             # its copies are never logged: a cursor older than the op would copy records a
             # crash took from dest a second time (RTR-11)

@@ -453,7 +453,7 @@ def append_batch_lengths(data: bytes | memoryview, where: str) -> tuple[int, arr
 def encode_control(
     ftype: int,
     topic_id: int,
-    body: dict[str, Any],
+    body: dict[str, Any] | bytes,
     *,
     seq: int = 0,
     ts: int = 0,
@@ -461,12 +461,15 @@ def encode_control(
     batch_end: bool = True,
     seed: int = 0,
 ) -> bytes:
-    """A control frame whose ``data`` is ``body`` as compact JSON (WAL-9). A control op is a
-    batch of its own unless the caller chains it into a multi-frame op (``batch_end=False``)."""
+    """A control frame whose ``data`` is ``body`` as compact JSON (WAL-9), or ``body`` itself
+    when the caller encoded it already with ``dumps_body`` (a body it writes again and again).
+    A control op is a batch of its own unless the caller chains it into a multi-frame op
+    (``batch_end=False``)."""
     if ftype in (_APPEND, _APPEND_BATCH) or not 0 <= ftype <= 255:
         raise BadArgument(f"{ftype} is not a control frame type")
     flags = (BATCH_END if batch_end else 0) | (DURABLE if durable else 0)
-    return _frame(ftype, flags, topic_id, seq, ts, b"", b"", dumps_body(body), seed)
+    data = body if isinstance(body, bytes) else dumps_body(body)
+    return _frame(ftype, flags, topic_id, seq, ts, b"", b"", data, seed)
 
 
 def encode_file_end(seed: int) -> bytes:
