@@ -30,6 +30,7 @@ from tidelog.errors import (
     NoSuchTopic,
     ReadOnly,
     StoreFull,
+    TidelogError,
     TooLarge,
     TopicFull,
 )
@@ -121,7 +122,7 @@ class Engine(Backend):
     def _sub(self, t: EngineTopic, name: str) -> SubState:
         s = t.progress.subs.get(name)
         if s is None:
-            raise NoSuchSubscriber(f"subscriber {name!r} of topic {t.name!r} does not exist")
+            raise _no_sub(t, name)
         return s
 
     def _enter(self, ref: TopicRef) -> tuple[EngineTopic, int]:
@@ -147,11 +148,17 @@ class Engine(Backend):
         (lazy TTL/lease expiry) are re-derivable from time and need no wait."""
         if durable and self.readonly:
             raise ReadOnly("this store was opened read-only (readonly=true)")
+        refused: TidelogError | None = None
         with self.lock:
             t, now = self._enter(ref)
-            result = op(t, now)
+            try:
+                result = op(t, now)
+            except TidelogError as exc:  # the op changed nothing (ERR-2), but what entering
+                refused = exc  # did (time effects, RTR-8 copies) is submitted all the same
             ticket, touched = self._end_op(durable)
         self._finish(ticket, touched)
+        if refused is not None:
+            raise refused
         return result
 
     def _end_op(self, durable: bool) -> tuple[object | None, list[tuple[EngineTopic, int]]]:
@@ -747,15 +754,18 @@ class Engine(Backend):
 
         with self.lock:
             t, _ = self._enter(ref)  # lazy TTL/lease expiry first: it may move the hwm
-            s = self._sub(t, name)
-            # the frames of what entering did (evictions) are placed before the progress is
-            # written, so the backend can make them durable first (PRG-8)
+            # the frames of what entering did (evictions, RTR-8 copies) are placed before the
+            # progress is written, so the backend can make them durable first (PRG-8)
             entered = self._end_op(False)
-            s.flushed_hwm = s.hwm
-            self.persist_progress(t, name, s)
+            s = t.progress.subs.get(name)
+            if s is not None:
+                s.flushed_hwm = s.hwm
+                self.persist_progress(t, name, s)
             persisted = self._end_op(False)  # what persisting queued (blockdev: a slot write)
         self._finish(*entered)
         self._finish(*persisted)
+        if s is None:
+            raise _no_sub(t, name)  # once what entering did is submitted
 
     def persist_progress(self, t: EngineTopic, name: str, s: SubState) -> None:
         """Hook: make one subscriber's progress durable (file backend: progress file, after the
@@ -874,6 +884,10 @@ class Engine(Backend):
             self._routed(now)  # RTR-8: a dead letter
 
         self._run(ref, op)
+
+
+def _no_sub(t: EngineTopic, name: str) -> NoSuchSubscriber:
+    return NoSuchSubscriber(f"subscriber {name!r} of topic {t.name!r} does not exist")
 
 
 def _runs(records: Sequence[tuple[bytes, str | None, str | None]]) -> list[Run]:

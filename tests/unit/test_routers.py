@@ -693,3 +693,25 @@ def test_SNAP_3_a_snapshot_version_this_reader_does_not_know_is_refused(tmp_path
         path.write_bytes(snapfmt.encode_snapshot(n, {**body, "version": 3}))
     with pytest.raises(Corrupt, match="schema version 3"):
         tidelog.open(f"file://{root}")
+
+
+@pytest.mark.parametrize("scheme", ROUTING)
+def test_RTR_8_copies_made_on_entering_an_op_that_then_fails_are_kept(
+    scheme: str, tmp_path: Path
+) -> None:
+    """RTR-8, ERR-2: an op whose time effects make room in a dest forwards on entering; when
+    the op itself then fails (an ack of a seq above the head), the copy it made stays made,
+    readable and durable like any other, not held back until some later op."""
+    clock = FakeClock()
+    uri = f"file://{tmp_path / 's'}" if scheme == "file" else f"{scheme}://"
+    with tidelog.open(uri, clock=clock) as store:
+        a = store.topic("a")
+        b = store.topic("b", durability="fsync", cap_records=1, discard="reject", ttl_ms=10)
+        sub = b.subscribe("s")
+        store.router("r", "a", "b")
+        a.append_many([b"1", b"2"])  # 2 waits: b is full
+        clock.advance(10)  # b's copy of 1 expires at b's next op
+        with pytest.raises(BadArgument):
+            sub.ack(10**6)
+        assert [i.cursor for i in store.routers()] == [2]
+        assert [i.payload for i in b.read(after=0) if isinstance(i, Record)] == [b"2"]
