@@ -857,6 +857,12 @@ class ModelStore(Backend):
         dest = self.topics.get(r.dest)
         if dest is not None and dest.cursors.pop(name, None) is not None:
             self._record_history(dest)
+        src = self.topics.get(r.source)  # RTR-7, SUB-5: its hold is gone
+        if src is not None and src.config.trim == "acked" and src.subs:
+            live = len(src.records)
+            self._settle(src)
+            if len(src.records) != live:
+                self._record_history(src)
 
     def _pump(self, now: int) -> None:
         """RTR-8: passes over the routers in name order until none advances, at most as many

@@ -61,8 +61,11 @@ class Routing:
         if self.e.journal is not None:
             self.e.journal.router_dropped(dst, name)
         dst.cursors.pop(name, None)
-        self.e.routers.pop(name, None)
+        r = self.e.routers.pop(name, None)
         self.count_outs()
+        src = self.e.topics.get(r.source) if r is not None else None
+        if src is not None and src.config.trim == "acked" and src.progress.subs:
+            self.e._settle(src)  # RTR-7, SUB-5: its hold is gone
 
     def count_outs(self) -> None:
         """Each topic's number of routers out of it (``append_fast`` leaves those alone)."""

@@ -715,3 +715,19 @@ def test_RTR_8_copies_made_on_entering_an_op_that_then_fails_are_kept(
             sub.ack(10**6)
         assert [i.cursor for i in store.routers()] == [2]
         assert [i.payload for i in b.read(after=0) if isinstance(i, Record)] == [b"2"]
+
+
+def test_RTR_7_RTR_12_dropping_a_router_releases_its_hold(make: Make) -> None:
+    """RTR-7, RTR-12, SUB-5: records a router held from ack-trimming are trimmed in the op that
+    drops it, when every subscriber is done with them."""
+    store, model, _ = make()
+    a = store.topic("a", trim="acked")
+    store.topic("b", cap_records=1, discard="reject")
+    sub = a.subscribe("s", start="earliest")
+    store.router("r", "a", "b")
+    a.append_many([b"1", b"2", b"3"])  # 1 copied; 2, 3 held by the full dest
+    sub.commit(3)
+    assert [r.seq for r in a.read(after=0) if isinstance(r, Record)] == [2, 3]
+    assert store.drop_router("r") is True
+    assert a.read(after=0) == []
+    _invariants(store, model)
