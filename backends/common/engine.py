@@ -151,11 +151,25 @@ class Engine(Backend):
         refused: TidelogError | None = None
         with self.lock:
             t, now = self._enter(ref)
-            try:
-                result = op(t, now)
-            except TidelogError as exc:  # the op changed nothing (ERR-2), but what entering
-                refused = exc  # did (time effects, RTR-8 copies) is submitted all the same
-            ticket, touched = self._end_op(durable)
+            entered = None if not self._unpublished else self._end_op(True)
+            if entered is None:
+                try:
+                    result = op(t, now)
+                except TidelogError as exc:  # the op changed nothing (ERR-2), but what
+                    refused = exc  # entering did (time effects, copies) is submitted still
+                ticket, touched = self._end_op(durable)
+        if entered is not None:
+            # RTR-8: entering copied records into a topic whose reads wait for durability
+            # (dead letters forwarded back, say): they become readable before the op runs,
+            # so it sees what the model's op sees
+            self._finish(*entered)
+            with self.lock:
+                t = self._get(ref)
+                try:
+                    result = op(t, now)
+                except TidelogError as exc:
+                    refused = exc
+                ticket, touched = self._end_op(durable)
         self._finish(ticket, touched)
         if refused is not None:
             raise refused

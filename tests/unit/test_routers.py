@@ -731,3 +731,22 @@ def test_RTR_7_RTR_12_dropping_a_router_releases_its_hold(make: Make) -> None:
     assert store.drop_router("r") is True
     assert a.read(after=0) == []
     _invariants(store, model)
+
+
+def test_RTR_8_a_dead_letter_forwarded_back_is_seen_by_the_op_that_made_it(make: Make) -> None:
+    """RTR-8, QUE-7, TOP-7: a lease expiring on entering an op dead-letters its job into a
+    topic whose router copies it straight back into the op's own topic; the op already sees
+    the copy, also when that topic's reads wait for durability (fsync on file://). Found by
+    the stateful campaign: the backend's state lagged the model's by the copy."""
+    store, model, clock = make()
+    jobs = store.topic(
+        "jobs", durability="fsync", cap_records=1, max_deliveries=1, dead_letter="dlq"
+    )
+    store.topic("dlq")
+    store.router("back", "dlq", "jobs")
+    jobs.append(b"job")
+    jobs.claim("w", max=1, lease_ms=5)
+    clock.advance(5)  # the lease expires at the next op: one delivery is the limit
+    assert jobs.state().head_seq == 2  # the dead letter's copy, seen by this very op
+    assert [i.payload for i in jobs.read(after=0) if isinstance(i, Record)] == [b"job"]
+    _invariants(store, model)
