@@ -223,16 +223,20 @@ class Routing:
         self, dst: EngineTopic, copies: list[tuple[int, Copy]], cur: int, dealt: int,
         now: int,
     ) -> tuple[bool, int]:  # fmt: skip
-        """Append ``copies`` to dest, all at once when dest takes them whole, else one by one
-        as the model does (RTR-6). Returns (stopped by a refusal, the new cursor): ``dealt``
-        when all went in, else the seq before the refused copy."""
+        """Append ``copies`` to dest one by one, as the model does (RTR-4, RTR-6): each may
+        evict, and what an eviction resolves may be trimmed before the next (SUB-5). All at once
+        where nothing can evict or be refused for room (no caps), which gives the same state.
+        Returns (stopped by a refusal, the new cursor): ``dealt`` when all went in, else the
+        seq before the refused copy."""
         if not copies:
             return False, max(cur, dealt)
-        try:
-            self.e._append_records(dst, [c for _, c in copies], now)
-            return False, dealt
-        except (TooLarge, *REFUSED):
-            pass  # nothing changed (ERR-2): one by one, to find where it stops
+        cfg = dst.config
+        if cfg.cap_records is None and cfg.cap_bytes is None and self.e.options.max_bytes is None:
+            try:
+                self.e._append_records(dst, [c for _, c in copies], now)
+                return False, dealt
+            except TooLarge:
+                pass  # nothing changed (ERR-2): one by one, to find the copy it cannot hold
         for seq, copy_ in copies:
             try:
                 self.e._append_records(dst, [copy_], now)
