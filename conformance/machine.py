@@ -373,7 +373,7 @@ class LogMachine(RuleBasedStateMachine):
         """A router between the two first topics, mostly without a filter, so every example
         forwards from its first append (RTR-4..RTR-8); mostly from the first to the second, the
         source and dest ``tilted`` configs are made for."""
-        source, dest = self.topic_names[:2]
+        source, dest = list(self.topic_names)[:2]
         if not data.draw(st.integers(0, 3)):
             source, dest = dest, source
         filter_tag = data.draw(st.sampled_from((None, None, None, *GLOBS)))
@@ -671,7 +671,8 @@ class LogMachine(RuleBasedStateMachine):
         drive allowed cycles."""
         source, dest = self.pick(data), self.pick(data)
         dests = sorted({d for _, d in self.routes()})
-        if dests and data.draw(st.booleans()):  # into a routed dest: RTR-9's fan-in refusal
+        routed_dest: bool = data.draw(st.booleans())
+        if dests and routed_dest:  # into a routed dest: RTR-9's fan-in refusal
             dest = data.draw(st.sampled_from(dests))
         self.make_router(name, source, dest, filter_tag, exclude_node, preserve, allow_cycle)
 
