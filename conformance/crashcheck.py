@@ -13,9 +13,10 @@ a seq it already returned.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import tidelog
@@ -33,8 +34,10 @@ __all__ = [
     "CrashRun",
     "Op",
     "TopicView",
+    "append_after",
     "apply_op",
     "check_progress",
+    "check_reopened",
     "compare_recovered",
     "observe",
 ]
@@ -179,23 +182,6 @@ def _matches(got: TopicView, want: TopicView, cls: str) -> bool:
     return False
 
 
-def _same_after_restart(first: dict[str, Any], second: dict[str, Any], model: ModelStore) -> bool:
-    """CRASH-7: a second recovery finds what the first left, except that the records a router
-    copied into an ``ephemeral`` dest during the first are gone again, as every restart takes
-    an ephemeral topic's records (DUR-1, DUR-5; RTR-11), its head staying where it was."""
-    if first.keys() != second.keys():
-        return False
-    for name, view in first.items():
-        t = model.topics.get(name)
-        if t is not None and t.config.durability == "ephemeral" and view.records:
-            again = second[name]
-            if again.records or (again.head, again.floor) != (view.head, view.head + 1):
-                return False
-        elif second[name] != view:
-            return False
-    return True
-
-
 class CrashRun:
     """One workload, recorded once, checked at many crash points."""
 
@@ -265,22 +251,16 @@ class CrashRun:
             raise AssertionError(f"recovery raised {exc!r}: {where}") from exc
         try:
             got = observe(store)
-            self._compare(got, model_i, model_next, clock, where)
+            recovered = self._compare(got, model_i, model_next, clock, where)
             heads = {name: v.head for name, v in got.items() if name != ROUTERS}
         finally:
             store.close()
         again = self.open_store(state, FakeClock(clock.now_ms()))
         try:  # CRASH-7: recovery is idempotent, and new seqs never reuse a returned one
-            second = observe(again)
-            assert _same_after_restart(got, second, model_i), (
-                f"recovering twice gave different states: {where}"
-            )
+            check_reopened(got, observe(again), recovered, clock, where)
             for name, head in heads.items():
-                try:
-                    seq = again.topic(name, create=False).append(b"after-crash")
-                except TidelogError:
-                    continue  # refused (full, backpressure): no seq assigned, nothing to check
-                assert seq == head + 1, f"{name}: new seq {seq} after head {head}: {where}"
+                seq, now = append_after(again, name, head)
+                assert seq in (None, now + 1), f"{name}: new seq {seq} after head {now}: {where}"
         finally:
             again.close()
 
@@ -291,8 +271,62 @@ class CrashRun:
         model_next: ModelStore | None,
         clock: Clock,
         where: str,
-    ) -> None:
-        compare_recovered(got, model_i, model_next, clock, where)
+    ) -> ModelStore | None:
+        return compare_recovered(got, model_i, model_next, clock, where)
+
+
+def check_reopened(
+    first: dict[str, Any],
+    second: dict[str, Any],
+    recovered: ModelStore | None,
+    clock: Clock,
+    where: str,
+) -> None:
+    """CRASH-7: recovery is idempotent. ``second`` was observed after closing the recovered
+    store (``first``) and opening it again: every topic no router links must be exactly as it
+    was. A clean reopen is a restart (DUR-1), so topics linked by routers must be what the
+    model of the first recovery (``recovered``, from ``compare_recovered``; consumed here)
+    becomes after a restart: an ephemeral topic drops the copies its routers forwarded at the
+    first recovery, and forwarding resumes (RTR-10, RTR-11)."""
+    first, second = dict(first), dict(second)
+    cursors = second.pop(ROUTERS, {})
+    before = first.pop(ROUTERS, {})
+    assert set(second) == set(first), (
+        f"recovering twice gave topics {sorted(first)} then {sorted(second)}: {where}"
+    )
+    routed = set(recovered.topics) if recovered is not None else set()
+    for name in sorted(set(second) - routed):
+        assert second[name] == first[name], (
+            f"recovering twice gave {name} = {first[name]} then {second[name]}: {where}"
+        )
+    if recovered is None:
+        assert cursors == before, f"recovering twice gave cursors {before} then {cursors}"
+        return
+    recovered.restart(clock)
+    want = {n: recovered.topics[r.dest].cursors[n] for n, r in recovered.routers.items()}
+    assert cursors == want, (
+        f"recovering twice gave cursors {before} then {cursors}, not {want}: {where}"
+    )
+    for name in sorted(routed & set(second)):
+        t = recovered.topics[name]
+        view = _candidate_view(t, clock)
+        assert _routed_match(second[name], view, t.config.durability), (
+            f"recovering twice gave {name} = {first[name]} then {second[name]}, not the "
+            f"restarted {view} (DUR-1): {where}"
+        )
+
+
+def append_after(store: Any, name: str, head: int) -> tuple[int | None, int]:
+    """CRASH-7, DUR-3: append to topic ``name`` of a recovered store whose recovered head was
+    ``head``; returns (the new seq, or None when refused, and the head just before it). The
+    head may have moved since recovery, by copies an append to a router's source forwarded
+    into it (RTR-8), but never below ``head``; the new seq must be that head + 1."""
+    topic = store.topic(name, create=False)
+    now = max(topic.state().head_seq, head)
+    try:
+        return topic.append(b"after-crash"), now
+    except TidelogError:
+        return None, now  # refused (full, backpressure): no seq assigned, nothing to check
 
 
 def compare_recovered(
@@ -301,17 +335,17 @@ def compare_recovered(
     model_next: ModelStore | None,
     clock: Clock,
     where: str,
-) -> None:
+) -> ModelStore | None:
     """CRASH-7, DUR-2..DUR-6, DUR-9: the topics ``got`` observed after recovery are states the
     model allows after the ops of ``model_i`` (and, when an op was in flight, ``model_next``:
-    the model after it); raises AssertionError naming the topic otherwise."""
+    the model after it); raises AssertionError naming the topic otherwise. Returns the model
+    of the topics linked by routers as recovered (None without routers): ``check_reopened``
+    needs it."""
     got = dict(got)
     cursors = got.pop(ROUTERS, {})
     allowed = set(model_i.topics) | (set(model_next.topics) if model_next else set())
     assert set(got) <= allowed, f"topics {set(got) - allowed} never created: {where}"
-    required = set(model_i.topics) & (
-        set(model_next.topics) if model_next else set(model_i.topics)
-    )
+    required = set(model_i.topics) & (set(model_next.topics) if model_next else set(model_i.topics))
     assert required <= set(got), f"acknowledged topics {required - set(got)} lost: {where}"
     models = [m for m in (model_i, model_next) if m is not None]
     routed = _routed_topics(models)
@@ -329,50 +363,31 @@ def compare_recovered(
             f"allowed: {views}: {where}"
         )
         check_progress(name, view, model_i, model_next, where)
-    if routed or cursors:
-        _compare_routed(got, cursors, models, routed, clock, where)
-        for name in sorted(routed & set(got)):
-            check_progress(name, got[name], model_i, model_next, where)
+    if not routed and not cursors:
+        return None
+    recovered = _compare_routed(got, cursors, models, routed, clock, where)
+    for name in sorted(routed & set(got)):
+        check_progress(name, got[name], model_i, model_next, where)
+    return recovered
 
 
-def _merged(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Loss ranges with touching neighbours joined."""
+def _joined(view: TopicView) -> TopicView:
+    """``view`` with touching tombstones joined: how a recovery splits the seqs it lost into
+    loss ranges (its own range over reserved seqs, the ranges forwarding adds after it, RTR-5)
+    is not what it lost; topics linked by routers are compared this way."""
     out: list[tuple[int, int]] = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
+    for lo, hi in view.tombstones:
+        if out and lo == out[-1][1] + 1:
+            out[-1] = (out[-1][0], hi)
         else:
             out.append((lo, hi))
-    return out
+    return dataclasses.replace(view, tombstones=tuple(out))
 
 
-def _forwarded(
-    m: ModelStore, combo: Sequence[TopicModel], heads: Sequence[int], clock: Clock
-) -> tuple[dict[str, TopicView], dict[str, int]]:
-    """What recovery makes of topic states ``combo`` with the routers of ``m``: each head
-    raised to ``heads`` (a loss range, as recovery logs it), then forwarding from the cursors
-    (RTR-10, RTR-11). Returns the topics' views and the routers' cursors."""
-    scratch = ModelStore(clock, tidelog.backend.StoreOptions())
-    scratch.topics = {c.name: copy.deepcopy(c) for c in combo}
-    scratch.routers = {  # a dest state from before a router's creation lacks it
-        n: r
-        for n, r in m.routers.items()
-        if r.source in scratch.topics
-        and r.dest in scratch.topics
-        and n in scratch.topics[r.dest].cursors
-    }
-    for c, head in zip(combo, heads):
-        t = scratch.topics[c.name]
-        if head > t.head and t.config.durability == "ephemeral":
-            ModelStore._lose_suffix(scratch, t, head)
-            t.evict_floor, t.losses = head + 1, []  # DUR-5: everything is below the floor
-        elif head > t.head:
-            ModelStore._lose_suffix(scratch, t, head)
-            t.losses = _merged(t.losses)  # recovery logs one range up to the ceiling
-    scratch.resume_routers()
-    views = {c.name: _candidate_view(scratch.topics[c.name], clock) for c in combo}
-    cursors = {n: scratch.topics[r.dest].cursors[n] for n, r in scratch.routers.items()}
-    return views, cursors
+def _routed_match(got: TopicView, want: TopicView, cls: str) -> bool:
+    """``_matches`` for a topic linked by routers, whose recovery the model has replayed
+    (``_recovered``): exact for an ephemeral topic too, tombstones joined."""
+    return _matches(_joined(got), _joined(want), "exact" if cls == "ephemeral" else cls)
 
 
 def _routed_topics(models: Sequence[ModelStore]) -> set[str]:
@@ -390,11 +405,12 @@ def _compare_routed(
     routed: set[str],
     clock: Clock,
     where: str,
-) -> None:
+) -> ModelStore:
     """RTR-10, RTR-11: topics linked by routers are checked together. Each topic may recover
     as any of its crash candidates; recovery then forwards from the recovered cursors
     (``resume_routers``). Some combination of candidates, with the routers of one of the
-    models, must give exactly what was observed: every topic, and every router's cursor."""
+    models, must give exactly what was observed: every topic, and every router's cursor.
+    Returns the model of that recovery."""
     names = sorted(routed & set(got))
     per_topic: list[list[TopicModel]] = []
     for name in names:
@@ -404,30 +420,79 @@ def _compare_routed(
     for cands in per_topic:
         combos *= max(len(cands), 1)
     assert combos <= _MAX_COMBINATIONS, f"{combos} candidate combinations: workload too big"
+    # DUR-5: an ephemeral topic's lost seqs are all below its floor ("lifted"), or, with
+    # nothing to lose, its floor may stay where it was: each is tried (the raise and the
+    # forwarding after it are modelled, so the comparison is exact)
+    ephemeral = [n for n, c in zip(names, per_topic) if c[0].config.durability == "ephemeral"]
+    lifts = [
+        set(chosen) for k in range(len(ephemeral) + 1)
+        for chosen in itertools.combinations(ephemeral, k)
+    ]  # fmt: skip
     tried: list[dict[str, TopicView]] = []
     for m in models:
         for combo in itertools.product(*per_topic):
-            # DUR-3, DUR-5: recovery may raise a disk or ephemeral head over the seqs it had
-            # reserved, before it forwards: every height up to what was observed is tried
-            raises = [
-                range(c.head, got[c.name].head + 1)
-                if c.config.durability in ("disk", "ephemeral")
-                else range(c.head, c.head + 1)
-                for c in combo
-            ]
-            for heads in itertools.product(*raises):
-                views, want_cursors = _forwarded(m, combo, heads, clock)
-                # exact: the raised heads are part of the state tried (hwms: check_progress)
+            for lift in lifts:
+                scratch = _recovered(combo, m, got, clock, lift)
+                views = {n: _candidate_view(scratch.topics[n], clock) for n in names}
+                want_cursors = {
+                    n: scratch.topics[r.dest].cursors[n] for n, r in scratch.routers.items()
+                }
+                classes = {n: scratch.topics[n].config.durability for n in names}
                 if cursors == want_cursors and all(
-                    replace(got[n], subs=()) == replace(views[n], subs=()) for n in names
+                    _routed_match(got[n], views[n], classes[n]) for n in names
                 ):
-                    return
+                    return scratch
                 tried.append(views)
     raise AssertionError(
         f"routed topics {names} recovered as {[got[n] for n in names]} with cursors "
         f"{cursors}, which no combination of allowed states forwards to (RTR-10); "
         f"{len(tried)} tried, e.g. {tried[:2]}: {where}"
     )
+
+
+def _recovered(
+    combo: Sequence[TopicModel],
+    m: ModelStore,
+    got: dict[str, TopicView],
+    clock: Clock,
+    lift: set[str],
+) -> ModelStore:
+    """The model of a recovery that found the topics of ``combo`` (crash candidates) and the
+    routers of ``m``: heads raised over reserved seqs (DUR-3, DUR-5), the floors of the
+    ephemeral topics in ``lift`` raised over their heads (DUR-5), then forwarding from the
+    recovered cursors (RTR-10, RTR-11). A raised head is not observed directly: the observed
+    head of a dest is its raised head plus what recovery then forwarded into it (copies and
+    loss ranges, RTR-5), and that amount depends only on the topics upstream; so the raise of
+    each topic is found by repeating the recovery, once per link of the longest chain."""
+    ephemeral = {c.name for c in combo if c.config.durability == "ephemeral"}
+    raised: dict[str, int] = {}
+    for _ in range(len(combo) + 1):
+        scratch = ModelStore(clock, tidelog.backend.StoreOptions())
+        scratch.topics = {c.name: copy.deepcopy(c) for c in combo}
+        scratch.routers = {  # a dest state from before a router's creation lacks it
+            n: r
+            for n, r in m.routers.items()
+            if r.source in scratch.topics
+            and r.dest in scratch.topics
+            and n in scratch.topics[r.dest].cursors
+        }
+        for n, t in scratch.topics.items():
+            if raised.get(n, t.head) > t.head and (n in lift or n not in ephemeral):
+                ModelStore._lose_suffix(scratch, t, raised[n])
+            if n in lift and t.evict_floor <= t.head:
+                t.evict_floor, t.losses = t.head + 1, []
+                scratch._settle(t)
+        before = {n: t.head for n, t in scratch.topics.items()}
+        scratch.resume_routers()
+        again = {
+            n: got[n].head - (t.head - before[n])
+            for n, t in scratch.topics.items()
+            if t.config.durability in ("disk", "ephemeral") and n in got
+        }
+        if again == raised or not again:
+            return scratch
+        raised = again
+    return scratch
 
 
 def check_progress(

@@ -25,7 +25,7 @@ class Level:
     needs: str  # what the implementation must claim, in words
 
 
-ORDER = ("log", "subscribers", "queue", "crash", "ring", "forward")
+ORDER = ("log", "subscribers", "queue", "routers", "crash", "ring", "forward")
 
 LEVELS: dict[str, Level] = {
     "log": Level(
@@ -47,10 +47,16 @@ LEVELS: dict[str, Level] = {
         "QUE-1..QUE-8",
         "capability queue",
     ),
+    "routers": Level(
+        "routers",
+        "+ routers: topic -> topic forwarding with durable cursors",
+        "RTR-1..RTR-12",
+        "capability routers",
+    ),
     "crash": Level(
         "crash",
-        "+ crash safety: power loss between and inside operations",
-        "DUR-2..DUR-6 DUR-9 CRASH-7",
+        "+ crash safety: power loss between and inside operations (and inside forwarding)",
+        "DUR-2..DUR-6 DUR-9 CRASH-7 (with capability routers also RTR-10 RTR-11)",
         "capability crash_safe, and a driver that can crash (hello.crash)",
     ),
     "ring": Level(
@@ -75,6 +81,8 @@ def applies(level: str, caps: Capabilities, hello: dict[str, Any]) -> str | None
         return "capability subscribers is False"
     if level == "queue" and not caps.queue:
         return "capability queue is False"
+    if level == "routers" and not caps.routers:
+        return "capability routers is False"
     if level == "crash":
         if not caps.crash_safe:
             return "capability crash_safe is False"
@@ -88,9 +96,16 @@ def applies(level: str, caps: Capabilities, hello: dict[str, Any]) -> str | None
 
 
 def level_caps(level: str, caps: Capabilities) -> Capabilities:
-    """The capabilities a level exercises: lower levels switch later rule families off."""
+    """The capabilities a level exercises: each level switches off the rule families of the
+    levels it does not include (CNF-1), so a defect fails the level binding its rule. Routers
+    run in the ``routers`` level and, where they meet power loss (RTR-10, RTR-11), in
+    ``crash``."""
     if level == "log":
-        return replace(caps, subscribers=False, queue=False)
-    if level in ("subscribers", "crash", "ring"):
+        return replace(caps, subscribers=False, queue=False, routers=False)
+    if level in ("subscribers", "ring"):
+        return replace(caps, queue=False, routers=False)
+    if level == "queue":
+        return replace(caps, routers=False)
+    if level in ("crash", "routers"):
         return replace(caps, queue=False)
     return caps

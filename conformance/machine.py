@@ -65,6 +65,8 @@ SUBS = ("s0", "s1")
 NODES = ("n0", "n1")
 TAGS = (None, "a", "b", "ab", "ba")
 GLOBS = ("a*", "*a", "?", "b?", "[ab]b", "*")
+#: a router's (preserve_tag, preserve_node), mostly both kept
+PRESERVE = ((True, True), (True, True), (False, True), (True, False))
 # TTLs, leases, delays and clock steps share values so that deadlines are hit exactly
 # (off-by-one bugs at `deadline == now` must be reachable).
 DURATIONS = (5, 20, 60)
@@ -80,7 +82,10 @@ def topic_configs(
     name: str,
     trims: tuple[str, ...] = ("acked", "none"),
     favour: str | None = None,
+    role: str | None = None,
 ) -> dict[str, Any]:
+    """A topic's config. ``role`` tilts it for a router's ``"source"`` (records that expire or
+    are evicted) or ``"dest"`` (refuses appends when full), so routers lag and meet gaps."""
     classes = sorted(caps.durability)
     if favour in caps.durability:
         classes += [favour] * len(classes)  # half the topics get this class
@@ -89,10 +94,14 @@ def topic_configs(
         cfg["cap_records"] = draw(st.integers(1, 6))
     if draw(st.integers(0, 3)) == 0:
         cfg["cap_bytes"] = draw(st.integers(4, 40))
-    if draw(st.integers(0, 2)) == 0:
+    if draw(st.integers(0, 1 if role == "source" else 2)) == 0:
         cfg["ttl_ms"] = draw(st.sampled_from(DURATIONS))
-    cfg["discard"] = draw(st.sampled_from(["old", "reject"]))
-    cfg["retention"] = draw(st.sampled_from(["backpressure", "drop_oldest"]))
+    discard, retention = ["old", "reject"], ["backpressure", "drop_oldest"]
+    if role is not None:
+        discard += ["old" if role == "source" else "reject"] * 2
+        retention += ["drop_oldest"] * 2
+    cfg["discard"] = draw(st.sampled_from(discard))
+    cfg["retention"] = draw(st.sampled_from(retention))
     cfg["trim"] = draw(st.sampled_from(trims))
     cfg["lease_ms"] = draw(st.sampled_from(DURATIONS))
     if caps.queue and caps.multi_topic and name != "dlq" and draw(st.integers(0, 2)) == 0:
@@ -140,6 +149,16 @@ def _sub_handle(topic: Topic, name: str) -> Subscriber:
 
 def _append_one(topic: Topic, *, payload: bytes, tag: str | None, node: str | None) -> int:
     return topic.append(payload, tag=tag, node=node)
+
+
+def _append_batch(
+    topic: Topic, *, batch: list[bytes], tag: str | None, node: str | None
+) -> list[int]:
+    return topic.append_many(batch, tag=tag, node=node)
+
+
+def _delete_before(topic: Topic, *, before: int) -> int:
+    return topic.delete(before)
 
 
 def _read_page(topic: Topic, *, after: int, limit: int, node: str | None) -> Any:
@@ -205,6 +224,13 @@ class LogMachine(RuleBasedStateMachine):
     trims: tuple[str, ...] = ("acked", "none")
     #: a durability class half the topics get (None: all classes alike)
     favour: str | None = None
+    #: examples about routers (when the backend claims ``routers``): each starts with a router
+    #: between the first two topics, so forwarding runs throughout, and ``router_round_trip``
+    #: drives a router's source and dest together
+    routed: bool = False
+    #: with ``routed``: tilt the first two topics' configs to a router's source and dest
+    #: (``topic_configs``' roles), so the router lags behind a full dest and meets gaps
+    tilted: bool = False
 
     @staticmethod
     def sut_uri(name: str) -> str:
@@ -337,8 +363,23 @@ class LogMachine(RuleBasedStateMachine):
     # -- rules: store ----------------------------------------------------------------------
     @initialize(data=st.data())
     def first_topics(self, data: st.DataObject) -> None:
-        for name in self.topic_names[:2]:
-            self.create_topic(name, data)
+        routed = self.routed and self.caps.routers
+        for name, role in zip(self.topic_names[:2], ("source", "dest")):
+            self.create_topic(name, data, role if routed and self.tilted else None)
+        if routed and len(self.handles) == 2:
+            self.first_router(data)
+
+    def first_router(self, data: st.DataObject) -> None:
+        """A router between the two first topics, mostly without a filter, so every example
+        forwards from its first append (RTR-4..RTR-8); mostly from the first to the second, the
+        source and dest ``tilted`` configs are made for."""
+        source, dest = list(self.topic_names)[:2]
+        if not data.draw(st.integers(0, 3)):
+            source, dest = dest, source
+        filter_tag = data.draw(st.sampled_from((None, None, None, *GLOBS)))
+        exclude_node = data.draw(st.sampled_from((None, None, None, *NODES)))
+        preserve = data.draw(st.sampled_from(PRESERVE))
+        self.make_router(ROUTERS[0], source, dest, filter_tag, exclude_node, preserve)
 
     def pick(self, data: st.DataObject) -> str:
         """Mostly an existing topic; sometimes any name (missing topics must fail alike)."""
@@ -353,8 +394,8 @@ class LogMachine(RuleBasedStateMachine):
         """TOP-9: create, or verify config of an existing topic."""
         self.create_topic(data.draw(st.sampled_from(self.topic_names)), data)
 
-    def create_topic(self, name: str, data: st.DataObject) -> None:
-        cfg = data.draw(topic_configs(self.caps, name, self.trims, self.favour))
+    def create_topic(self, name: str, data: st.DataObject, role: str | None = None) -> None:
+        cfg = data.draw(topic_configs(self.caps, name, self.trims, self.favour, role))
         if name in self.handles and data.draw(st.booleans()):
             cfg = {}  # plain lookup of an existing topic
         out = self.both(lambda s: s.topic(name, **cfg).name)
@@ -611,7 +652,7 @@ class LogMachine(RuleBasedStateMachine):
         name=st.sampled_from(ROUTERS),
         filter_tag=st.sampled_from((None, None, *GLOBS)),
         exclude_node=st.sampled_from((None, None, *NODES)),
-        preserve=st.sampled_from([(True, True), (True, True), (False, True), (True, False)]),
+        preserve=st.sampled_from(PRESERVE),
         allow_cycle=st.just(False),  # a cycle that never settles grows without bound
     )
     def router(
@@ -629,6 +670,23 @@ class LogMachine(RuleBasedStateMachine):
         one source into a topic that feeds it back double it at every op; the unit tests
         drive allowed cycles."""
         source, dest = self.pick(data), self.pick(data)
+        dests = sorted({d for _, d in self.routes()})
+        routed_dest: bool = data.draw(st.booleans())
+        if dests and routed_dest:  # into a routed dest: RTR-9's fan-in refusal
+            dest = data.draw(st.sampled_from(dests))
+        self.make_router(name, source, dest, filter_tag, exclude_node, preserve, allow_cycle)
+
+    def make_router(
+        self,
+        name: str,
+        source: str,
+        dest: str,
+        filter_tag: str | None,
+        exclude_node: str | None,
+        preserve: tuple[bool, bool],
+        allow_cycle: bool = False,
+    ) -> Outcome:
+        """RTR-1: ``Store.router`` on both sides; the same info (cursor, lag) or error."""
         out = self.both(
             lambda s: s.router(
                 name, source, dest, filter_tag=filter_tag, exclude_node=exclude_node,
@@ -637,12 +695,47 @@ class LogMachine(RuleBasedStateMachine):
         )  # fmt: skip
         if out.code is None:
             event("router created or opened")
+        return out
 
     @precondition(lambda self: self.caps.routers)
     @rule(name=st.sampled_from(ROUTERS))
     def drop_router(self, name: str) -> None:
         """RTR-12."""
         self.both(lambda s: s.drop_router(name))
+
+    def routes(self) -> list[tuple[str, str]]:
+        """(source, dest) of the model's routers whose topics both have handles."""
+        routers = hooks(self.model, ModelStore).routers.values()
+        return [(r.source, r.dest) for r in routers if {r.source, r.dest} <= set(self.handles)]
+
+    @precondition(lambda self: self.routed and self.caps.routers and bool(self.routes()))
+    @rule(
+        data=st.data(),
+        fill=st.integers(0, 7),
+        batches=st.lists(st.lists(payloads, min_size=1, max_size=3), min_size=1, max_size=4),
+        wait=st.sampled_from((0, *DURATIONS)),
+        room=st.booleans(),
+    )
+    def router_round_trip(
+        self, data: st.DataObject, fill: int, batches: list[list[bytes]], wait: int, room: bool
+    ) -> None:
+        """RTR-4..RTR-8: a router's source and dest driven together. Direct appends fill dest
+        (a full dest refuses copies and the router lags, RTR-6), appends to the source follow,
+        time passes between them (the records the router has not forwarded expire, or newer
+        ones evict them, RET-2, RET-4, RTR-7: dest must get a loss range, RTR-5), then room is
+        made in dest (DEL-1) so that forwarding resumes (RTR-8)."""
+        source, dest = data.draw(st.sampled_from(self.routes()))
+        for i in range(fill):
+            node = data.draw(st.sampled_from((None, *NODES)))
+            self.on_topic(dest, partial(_append_one, payload=bytes([i]), tag=None, node=node))
+        for k, batch in enumerate(batches):
+            if k == len(batches) - 1 and wait:
+                self.clock.advance(wait)
+            tag = data.draw(st.sampled_from(TAGS))
+            node = data.draw(st.sampled_from((None, *NODES)))
+            self.on_topic(source, partial(_append_batch, batch=batch, tag=tag, node=node))
+        if room and self.caps.deletes:
+            self.on_topic(dest, partial(_delete_before, before=self.head(dest) + 1))
 
     # -- rules: queue ----------------------------------------------------------------------
     @precondition(lambda self: self.caps.queue)

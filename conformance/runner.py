@@ -49,7 +49,9 @@ __all__ = [
 SutFactory = Callable[[], RemoteSut]
 #: requests the report leaves out of the minimal sequence (the suite's own reads after each
 #: step: they are in the replay file)
-_READS = frozenset({"topics", "state", "read", "subscribers", "hwm", "config", "sf_state"})
+_READS = frozenset(
+    {"topics", "state", "read", "subscribers", "hwm", "config", "routers", "sf_state"}
+)
 
 
 @dataclass
@@ -146,8 +148,9 @@ def _probe(link: RemoteSut) -> Any:
 
 
 def check_refusals(link: RemoteSut) -> list[str]:
-    """CAP-1: for every capability an implementation says it lacks, the operation needing it
-    raises ``not_available`` (and changes nothing). Returns the violations."""
+    """CAP-1, CNF-3: for every capability an implementation says it lacks, the operation
+    needing it raises ``not_available`` (and changes nothing); without ``routers`` the router
+    list is empty (RTR-13). Returns the violations."""
     name = "cap" + uuid.uuid4().hex[:8]
     store = link.open(name, FakeClock(1_000_000))
     caps = store.capabilities
@@ -160,6 +163,7 @@ def check_refusals(link: RemoteSut) -> list[str]:
             "subscribers": lambda: topic.subscribe("s0"),
             "queue": lambda: topic.claim("n0"),
             "multi_topic": lambda: store.topic("t1" if topic.name != "t1" else "t2"),
+            "routers": lambda: store.router("r0", topic.name, topic.name),
         }
         for flag, probe in probes.items():
             if getattr(caps, flag):
@@ -173,6 +177,8 @@ def check_refusals(link: RemoteSut) -> list[str]:
                                 "not not_available")
                 continue
             problems.append(f"CAP-1: {flag} is False but its operation succeeded")
+        if not caps.routers and store.routers():
+            problems.append("RTR-13: routers is False but routers() is not empty")
     finally:
         with contextlib.suppress(TidelogError):
             store.close()

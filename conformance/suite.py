@@ -16,8 +16,8 @@ The subclass says how to reach a store (``store_uri``) and what the backend clai
   ``test_lacking_capabilities_refuse``: every lacking capability's operation raises
   ``not_available``;
 * ``test_level_<level>``: the stateful suite against the model, one conformance level per test
-  (``log``, ``subscribers``, ``queue``, ``crash``, ``ring``), each present only when the
-  capabilities make the level apply, so nothing is skipped;
+  (``log``, ``subscribers``, ``queue``, ``routers``, ``crash``, ``ring``), each present only
+  when the capabilities make the level apply, so nothing is skipped;
 * with ``fs_opener`` (the backend does its file I/O through ``tidelog.fsio``): power loss
   simulated on tidelog's recording FS, both in the ``crash`` level and in
   ``test_crash_workloads`` (every crash point of small workloads, exhaustively);
@@ -139,7 +139,7 @@ class BackendSuite:
             "crash": ["between", "during"] if cls.fs_opener and caps.crash_safe else [],
             "ops": ["ring_head"] if cls.ring else [],
         }
-        for level in ("subscribers", "queue", "crash", "ring"):
+        for level in ("subscribers", "queue", "routers", "crash", "ring"):
             if applies(level, caps, hello) is not None:
                 setattr(cls, f"test_level_{level}", None)  # not collected
         if cls.fs_opener is None or not caps.crash_safe:
@@ -198,6 +198,10 @@ class BackendSuite:
     def test_level_queue(self) -> None:
         """QUE-1..QUE-8 against the model."""
         self._level("queue")
+
+    def test_level_routers(self) -> None:
+        """RTR-1..RTR-12 against the model (CNF-33)."""
+        self._level("routers")
 
     def test_level_crash(self) -> None:
         """DUR-2..DUR-6, DUR-9, CRASH-7: power loss between and inside operations."""

@@ -28,9 +28,16 @@ from tidelog.errors import TidelogError
 from tidelog.hooks import hooks
 from tidelog.model import ModelStore, forget
 
-from .crashcheck import TopicView, compare_recovered, observe
+from .crashcheck import (
+    ROUTERS,
+    TopicView,
+    append_after,
+    check_reopened,
+    compare_recovered,
+    observe,
+)
 from .levels import level_caps
-from .machine import LogMachine, apply_ring_evictions, fail, payloads
+from .machine import NODES, TAGS, LogMachine, apply_ring_evictions, fail, payloads
 from .remote import RemoteSut
 from .ringcrash import compare_recovered_ring
 from .sut import RingEvent
@@ -45,6 +52,7 @@ def snapshot_model(m: ModelStore) -> ModelStore:
     out = ModelStore(m.clock, m.options)
     with m.lock:
         out.topics = copy.deepcopy(m.topics)
+        out.routers = dict(m.routers)  # RTR-10: recovery forwards with the routers it had
         out.incarnations = m.incarnations
     return out
 
@@ -74,18 +82,18 @@ def recovered_allowed(
     where: str,
     *,
     exact_progress: bool = True,
-) -> None:
+) -> ModelStore | None:
     """``compare_recovered`` against each of ``states``; AssertionError (the first state's
-    reason) when ``got`` is none of them. An at-least-once implementation (``exact_progress``
-    False) is judged with BDEV-17's relaxations (CNF-7, ``compare_recovered_ring``)."""
+    reason) when ``got`` is none of them; else the model of the routed topics as recovered
+    (None without routers). An at-least-once implementation (``exact_progress`` False) is
+    judged with BDEV-17's relaxations (CNF-7, ``compare_recovered_ring``)."""
     errors: list[str] = []
     for before, after in states:
         try:
             if exact_progress:
-                compare_recovered(got, before, after, clock, where)
-            else:
-                compare_recovered_ring(got, before, after, clock, where)
-            return
+                return compare_recovered(got, before, after, clock, where)
+            compare_recovered_ring(got, before, after, clock, where)
+            return None
         except AssertionError as exc:
             errors.append(str(exc))
     raise AssertionError(errors[0])
@@ -106,6 +114,11 @@ class SuiteMachine(LogMachine):
     def __init__(self) -> None:
         if self.on_start is not None:
             self.on_start(self)
+        # CNF-33, CNF-34: the levels that exercise routers are about them; the routers level
+        # tilts its first topics so that routers lag and meet gaps (RTR-5, RTR-6), the crash
+        # level leaves them as they are (copies to lose, RTR-10)
+        self.routed = self.level in ("routers", "crash")
+        self.tilted = self.level == "routers"
         super().__init__()
         self.supports_reopen = bool(self.link.hello.get("reopen", True))
         crash = self.link.hello.get("crash") or ()
@@ -194,14 +207,45 @@ class SuiteMachine(LogMachine):
         }
         self.crash_inside(data, seed, kind, calls[kind])
 
+    @precondition(lambda self: self._can_crash_inside() and bool(self.routes()))
+    @rule(
+        data=st.data(),
+        seed=st.integers(0, 2**31 - 1),
+        kind=st.sampled_from(["append", "append_many", "delete_dest"]),
+    )
+    def power_loss_forwarding(self, data: st.DataObject, seed: int, kind: str) -> None:
+        """CNF-34, RTR-10, RTR-11, DUR-2, CRASH-7: power loss inside an op that forwards: an
+        append to a router's source (its copies and cursor are written in the same call) or a
+        delete in its dest (room for copies dest refused, RTR-6, RTR-8). The recovered source,
+        dest and cursor must be states the model allows together: no copy skipped, none made
+        twice."""
+        source, dest = data.draw(st.sampled_from(self.routes()))
+        batch = data.draw(st.lists(payloads, min_size=1, max_size=3))
+        tag = data.draw(st.sampled_from(TAGS))
+        node = data.draw(st.sampled_from((None, *NODES)))
+        upto = data.draw(st.integers(1, self.head(dest) + 1))
+        calls: dict[str, tuple[str, Callable[[Any], Any]]] = {
+            "append": (source, lambda t: t.append(batch[0], tag=tag, node=node)),
+            "append_many": (source, lambda t: t.append_many(batch, tag=tag, node=node)),
+            "delete_dest": (dest, lambda t: t.delete(upto)),
+        }
+        name, call = calls[kind]
+        self.crash_inside(data, seed, f"{kind} (forwarding {source} -> {dest})", call, name)
+
     def crash_inside(
-        self, data: st.DataObject, seed: int, what: str, call: Callable[[Any], Any]
+        self,
+        data: st.DataObject,
+        seed: int,
+        what: str,
+        call: Callable[[Any], Any],
+        name: str | None = None,
     ) -> None:
-        names = sorted(self.handles)
-        synced = [n for n in names if self.handles[n][0].config.durability == "fsync"]
-        if synced and data.draw(st.integers(0, 3)) != 0:
-            names = synced  # mostly fsync topics: their writes happen inside the op
-        name = data.draw(st.sampled_from(names))
+        if name is None:
+            names = sorted(self.handles)
+            synced = [n for n in names if self.handles[n][0].config.durability == "fsync"]
+            if synced and data.draw(st.integers(0, 3)) != 0:
+                names = synced  # mostly fsync topics: their writes happen inside the op
+            name = data.draw(st.sampled_from(names))
         m, s = self.handles[name]
         before = snapshot_model(self.model_backend())
         with contextlib.suppress(TidelogError):
@@ -232,7 +276,7 @@ class SuiteMachine(LogMachine):
         try:
             caps = self.capabilities
             exact = caps is None or caps.exact_progress
-            recovered_allowed(got, states, self.clock, where, exact_progress=exact)
+            recovered = recovered_allowed(got, states, self.clock, where, exact_progress=exact)
         except AssertionError as exc:
             fail(str(exc))
         try:
@@ -241,15 +285,19 @@ class SuiteMachine(LogMachine):
             again = observe(self.sut)
         except TidelogError as exc:
             fail(f"CRASH-7: recovering a second time raised {exc!r} after {where}")
-        if again != got:
-            fail(f"CRASH-7: recovering twice gave {again} then {got} after {where}")
+        try:
+            check_reopened(got, again, recovered, self.clock, where)
+        except AssertionError as exc:
+            fail(f"CRASH-7: {exc}")
         for name, view in got.items():
-            try:
-                seq = self.sut.topic(name, create=False).append(b"after-crash")
-            except TidelogError:
-                continue  # refused (full, backpressure): no seq assigned
-            if seq != view.head + 1:
-                fail(f"TOP-1, DUR-3: {name}: new seq {seq} after recovered head {view.head}")
+            if name == ROUTERS:
+                continue
+            seq, head = append_after(self.sut, name, view.head)
+            if seq is not None and seq != head + 1:
+                fail(
+                    f"TOP-1, DUR-3: {name}: new seq {seq} after head {head} (recovered head "
+                    f"{view.head})"
+                )
         event("power loss: the recovered state is one the model allows")
         self.restart_fresh(data)
 

@@ -19,10 +19,10 @@ from typing import Any
 import click
 
 from tidelog.cli_group import EXIT_FAILED, main
+from tidelog.conformance.levels import ORDER as _LEVELS
 
 __all__ = ["conformance"]
 
-_LEVELS = ("log", "subscribers", "queue", "crash", "ring", "forward")
 _FS = click.Choice(["os", "recording"])
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from tidelog.api import Store
 from tidelog.backend import StoreOptions, TopicRef
+from tidelog.backends.common.routing import Routing
 from tidelog.backends.memory import MemoryBackend
 from tidelog.clock import Clock, FakeClock
 from tidelog.conformance.crashfs import RecordingFS
@@ -158,6 +159,32 @@ class ExcludedCount(MemoryBackend):
         ) else items
 
 
+class _TombstoneBlindRouting(Routing):
+    """RTR-5: a router reads its source without the tombstones, so a gap of records it had
+    not forwarded yet (evicted, expired, lost) is skipped silently: no loss range in dest."""
+
+    def _forward(self, name: str, now: int) -> bool:
+        log = self.e.topics[self.e.routers[name].source].log
+        read = log.read
+
+        def records_only(*args: Any) -> list[Item]:
+            return [i for i in read(*args) if not isinstance(i, Tombstone)]
+
+        log.read = records_only  # type: ignore[method-assign]
+        try:
+            return super()._forward(name, now)
+        finally:
+            del log.read
+
+
+class SilentGap(MemoryBackend):
+    """RTR-5: tombstones are not forwarded (``_TombstoneBlindRouting``)."""
+
+    def __init__(self, clock: Clock, options: StoreOptions, name: str | None) -> None:
+        super().__init__(clock, options, name)
+        self.routing = _TombstoneBlindRouting(self)
+
+
 def _memory(cls: type[MemoryBackend]) -> Callable[[str, str], Driver]:
     def build(template: str, fs: str) -> Driver:
         sut = type(f"{cls.__name__}Sut", (_MemorySut,), {"backend_cls": cls})()
@@ -221,6 +248,44 @@ def _trusting_scanner() -> None:
 def _torn_frames(template: str, fs: str) -> Driver:
     _trusting_scanner()
     return Driver(LocalSut(FILE, fs="recording"))
+
+
+def _cursor_first() -> None:
+    """RTR-10: forwarding makes the cursor durable in a WAL batch of its own (written and synced
+    at once), before the batch holding the copies it covers: a power loss between the two keeps
+    the cursor and loses the copies, which are then never made."""
+    from tidelog.backends.file.format import wal
+    from tidelog.backends.file.journal import WalJournal
+
+    def router_moved(self: WalJournal, t: Any, name: str, cursor: int) -> None:
+        shard = self.shards[self.shard_of(t.tid)]
+        frame = wal.encode_control(
+            wal.FrameType.ROUTER, t.tid, {"op": "cursor", "name": name}, seq=cursor,
+            durable=t.config.durability == "fsync", seed=shard.gen,
+        )  # fmt: skip
+        shard.wait_synced(shard.submit(frame, shard.gen))
+
+    WalJournal.router_moved = router_moved  # type: ignore[method-assign]
+
+
+def _cursor_before_copies(template: str, fs: str) -> Driver:
+    _cursor_first()
+    return Driver(LocalSut(FILE, fs="recording"))
+
+
+def _fan_in(template: str, fs: str) -> Driver:
+    """RTR-9: a router into a dest that another source already feeds is created, not refused
+    (``router_dest_fan_in``): the dest then interleaves two sources."""
+    from tidelog.backends.common import routing
+
+    real = routing.check_new
+
+    def check_new(name: str, config: Any, old: Any, topics: Any, routers: Any) -> bool:
+        same = [r for r in routers if r.dest != config.dest or r.source == config.source]
+        return real(name, config, old, topics, same)
+
+    routing.check_new = check_new
+    return Driver(LocalSut("memory://{name}"))
 
 
 # -- the SF sender ----------------------------------------------------------------------------
@@ -299,6 +364,14 @@ MUTANTS: dict[str, Mutant] = {
                "memory://{name}", "os", lambda t, f: _NameHandles(LocalSut("memory://{name}"))),
         Mutant("excluded-count", "TOP-7", "log", "records skipped by exclude_node use the limit",
                "memory://{name}", "os", _memory(ExcludedCount)),
+        Mutant("router-silent-gap", "RTR-5", "routers",
+               "a source gap the router had not forwarded leaves no loss range in dest",
+               "memory://{name}", "os", _memory(SilentGap)),
+        Mutant("router-fan-in", "RTR-9", "routers", "a second source may feed a router's dest",
+               "memory://{name}", "os", _fan_in),
+        Mutant("cursor-before-copies", "RTR-10", "crash",
+               "the router cursor is made durable before the copies it covers",
+               FILE, "recording", _cursor_before_copies),
     ]
 }
 

@@ -33,13 +33,14 @@ EXAMPLES, STEPS = int(os.environ.get("TIDELOG_CONFORMANCE_EXAMPLES", "25")), 30
 # backend -> (template on real files, template on the recording FS, {level: expected status})
 BACKENDS = {
     "memory": ("memory://{{name}}", None,
-               {"log": "pass", "subscribers": "pass", "queue": "pass", "crash": "n/a",
-                "ring": "pass", "forward": "pass"}),
+               {"log": "pass", "subscribers": "pass", "queue": "pass", "routers": "pass",
+                "crash": "n/a", "ring": "pass", "forward": "pass"}),
     "file": ("file://{root}/{{name}}?" + FILE_OPTIONS, "file:///c/{{name}}?" + FILE_OPTIONS,
-             {"log": "pass", "subscribers": "pass", "queue": "pass", "crash": "pass"}),
+             {"log": "pass", "subscribers": "pass", "queue": "pass", "routers": "pass",
+              "crash": "pass"}),
     "blockdev": ("blockdev://{root}/{{name}}.img?" + RING, "blockdev:///c/{{name}}.img?" + RING,
-                 {"log": "pass", "subscribers": "pass", "queue": "n/a", "crash": "pass",
-                  "ring": "pass"}),
+                 {"log": "pass", "subscribers": "pass", "queue": "n/a", "routers": "n/a",
+                  "crash": "pass", "ring": "pass"}),
 }
 CASES = [(b, level) for b, (_, _, levels) in BACKENDS.items() for level in levels]
 
@@ -51,7 +52,8 @@ def test_backend_through_driver(backend: str, level: str, tmp_path: Path) -> Non
     (CAP, CNF-3), n/a (never a pass) where they do not. The levels exercise the model oracle
     (CNF-2), the runner's clock (CNF-4), ring evictions reported in responses (CNF-5, CNF-19),
     crashes (CNF-6, CNF-7, CNF-20), ring head detection (CNF-8, CNF-21), the forwarder against
-    its model (CNF-9, CNF-22) and every store operation (CNF-16, CNF-17, CNF-18)."""
+    its model (CNF-9, CNF-22), routers (CNF-33) and power loss inside forwarding (CNF-34), and
+    every store operation (CNF-16, CNF-17, CNF-18)."""
     on_files, on_recording, expected = BACKENDS[backend]
     if level == "crash" and on_recording is not None:
         factory = driver_factory(on_recording.format(), fs="recording")

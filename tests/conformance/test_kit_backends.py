@@ -54,11 +54,15 @@ class TestBlockdevBackend(BackendSuite):
 
 
 def test_collection_follows_capabilities() -> None:
-    """CAP-2, CNF-10, CNF-11, CNF-12: subclasses of the BackendSuite base class (a URI factory,
-    capabilities, optionally an fs_opener onto the recording FS and a verify format) collect
-    exactly the applicable tests: a level the capabilities exempt a backend from is not
-    collected at all, crash workloads only with an fs_opener on a crash-safe backend."""
+    """CAP-2, CNF-10, CNF-11, CNF-12, CNF-33: subclasses of the BackendSuite base class (a URI
+    factory, capabilities, optionally an fs_opener onto the recording FS and a verify format)
+    collect exactly the applicable tests: a level the capabilities exempt a backend from is not
+    collected at all (the routers level only for a backend claiming routers), crash workloads
+    only with an fs_opener on a crash-safe backend."""
     assert TestMemoryBackend.test_level_crash is None  # type: ignore[comparison-overlap]
+    assert TestBlockdevBackend.test_level_routers is None  # type: ignore[comparison-overlap]
+    assert callable(TestMemoryBackend.test_level_routers)
+    assert callable(TestFileBackend.test_level_routers)
     assert TestMemoryBackend.test_crash_workloads is None  # type: ignore[comparison-overlap]
     assert TestMemoryBackend.test_level_ring is None  # type: ignore[comparison-overlap]
     assert TestBlockdevBackend.test_level_queue is None  # type: ignore[comparison-overlap]

@@ -19,17 +19,24 @@ MUTANTS = load_mutants().MUTANTS
 #: failure (a few examples to a few dozen, see the report), so a high cap costs nothing unless
 #: a mutant escapes (the nox `conformance` session measures the catch rate over
 #: TIDELOG_MUTANT_SEEDS seeds)
-EXAMPLES = {"crash": 500}
+EXAMPLES = {"crash": 500, "routers": 500}
 DEFAULT_EXAMPLES = 250
 SEEDS = int(os.environ.get("TIDELOG_MUTANT_SEEDS", "1"))
 
 
 def test_the_issue_defects_are_all_planted() -> None:
-    """CNF-32: each defect below (one per rule it breaks) has a mutant (and more besides)."""
+    """CNF-32, CNF-33, CNF-34: each defect below (one per rule it breaks) has a mutant (and more
+    besides), routers among them: a gap forwarded silently (RTR-5, the routers level) and a
+    cursor made durable before the copies it covers (RTR-10, the crash level)."""
     rules = {m.rule for m in MUTANTS.values()}
-    required = {"TMB-1", "TMB-4", "DUR-2", "WAL-5/DUR-6", "SUB-2", "FSN-6", "RING-3", "RET-3"}
+    required = {
+        "TMB-1", "TMB-4", "DUR-2", "WAL-5/DUR-6", "SUB-2", "FSN-6", "RING-3", "RET-3", "RTR-5",
+        "RTR-10",
+    }  # fmt: skip
     assert required <= rules, required - rules
     assert len(MUTANTS) > len(required)
+    levels = {m.rule: m.level for m in MUTANTS.values()}
+    assert levels["RTR-5"] == "routers" and levels["RTR-10"] == "crash"
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
