@@ -148,32 +148,37 @@ class Engine(Backend):
         (lazy TTL/lease expiry) are re-derivable from time and need no wait."""
         if durable and self.readonly:
             raise ReadOnly("this store was opened read-only (readonly=true)")
-        refused: TidelogError | None = None
         with self.lock:
             t, now = self._enter(ref)
             entered = None if not self._unpublished else self._end_op(True)
             if entered is None:
-                try:
-                    result = op(t, now)
-                except TidelogError as exc:  # the op changed nothing (ERR-2), but what
-                    refused = exc  # entering did (time effects, copies) is submitted still
-                ticket, touched = self._end_op(durable)
+                done = self._body(t, now, op, durable)
         if entered is not None:
             # RTR-8: entering copied records into a topic whose reads wait for durability
             # (dead letters forwarded back, say): they become readable before the op runs,
             # so it sees what the model's op sees
             self._finish(*entered)
             with self.lock:
-                t = self._get(ref)
-                try:
-                    result = op(t, now)
-                except TidelogError as exc:
-                    refused = exc
-                ticket, touched = self._end_op(durable)
+                done = self._body(self._get(ref), now, op, durable)
+        result, refused, ticket, touched = done
         self._finish(ticket, touched)
         if refused is not None:
             raise refused
-        return result
+        return result  # type: ignore[return-value]  # set: op returned
+
+    def _body(
+        self, t: EngineTopic, now: int, op: Callable[[EngineTopic, int], R], durable: bool
+    ) -> tuple[R | None, TidelogError | None, object | None, list[tuple[EngineTopic, int]]]:
+        """Under the lock: run ``op`` and end it. A refused op changed nothing (ERR-2), but
+        what entering did (time effects, copies) is submitted all the same."""
+        result: R | None = None
+        refused: TidelogError | None = None
+        try:
+            result = op(t, now)
+        except TidelogError as exc:
+            refused = exc
+        ticket, touched = self._end_op(durable)
+        return result, refused, ticket, touched
 
     def _end_op(self, durable: bool) -> tuple[object | None, list[tuple[EngineTopic, int]]]:
         """Under the lock: submit the op's effects; returns what ``_finish`` needs."""
