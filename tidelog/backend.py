@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,6 +202,13 @@ class Backend(ABC):
         always allowed: callers re-check.
         """
         time.sleep(min(max(timeout, 0.0), 0.005))
+
+    def watch(self, fn: Callable[[str | None], None]) -> bool:
+        """Optional: call ``fn(topic name)`` whenever that topic's ``changes`` counter moves, and
+        ``fn(None)`` when the store closes; True if this backend will. ``fn`` runs on the
+        thread that made the change, possibly under the store's lock: it must return at once and
+        never call the store. False (the default): the caller polls ``changes`` instead."""
+        return False
 
     def refresh(self) -> None:  # noqa: B027 - an optional hook: most backends have nothing to do
         """A read-only view catches up with what other processes wrote (XPR-1); no-op here."""

@@ -698,7 +698,7 @@ class BlockdevBackend(Engine):
                 if self.closed:
                     return
                 self.closed = True
-                self.changed.notify_all()
+                self._notify(None)
             closing = self._release()
             if closing is not None:
                 raise closing
@@ -711,7 +711,7 @@ class BlockdevBackend(Engine):
                 Engine.flush(self)
                 target, need = self._seal_all()
             self.closed = True
-            self.changed.notify_all()
+            self._notify(None)
         try:
             if not failed:
                 self.io.drain(self.lock, target, need, lambda: None)

@@ -102,7 +102,8 @@ class Engine(Backend):
         self._forwarded = False  # the current op forwarded: it waits as a durable op does
         # gated topics the current op appended to, each with the last seq the op appended
         self._unpublished: list[tuple[EngineTopic, int]] = []
-        self._waiters = 0  # threads in wait(): _bump notifies only when someone listens
+        self._waiters = 0  # threads in wait() and watchers: _bump notifies only when someone listens
+        self._watchers: tuple[Callable[[str | None], None], ...] = ()
         self._publishing = threading.Lock()  # _finish: gated topics' visible
         self._one: Callable[[EngineTopic, int, int, bytes], object] | None = None
         self._one_for: Journal | None = None  # the journal _one was looked up on
@@ -206,12 +207,26 @@ class Engine(Backend):
                         t.version += 1
             if self._waiters:
                 with self.lock:
-                    self.changed.notify_all()
+                    for t, _ in touched:
+                        self._notify(t.name)
 
     def _bump(self, t: EngineTopic) -> None:
         t.version += 1
         if self._waiters:
-            self.changed.notify_all()
+            self._notify(t.name)
+
+    def _notify(self, name: str | None) -> None:
+        """Under the lock: wake the threads in ``wait`` and tell the watchers which topic's
+        change counter moved (None: the store closed)."""
+        self.changed.notify_all()
+        for fn in self._watchers:
+            fn(name)
+
+    def watch(self, fn: Callable[[str | None], None]) -> bool:
+        with self.lock:
+            self._watchers = (*self._watchers, fn)
+            self._waiters += 1  # for good: every change now notifies
+        return True
 
     def changes(self, ref: TopicRef) -> int:
         with self.lock:
@@ -271,7 +286,7 @@ class Engine(Backend):
         self.by_id.pop(t.tid, None)
         if t.cursors or t.outs:
             self.routing.count_outs()
-        self.changed.notify_all()
+        self._notify(t.name)
 
     def apply_append(
         self,
@@ -451,7 +466,7 @@ class Engine(Backend):
             if not self.closed:
                 self.flush()
                 self.closed = True
-                self.changed.notify_all()
+                self._notify(None)
 
     def restart(self, clock: Clock) -> None:
         """Apply the restart rules (DUR-1, SUB-9, QUE-8) and reopen."""
@@ -569,7 +584,7 @@ class Engine(Backend):
             log.append_one(payload, ts)
             t.version += 1
             if self._waiters:
-                self.changed.notify_all()
+                self._notify(t.name)
         if log.gate_visibility:
             self._finish(ticket, [(t, seq)])
         return seq

@@ -561,7 +561,7 @@ class FileBackend(Engine):
             # same process can reopen the store
             with self.lock:
                 self.closed = True
-                self.changed.notify_all()
+                self._notify(None)
             released = self._release()
         if error is not None or released is not None:
             raise error or released  # type: ignore[misc]
