@@ -1,0 +1,1 @@
+"""``tidelog serve``: the topics service over HTTP (spec/SERVICE.md)."""
