@@ -19,6 +19,7 @@ import tidelog
 from tidelog import FakeClock
 from tidelog.backends.file import FileBackend, open_store
 from tidelog.backends.file.format import wal as walfmt
+from tidelog.backends.file.wal import wal_file_name
 from tidelog.fsio import OsFS
 from tidelog.hooks import hooks
 
@@ -201,6 +202,50 @@ def test_disk_class_is_written_by_the_committer(tmp_path: Path) -> None:
         while shard.ops_synced < shard.ops and time.monotonic() < deadline:
             time.sleep(0.005)
         assert shard.ops_synced == shard.ops and shard.synced == shard.submitted
+
+
+@pytest.mark.parametrize("durability", ["disk", "ephemeral"])
+def test_WAL_12_next_reservation_is_placed_ahead_and_not_waited_for(
+    tmp_path: Path, durability: str
+) -> None:
+    """WAL-12, DUR-3, DUR-5: half a reservation below the durable ceiling, the next
+    HEAD_RESERVE is placed ahead (ceiling = head before the op + head_reserve) and the committer
+    syncs it at once, though its interval is a minute: appends past the old ceiling then wait
+    for nothing. After a crash the head is raised over at most head_reserve seqs."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?head_reserve=16&commit_interval_ms=60000&background=false"
+    store = tidelog.open(uri)
+    t = store.topic("t", durability=durability)
+    shard = backend(store).shards[0]
+    waits: list[int] = []
+    wait_synced = shard.wait_synced
+
+    def counted(op: int) -> None:
+        waits.append(op)
+        wait_synced(op)
+
+    shard.wait_synced = counted  # type: ignore[method-assign]
+    t.append(b"0")  # seq 1: above the ceiling (0), reserves through 16 in its op and waits
+    assert len(waits) == 1
+    for i in range(2, 10):  # seq 9 passes 16 - 16 / 2: the reservation through 24 goes ahead
+        assert t.append(b"%d" % i) == i
+    deadline = time.monotonic() + 10
+    while shard.synced < shard.submitted and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert shard.synced == shard.submitted  # nudged: synced long before its next tick
+    for i in range(10, 25):  # past the first ceiling (16), up to the one placed ahead
+        assert t.append(b"%d" % i) == i
+    assert len(waits) == 1
+    image = (root / "wal" / wal_file_name(shard.gen)).read_bytes()
+    reserved = [
+        f.seq for f in walfmt.scan_file(image).frames if f.type == walfmt.FrameType.HEAD_RESERVE
+    ]
+    assert reserved[:2] == [16, 24] and all(r <= 16 + 23 for r in reserved)
+    backend(store).abandon()  # a crash: the head is raised over the reservations made durable
+    with tidelog.open(uri) as store:
+        head = store.topic("t").state().head_seq
+        assert 24 <= head <= 24 + 16
+        assert store.topic("t").append(b"next") == head + 1
 
 
 def test_segments_are_sealed_and_dropped_whole(tmp_path: Path) -> None:
