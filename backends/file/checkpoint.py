@@ -33,7 +33,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.errors import BadArgument, Corrupt
-from tidelog.fsio import FS, make_dirs, write_whole
+from tidelog.fsio import FS, make_dirs, write_parts, write_whole
 from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
@@ -41,7 +41,7 @@ from .chunk import SegChunk
 from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
-from .format.seal import build_columns
+from .format.seal import build_parts
 from .journal import ranges
 from .progressfiles import topic_dir
 from .walchunk import WalChunk
@@ -363,17 +363,17 @@ def _write_plain(
 ) -> SegChunk:
     """A ``.data`` + ``.idx`` pair (SEG-1..SEG-7), encoded column-wise (format/seal.py). A slot
     removed before sealing is an empty placeholder, dead in the snapshot."""
-    data, idx = build_columns(tail.tid, first, *cols, dead=tail.dead)
+    parts, idx = build_parts(tail.tid, first, *cols, dead=tail.dead)
     _remove_stale(b, os.path.join(directory, qseg_name(first)))
     data_path = os.path.join(directory, segfmt.data_name(first))
     for path, content in (
-        (data_path, data),
-        (os.path.join(directory, segfmt.idx_name(first)), idx),
+        (data_path, parts),
+        (os.path.join(directory, segfmt.idx_name(first)), [idx]),
     ):
         h = b.fs.open(path)
         try:
             h.truncate(0)
-            h.pwrite(content, 0)
+            write_parts(h, content, 0)
             h.fdatasync()
         finally:
             h.close()
