@@ -313,16 +313,17 @@ class WalJournal:
             shard.wait_synced(pos)
 
 
-def _encode(effects: list[_Effect], seed: int) -> bytes:
+def _encode(effects: list[_Effect], seed: int) -> bytes | bytearray:
     """Frames of one op in one shard, checksums seeded with ``seed`` (the shard's file, WAL-15);
     the last carries BATCH_END (WAL-7). A run of several records is one APPEND_BATCH frame
     (WAL-14): no per-record Python work."""
-    frames: list[bytes] = []
+    frames: list[bytes | bytearray] = []
     n = len(effects)
     for k, e in enumerate(effects):
         last_effect = k == n - 1
         if e[0] == "append":
             _, tid, first_seq, ts, tag, node, payloads, durable = e
+            frame: bytes | bytearray
             if len(payloads) == 1:
                 frame = walfmt.encode_append(
                     tid, first_seq, ts, tag, node, payloads[0], batch_end=last_effect,
@@ -341,4 +342,4 @@ def _encode(effects: list[_Effect], seed: int) -> bytes:
                     ftype, tid, body, seq=seq, durable=durable, batch_end=last_effect, seed=seed
                 )
             )
-    return b"".join(frames)
+    return frames[0] if n == 1 else b"".join(frames)  # an append_many: no copy of its frame

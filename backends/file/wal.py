@@ -162,7 +162,8 @@ class WalShard:
         self._released = 0  # threads the last sync released (its covered waiters and leader)
         self._gathered_round = -1  # _arrived_at_sync of the round already gathered
         self._sync_s = 0.0  # duration of the last write + fdatasync
-        self.pending: list[tuple[int, int, bytes, int, int]] = []  # gen, offset, data, end, op
+        # gen, offset, data, end, op
+        self.pending: list[tuple[int, int, bytes | bytearray, int, int]] = []
         # deferred single records, op order, not yet placed: closed runs (topic, ts, durable,
         # first seq, payloads) and the open run they are appended to while they extend it
         self.records: list[tuple[int, int, bool, int, list[bytes]]] = []
@@ -289,7 +290,7 @@ class WalShard:
         return h
 
     # -- submitting ------------------------------------------------------------------------
-    def submit(self, data: bytes, seed: int) -> int:
+    def submit(self, data: bytes | bytearray, seed: int) -> int:
         """Place one op's frames, encoded with ``seed`` (read from ``gen`` before; ``outer``
         held); returns its op number (the ticket for ``wait_synced``)."""
         with self.lock:
@@ -363,7 +364,7 @@ class WalShard:
             self._nudged = True
             self._tick.notify()
 
-    def _place(self, data: bytes, op: int, seed: int) -> None:
+    def _place(self, data: bytes | bytearray, op: int, seed: int) -> None:
         """Give ``data`` (ops up to ``op``, frames encoded with ``seed``) its place in the
         stream, after a SYNCED frame if one is due (WAL-16: in the same chunk, so a lone
         writer's op stays one entry and one pwrite); lock held."""
@@ -436,6 +437,7 @@ class WalShard:
         op = self.ops_placed  # deferred records are the newest ops: they follow it
         for tid, ts, durable, first, payloads in runs:
             seed = self.gen
+            frame: bytes | bytearray
             if len(payloads) == 1:
                 frame = walfmt.encode_append(
                     tid, first, ts, None, None, payloads[0], batch_end=True, durable=durable,
@@ -582,7 +584,7 @@ class WalShard:
 
     def _write(
         self,
-        batch: list[tuple[int, int, bytes, int, int]],
+        batch: list[tuple[int, int, bytes | bytearray, int, int]],
         sync: bool,
         far: tuple[int, int, bytes] | None = None,
     ) -> int:
