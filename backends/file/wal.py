@@ -23,7 +23,7 @@ writer threads; nothing takes ``outer`` while holding it. The committer does not
 ``outer`` behind a busy appender (every release would wake it, only for the appender to take
 the lock again first): it tries, and when the lock is taken it asks the appender, which places
 the deferred records at its next new run (a ms at most on the wall clock) and wakes it; only
-if it is still asked at its next tick does it wait for the lock. Writing is
+if that has not happened within ``_ASK_WAIT_S`` does it wait for the lock. Writing is
 leader/follower group commit: the first caller that needs durability becomes the leader, writes
 every pending chunk with one pwrite per file and calls fdatasync once, then wakes the followers
 whose chunks that covered. A lone writer is never delayed (no thread hand-off); concurrent
@@ -76,6 +76,7 @@ from .format import wal as walfmt
 __all__ = ["WalShard", "WalOptions", "wal_dir", "wal_file_name"]
 
 _GATHER_MAX_S = 0.001  # a leader waits at most this long for released threads to come back
+_ASK_WAIT_S = 0.002  # the committer waits this long for an appender it asked to place records
 
 
 class _Gate:
@@ -354,8 +355,21 @@ class WalShard:
         with self.lock:
             self._place_records()
             self._asked = False
-            self._nudged = True
             self._tick.notify()
+
+    def _take_deferred(self) -> None:
+        """The committer's placing (module docstring): the deferred records now if ``outer``
+        is free; else the appender holding it is asked to place them at its next new run (a
+        ms at most on the wall clock) and wake the committer, which waits that long for it
+        before it takes its turn at ``outer`` after all."""
+        if self._place_deferred(block=False):
+            return
+        with self.lock:
+            self._asked = True
+            self._tick.wait(_ASK_WAIT_S)
+            asked = self._asked and not self._stop
+        if asked:
+            self._place_deferred()
 
     def nudge(self) -> None:
         """Have the committer write and sync what is placed now instead of at its next tick
@@ -647,16 +661,8 @@ class WalShard:
                 self._nudged = False
                 if self._stop:
                     return
-            # (a hint; placing rechecks) an appender holding ``outer`` is asked to place them
-            # at its next new run (a ms at most on the wall clock) rather than have the
-            # committer queue for the lock behind every append (module docstring); if it has
-            # not by the next tick, the committer waits for the lock
-            if (
-                self.failed is None
-                and (self.records or self._run)
-                and not self._place_deferred(block=self._asked)
-            ):
-                self._asked = True
+            if self.failed is None and (self.records or self._run):  # a hint; placing rechecks
+                self._take_deferred()
             with self.lock:
                 if self.failed is not None or self.leading:
                     continue
