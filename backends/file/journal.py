@@ -95,6 +95,17 @@ class WalJournal:
         self.ceilings.pop(t.tid, None)
         self.ahead.pop(t.tid, None)
 
+    def reserved(self) -> dict[int, int]:
+        """Each topic's highest reservation placed, durable or not: the ceiling a checkpoint
+        records. The durable ceiling alone is not enough: a reservation placed ahead may be
+        synced but not yet taken in (``_ceiling``) when the checkpoint retires the WAL file
+        holding it, and the appender takes it in afterwards. Higher than the durable one is
+        safe (the snapshot counts only once durable)."""
+        out = dict(self.ceilings)
+        for tid, (ceiling, _, _) in self.ahead.items():
+            out[tid] = max(out.get(tid, 0), ceiling)
+        return out
+
     # -- seq reservations (WAL-12) ---------------------------------------------------------
     def _ceiling(self, tid: int) -> int:
         """The durable ceiling, after taking in the reservation placed ahead once synced."""

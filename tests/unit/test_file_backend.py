@@ -18,6 +18,7 @@ import xxhash
 import tidelog
 from tidelog import FakeClock
 from tidelog.backends.file import FileBackend, open_store
+from tidelog.backends.file.format import snapshot as snapfmt
 from tidelog.backends.file.format import wal as walfmt
 from tidelog.backends.file.wal import wal_file_name
 from tidelog.fsio import OsFS
@@ -246,6 +247,29 @@ def test_WAL_12_next_reservation_is_placed_ahead_and_not_waited_for(
         head = store.topic("t").state().head_seq
         assert 24 <= head <= 24 + 16
         assert store.topic("t").append(b"next") == head + 1
+
+
+def test_WAL_12_a_checkpoint_records_the_reservation_placed_ahead(tmp_path: Path) -> None:
+    """WAL-12, DUR-3: a reservation placed ahead and synced, but not yet taken in by an
+    append, is the ceiling the checkpoint's snapshot records: the checkpoint may retire the
+    WAL file holding it, and the appends after it rely on it (found by the random crash
+    workloads: a disk topic recovered below seqs it had acknowledged)."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?head_reserve=8&commit_interval_ms=60000&background=false"
+    store = tidelog.open(uri)
+    t = store.topic("t", durability="disk")
+    shard = backend(store).shards[0]
+    for i in range(1, 6):  # seq 1 reserves through 8; seq 5 places 4 + 8 = 12 ahead
+        t.append(b"%d" % i)
+    deadline = time.monotonic() + 10
+    while shard.synced < shard.submitted and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert shard.synced == shard.submitted
+    n = backend(store).checkpoint()
+    _, body = snapfmt.decode_snapshot((root / "meta" / snapfmt.file_name(n)).read_bytes())
+    (topic,) = body["topics"]
+    assert topic["head"] == 5 and topic["ceiling"] == 12
+    store.close()
 
 
 def test_segments_are_sealed_and_dropped_whole(tmp_path: Path) -> None:
