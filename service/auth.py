@@ -28,6 +28,7 @@ __all__ = [
     "STORE_WIDE",
     "Grant",
     "Principal",
+    "ANYONE",
     "Authorizer",
     "hash_token",
     "load_tokens",

@@ -1,10 +1,11 @@
-"""Tokens, rights, TLS and the start-up checks of ``tidelog serve`` (spec/SERVICE.md SVC-47..
-SVC-50), and the service's error codes (SPEC.md ERR-1). Each part is tested on its own here;
+"""Tokens, rights, TLS, the start-up checks and the limits of ``tidelog serve`` (spec/SERVICE.md
+SVC-47..SVC-51), and the service's error codes (SPEC.md ERR-1). Each part is tested on its own here;
 the HTTP answers (401/403 with their headers) are tested through the app."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import ipaddress
 import json
@@ -41,6 +42,7 @@ from tidelog.service.auth import (
     load_tokens,
     server_ssl_context,
 )
+from tidelog.service.limits import Limits
 
 INGEST = "tok-ingest-5f1d"
 OPS = "tok-ops-93ab"
@@ -497,3 +499,62 @@ def test_ERR_1_the_service_codes_have_their_classes() -> None:
     again = pickle.loads(pickle.dumps(Throttled("slow down", retry_after_ms=300)))
     assert isinstance(again, Throttled)
     assert (again.message, again.retry_after_ms, again.code) == ("slow down", 300, "throttled")
+
+
+# -- SVC-51: limits ----------------------------------------------------------------------------
+
+
+def test_SVC_51_limits_defaults_and_what_get_v0_shows() -> None:
+    """SVC-51: every limit has its default, is an option named after it, and `to_dict` (the
+    `limits` of `GET /v0`) shows each by its name."""
+    assert Limits().to_dict() == {
+        "max_request_bytes": 16 << 20,
+        "max_batch": 10_000,
+        "max_header_bytes": 16 << 10,
+        "request_timeout_ms": 30_000,
+        "keepalive_timeout_ms": 60_000,
+        "max_http_connections": 1024,
+        "max_streams": 4096,
+        "max_streams_per_token": 256,
+        "max_wait_ms": 30_000,
+    }
+    options = Limits.options()
+    assert [(o, n) for o, n, _, _ in options][:2] == [
+        ("--max-request-bytes", "max_request_bytes"),
+        ("--max-batch", "max_batch"),
+    ]
+    assert {n: d for _, n, d, _ in options} == Limits().to_dict()
+    assert all(h for _, _, _, h in options)
+
+
+def test_SVC_51_limits_from_options() -> None:
+    """SVC-51: options as the command line gives them (strings; sizes in binary units; None
+    for an option not given) set the limits; the record is frozen."""
+    limits = Limits.from_options(
+        max_request_bytes="1MiB", max_batch="5", max_wait_ms=0, max_streams=None
+    )
+    assert (limits.max_request_bytes, limits.max_batch, limits.max_wait_ms) == (1 << 20, 5, 0)
+    assert limits.max_streams == 4096
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        limits.max_batch = 6  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"max_request_bytes": "1023"}, "max_request_bytes='1023': must be at least 1KiB"),
+        ({"max_request_bytes": "2GiB"}, "must be at most 1GiB"),
+        ({"max_request_bytes": "16MB"}, "MB is ambiguous"),
+        ({"max_batch": 0}, "max_batch=0: must be at least 1"),
+        ({"max_batch": "many"}, "expected an integer"),
+        ({"max_wait_ms": 3_600_001}, "must be at most 3600000"),
+        ({"max_streams": -1}, "must be at least 0"),
+        ({"max_bacth": 5}, "'max_bacth': not a limit of tidelog serve"),
+    ],
+)
+def test_SVC_51_a_limit_out_of_range_is_bad_option(options: dict[str, object], says: str) -> None:
+    """SVC-51: a limit out of its range, of the wrong form, or unknown is `bad_option` naming
+    it and the value."""
+    with pytest.raises(BadOption) as err:
+        Limits.from_options(**options)
+    assert says in err.value.message
