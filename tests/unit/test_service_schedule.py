@@ -383,6 +383,25 @@ def test_SVC_43_eligible_only_after_the_wait_next_wake_counts_down() -> None:
     assert s.round() == [Delivery("b", 15)]
 
 
+def test_SVC_43_a_clock_stepping_back_stalls_no_topic() -> None:
+    """Section 7's now never steps back: time goes on from the last reading, so a topic ready
+    before the clock stepped back an hour is eligible 20 ms after it entered, not an hour
+    later, and its wait neither stalls nor goes negative (SVC-38, SVC-41)."""
+    clock = FakeClock(T0)
+    s = Scheduler(clock)
+    s.update(1.0, False)
+    s.mark_ready("t")
+    clock.advance(15)
+    assert s.next_wake_ms() == 5
+    clock.set(T0 - 3_600_000)
+    assert s.next_wake_ms() == 5
+    clock.advance(5)
+    assert s.next_wake_ms() == 0
+    s.update(0.0, False)
+    clock.advance(995)
+    assert s.round() == [Delivery("t", 1015)]
+
+
 # -- SVC-42 deferral ---------------------------------------------------------------------------
 
 
