@@ -49,7 +49,7 @@ def topic_json(svc: Service, topic: Topic) -> dict[str, Any]:
         "config": dataclasses.asdict(topic.config),
         "state": state_to_json(topic.state()),
         "subscribers": topic.subscribers() if store.capabilities.subscribers else [],
-        "priority": svc.priorities.get(topic.name, 0),
+        "priority": svc.push.sched.priority(topic.name) if svc.push is not None else 0,
     }
 
 
@@ -83,11 +83,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
                 "api": "v0",
                 "tidelog": tidelog.__version__,
                 "capabilities": caps,
-                "limits": {
-                    "max_request_bytes": svc.max_request_bytes,
-                    "max_batch": svc.max_batch,
-                    "max_wait_ms": svc.max_wait_ms,
-                },
+                "limits": svc.limits.to_dict(),
             }
         )
 
@@ -96,9 +92,17 @@ def add_routes(app: web.Application, svc: Service) -> None:
             return _ok({"status": "stopping"}, 503)
         return _ok({"status": "ok"})
 
+    async def metrics(request: web.Request) -> web.Response:
+        """SVC-53: the per-topic gauges read the store, on a worker thread."""
+        svc.metrics.set_topic_states(svc.topic_states)
+        body, content_type = await svc.call(svc.metrics.render)
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
     async def list_topics(request: web.Request) -> web.Response:
+        """SVC-22, SVC-48: only the topics the caller may read."""
         check_query(request, ())
-        return _ok({"topics": await svc.call(svc.store.topics)})
+        topics = await svc.call(svc.store.topics)
+        return _ok({"topics": svc.principal(request).readable(topics)})
 
     async def put_topic(request: web.Request) -> web.Response:
         name = request.match_info["t"]
@@ -127,6 +131,8 @@ def add_routes(app: web.Application, svc: Service) -> None:
             svc.handles.pop(name, None)
 
         await svc.call(drop)
+        if svc.push is not None:
+            svc.push.dropped(name)  # SVC-36: its priority ends with it
         return _no_content()
 
     async def flush(request: web.Request) -> web.Response:
@@ -136,6 +142,13 @@ def add_routes(app: web.Application, svc: Service) -> None:
     async def refresh(request: web.Request) -> web.Response:
         await svc.call(svc.store.refresh)
         return _no_content()
+
+    def admitted(request: web.Request) -> Any:
+        """SVC-44, SVC-45: a slot among the appends in flight, or 429 at saturation, unless
+        an allowed caller asks not to be throttled."""
+        assert svc.push is not None
+        asked = request.headers.get("X-Tidelog-No-Throttle") == "1"
+        return svc.push.admitted(asked and svc.principal(request).unthrottled)
 
     # -- appends and reads --------------------------------------------------------------------
     async def append(request: web.Request) -> web.Response:
@@ -149,7 +162,9 @@ def add_routes(app: web.Application, svc: Service) -> None:
             body = await json_body(request, ("payload", "tag", "node"))
             payload = unb64(body.get("payload"), "payload")
             tag, node = field_str(body, "tag", None), field_str(body, "node", None)
-        seq = await svc.topic_call(request, lambda t: t.append(payload, tag=tag, node=node))
+        async with admitted(request):
+            seq = await svc.topic_call(request, lambda t: t.append(payload, tag=tag, node=node))
+        svc.metrics.appended(request.match_info["t"], 1)
         return _ok({"seq": seq})
 
     async def batch(request: web.Request) -> web.Response:
@@ -181,7 +196,10 @@ def add_routes(app: web.Application, svc: Service) -> None:
             def call(t: Topic) -> list[int]:
                 return t.append_records(records, producer=producer)
 
-        return _ok({"seqs": await svc.topic_call(request, call)})
+        async with admitted(request):
+            seqs = await svc.topic_call(request, call)
+        svc.metrics.appended(request.match_info["t"], len(seqs))
+        return _ok({"seqs": seqs})
 
     async def read(request: web.Request) -> web.Response:
         check_query(request, ("incarnation", "after", "limit", "exclude_node", "wait_ms"))
@@ -337,8 +355,15 @@ def add_routes(app: web.Application, svc: Service) -> None:
 
     # -- routers --------------------------------------------------------------------------------
     async def list_routers(request: web.Request) -> web.Response:
+        """SVC-48: only routers whose source and dest the caller may read."""
+        who = svc.principal(request)
         routers = await svc.call(svc.store.routers)
-        return _ok({"routers": [x.to_dict() for x in routers]})
+        shown = [
+            x.to_dict()
+            for x in routers
+            if who.can("read", x.config.source) and who.can("read", x.config.dest)
+        ]
+        return _ok({"routers": shown})
 
     async def put_router(request: web.Request) -> web.Response:
         body = await json_body(request, _ROUTER_KEYS)
@@ -351,11 +376,19 @@ def add_routes(app: web.Application, svc: Service) -> None:
             kwargs[key] = field_bool(body, key, True)
         kwargs["allow_cycle"] = field_bool(body, "allow_cycle", False)
         source, dest = field_str(body, "source"), field_str(body, "dest")
+        for topic in (source, dest):  # SVC-48: admin on both ends
+            svc.authz.authorize(svc.principal(request), "admin", topic)
         info = await svc.call(lambda: svc.store.router(name, source, dest, **kwargs))
         return _ok(info.to_dict())
 
     async def delete_router(request: web.Request) -> web.Response:
-        dropped = await svc.call(svc.store.drop_router, request.match_info["r"])
+        name = request.match_info["r"]
+        who = svc.principal(request)
+        for info in await svc.call(svc.store.routers):
+            if info.name == name:  # SVC-48: admin on both ends
+                svc.authz.authorize(who, "admin", info.config.source)
+                svc.authz.authorize(who, "admin", info.config.dest)
+        dropped = await svc.call(svc.store.drop_router, name)
         return _ok({"dropped": dropped})
 
     async def put_priority(request: web.Request) -> web.Response:
@@ -364,41 +397,49 @@ def add_routes(app: web.Application, svc: Service) -> None:
         if not -1000 <= priority <= 1000:
             raise BadArgument(f"priority must be in -1000..1000, got {priority} (SVC-36)")
         await svc.topic_call(request, Topic.state)  # 404 for a topic that does not exist
-        svc.priorities[request.match_info["t"]] = priority
+        assert svc.push is not None
+        svc.push.set_priority(request.match_info["t"], priority)
         return _ok({"priority": priority})
 
     t = "/v0/topics/{t}"
     sub = t + "/subscribers/{s}"
-    r.add_get("/v0", root)
-    r.add_get("/v0/health", health)
-    r.add_get("/v0/topics", list_topics)
-    r.add_put(t, put_topic)
-    r.add_get(t, get_topic)
-    r.add_delete(t, delete_topic)
-    r.add_post("/v0/flush", flush)
-    r.add_post("/v0/refresh", refresh)
-    r.add_post(t + "/records", append)
-    r.add_get(t + "/records", read)
-    r.add_delete(t + "/records", delete_records)
-    r.add_post(t + "/batch", batch)
-    r.add_get(t + "/state", state)
-    r.add_get(t + "/changes", changes)
-    r.add_put(t + "/priority", put_priority)
-    r.add_get(t + "/subscribers", list_subscribers)
-    r.add_put(sub, put_subscriber)
-    r.add_get(sub, get_subscriber)
-    r.add_delete(sub, delete_subscriber)
-    r.add_post(sub + "/poll", poll)
-    r.add_post(sub + "/ack", resolve("ack", "changed"))
-    r.add_post(sub + "/reject", resolve("reject", "changed"))
-    r.add_post(sub + "/commit", resolve("commit", "acked"))
-    r.add_post(sub + "/flush", flush_subscriber)
-    r.add_post(t + "/claim", claim)
-    for op in ("complete", "release", "nack"):
-        r.add_post(f"{t}/{op}", end_lease(op))
-    r.add_get("/v0/routers", list_routers)
-    r.add_put("/v0/routers/{r}", put_router)
-    r.add_delete("/v0/routers/{r}", delete_router)
+    # SVC-13's table with SVC-48's right of each route ("any": a valid token; "none": health)
+    routes = [
+        ("GET", "/v0", root, "any"),
+        ("GET", "/v0/health", health, "none"),
+        ("GET", "/v0/metrics", metrics, "admin"),
+        ("GET", "/v0/topics", list_topics, "any"),
+        ("PUT", t, put_topic, "admin"),
+        ("GET", t, get_topic, "read"),
+        ("DELETE", t, delete_topic, "admin"),
+        ("POST", "/v0/flush", flush, "admin"),
+        ("POST", "/v0/refresh", refresh, "admin"),
+        ("POST", t + "/records", append, "write"),
+        ("GET", t + "/records", read, "read"),
+        ("DELETE", t + "/records", delete_records, "admin"),
+        ("POST", t + "/batch", batch, "write"),
+        ("GET", t + "/state", state, "read"),
+        ("GET", t + "/changes", changes, "read"),
+        ("PUT", t + "/priority", put_priority, "admin"),
+        ("GET", t + "/subscribers", list_subscribers, "read"),
+        ("PUT", sub, put_subscriber, "read"),
+        ("GET", sub, get_subscriber, "read"),
+        ("DELETE", sub, delete_subscriber, "read"),
+        ("POST", sub + "/poll", poll, "read"),
+        ("POST", sub + "/ack", resolve("ack", "changed"), "read"),
+        ("POST", sub + "/reject", resolve("reject", "changed"), "read"),
+        ("POST", sub + "/commit", resolve("commit", "acked"), "read"),
+        ("POST", sub + "/flush", flush_subscriber, "read"),
+        ("POST", t + "/claim", claim, "read"),
+        ("POST", t + "/complete", end_lease("complete"), "read"),
+        ("POST", t + "/release", end_lease("release"), "read"),
+        ("POST", t + "/nack", end_lease("nack"), "read"),
+        ("GET", "/v0/routers", list_routers, "any"),
+        ("PUT", "/v0/routers/{r}", put_router, "any"),  # admin on source and dest: below
+        ("DELETE", "/v0/routers/{r}", delete_router, "any"),
+    ]
+    for method, path, handler, right in routes:
+        svc.rights[r.add_route(method, path, handler)] = right
 
 
 def _check_batch(svc: Service, n: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +20,11 @@ __all__ = ["ServiceThread", "start_sites"]
 
 
 async def start_sites(
-    app: web.Application, sockets: Sequence[socket.socket], *, shutdown_timeout: float = 10.0
+    app: web.Application,
+    sockets: Sequence[socket.socket],
+    *,
+    shutdown_timeout: float = 10.0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> web.AppRunner:
     """Serve ``app`` on the given listening sockets (bound before the store opened, CLI-9)."""
     runner = web.AppRunner(
@@ -27,7 +32,7 @@ async def start_sites(
     )
     await runner.setup()
     for sock in sockets:
-        await web.SockSite(runner, sock).start()
+        await web.SockSite(runner, sock, ssl_context=ssl_context).start()
     return runner
 
 

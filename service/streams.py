@@ -16,14 +16,16 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from tidelog.api import Topic
-from tidelog.errors import BadArgument, TidelogError
+from tidelog.errors import BadArgument, Busy, TidelogError
 from tidelog.records import Tombstone
 
+from .keys import TOKENS_GENERATION
 from .request import check_query, query_int, query_str
 from .wire import error_json, item_to_json
 
 if TYPE_CHECKING:
     from .app import Service
+    from .auth import Principal
 
 __all__ = ["add_routes", "encode_events"]
 
@@ -101,6 +103,19 @@ def add_routes(app: web.Application, svc: Service) -> None:
     app.router.add_get("/v0/topics/{t}/subscribers/{s}/events", subscriber_events)
 
 
+def _admit(svc: Service, who: Principal) -> None:
+    """SVC-51: at most --max-streams streams in all and --max-streams-per-token per token
+    (with tokens); more are 503 ``busy`` before the stream starts."""
+    limits = svc.limits
+    if len(svc.streams) >= limits.max_streams:
+        raise Busy(f"{len(svc.streams)} event streams are open, the most --max-streams allows")
+    if not svc.authz.open and svc.streams_of.get(who.name, 0) >= limits.max_streams_per_token:
+        raise Busy(
+            f"token {who.name!r} has {limits.max_streams_per_token} event streams open, the "
+            "most --max-streams-per-token allows (SVC-51)"
+        )
+
+
 async def _stream(
     svc: Service,
     request: web.Request,
@@ -110,6 +125,8 @@ async def _stream(
     exclude: str | None,
     subscriber: str | None = None,
 ) -> web.StreamResponse:
+    who = svc.principal(request)
+    _admit(svc, who)
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -122,8 +139,12 @@ async def _stream(
     task = asyncio.current_task()
     assert task is not None
     svc.streams.add(task)
+    svc.streams_of[who.name] = svc.streams_of.get(who.name, 0) + 1
+    svc.metrics.stream_opened(name)
     heartbeat = svc.sse_heartbeat_ms / 1000.0
     stall = svc.sse_stall_ms / 1000.0
+    tokens_seen = request.get(TOKENS_GENERATION, svc.authz.generation)
+    deferred = False
 
     def read(t: Topic) -> list[Any]:
         if subscriber is not None:
@@ -135,15 +156,22 @@ async def _stream(
             while not svc.stopping:
                 gen = interest.gen
                 try:
+                    if svc.authz.generation != tokens_seen:  # SVC-49: tokens reloaded
+                        tokens_seen = request.get(TOKENS_GENERATION, svc.authz.generation)
+                        who = svc.authz.recheck(who, "read", name)
                     items = await svc.call(svc.on_topic, name, incarnation, read)
-                except TidelogError as exc:  # SVC-34: the topic or subscriber is gone
+                except TidelogError as exc:  # SVC-34: the topic, subscriber or right is gone
                     await response.write(_event("error", error_json(exc.code, exc.message)))
                     return response
-                if items:
+                if svc.push is not None and svc.push.is_deferred(name) != deferred:
+                    deferred = not deferred  # SVC-35: said once at each start and end
+                    await response.write(_event("deferred" if deferred else "resumed", {}))
+                if items and not deferred:
                     data, cursor = encode_events(_within(items))
                     # waits until the socket took it; a socket that takes nothing is closed
                     # (SVC-32): the client resumes with Last-Event-ID
                     await asyncio.wait_for(response.write(data), stall)
+                    svc.metrics.stream_events(name, data.count(b"\nid: "))
                     continue
                 if not await interest.changed_since(gen, heartbeat) and not svc.stopping:
                     await response.write(b": hb\n\n")  # SVC-30
@@ -155,6 +183,8 @@ async def _stream(
             request.transport.abort()
     finally:
         svc.streams.discard(task)
+        svc.streams_of[who.name] -= 1
+        svc.metrics.stream_closed(name)
     return response
 
 

@@ -34,7 +34,8 @@ class Client:
         self.conn.request(method, path, body=data, headers=hdrs)
         resp = self.conn.getresponse()
         payload = resp.read()
-        value = json.loads(payload) if payload else None
+        is_json = resp.headers.get("Content-Type", "").startswith("application/json")
+        value = json.loads(payload) if payload and is_json else (payload or None)
         return resp.status, value, resp
 
     def get(self, path: str, **kw: Any) -> tuple[int, Any]:

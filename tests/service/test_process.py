@@ -85,6 +85,4 @@ def test_SVC_54_SVC_57_sigterm_drains_ends_streams_and_flushes_the_store(
     assert waited == [(200, {"items": [], "next_after": 50})]
     with tidelog.open(uri) as store:
         items = store.topic("a", create=False).read(0, 100)
-        assert [i.payload for i in items if isinstance(i, Record)] == [
-            b"%d" % i for i in range(50)
-        ]
+        assert [i.payload for i in items if isinstance(i, Record)] == [b"%d" % i for i in range(50)]
