@@ -1,4 +1,5 @@
-"""The receiver's memory bounds (spec/FORWARD.md FWD-25; CLI-9 for `serve`'s start-up).
+"""The receiver's memory bounds (spec/FORWARD.md FWD-25; CLI-9 for `serve`'s start-up, FWD-18
+and CLI-1 for its stop).
 
 In-process tests hold the receiver's appends back with a gate, so what it buffers meanwhile is
 deterministic. The flood tests start a receiver process (`tidelog serve`) and a flooding client
@@ -543,6 +544,7 @@ class Served:
         """SIGTERM (a clean stop) and the stats the receiver prints on exit."""
         self.proc.send_signal(signal.SIGTERM)
         _, err = self.proc.communicate(timeout=WAIT)
+        self.stderr = err
         stats = [line for line in err.splitlines() if line.startswith('{"receiver"')]
         assert stats, err
         return json.loads(stats[-1])["receiver"]  # type: ignore[no-any-return]
@@ -574,6 +576,32 @@ def served(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     for s in started:
         s.kill()
     shutil.rmtree(tmp_path / "rx", ignore_errors=True)  # hundreds of MB
+
+
+def test_FWD_18_sigterm_stops_serve_cleanly(tmp_path: Path, served: Callable[..., Served]) -> None:
+    """FWD-18, CLI-1 regression: SIGTERM ends `tidelog serve` with a clean stop: its connection
+    is closed with 1001, the final flush writes the de-dup checkpoint (the flush interval is too
+    long for any other), nothing is logged, status 0. It used to close the store under the
+    running receiver: on Python 3.11 the signal, taken inside Thread.join, made the receiver's
+    thread look ended (no close frame, "flush failed: ... is closed", no checkpoint)."""
+    uri = rx_uri(tmp_path / "rx")
+    rx = served(uri, "--flush-interval-ms", "600000")
+
+    async def go() -> int | None:
+        ws = await dial(rx.port, "c")
+        await ws.send(b"0")
+        assert wire.decode(await asyncio.wait_for(ws.recv(), WAIT)) == wire.Ok(0, {"events": 1})
+        stats = await asyncio.get_running_loop().run_in_executor(None, rx.terminate)
+        assert stats["stored"] == 1
+        await asyncio.wait_for(ws.wait_closed(), WAIT)
+        return ws.close_code
+
+    assert asyncio.run(go()) == 1001
+    assert rx.proc.returncode == 0
+    assert [line for line in rx.stderr.splitlines() if not line.startswith('{"receiver"')] == []
+    with tidelog.open(uri) as store:
+        index = list(store.topic("events.fwd-index", create=False).read())
+    assert json.loads(index[-1].payload) == {"through_seq": 1, "clients": {"c": 0}, "refused": {}}
 
 
 def flood(

@@ -175,6 +175,7 @@ class Receiver:
         self._thread: threading.Thread | None = None
         self._stop_requested: asyncio.Event | None = None
         self._started = threading.Event()
+        self._finished = threading.Event()  # the thread's loop is closed
         self._start_error: BaseException | None = None
 
     @classmethod
@@ -245,8 +246,11 @@ class Receiver:
         self._loop = loop
         # The Runner cancels and awaits whatever tasks are left (a handshake cut short by the
         # stop) before closing the loop.
-        with asyncio.Runner(loop_factory=lambda: loop) as runner:
-            runner.run(self._serve())
+        try:
+            with asyncio.Runner(loop_factory=lambda: loop) as runner:
+                runner.run(self._serve())
+        finally:
+            self._finished.set()
 
     async def _serve(self) -> None:
         self._stop_requested = asyncio.Event()
@@ -282,9 +286,13 @@ class Receiver:
         """Stop serving (connections close with 1001); a final flush and checkpoint unless
         ``abort``. Closes the store if the receiver opened it."""
         self._abort = abort
-        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+        # Not Thread.is_alive(): on Python 3.11 a KeyboardInterrupt (Ctrl-C, or SIGTERM in the
+        # CLI) taken inside Thread.join() makes it say False for a thread that still runs.
+        if self._loop is not None and self._thread is not None and not self._finished.is_set():
             assert self._stop_requested is not None
-            self._loop.call_soon_threadsafe(self._stop_requested.set)
+            with contextlib.suppress(RuntimeError):  # the loop closed just now
+                self._loop.call_soon_threadsafe(self._stop_requested.set)
+            self._finished.wait()
             self._thread.join()
         self._close_sockets()  # never handed to a server (not started), or closed already
         if self.owns_store:
@@ -315,8 +323,8 @@ class Receiver:
             self.start()
         assert self._thread is not None
         try:
-            while self._thread.is_alive():
-                self._thread.join(0.5)
+            while not self._finished.wait(0.5):
+                pass
         except KeyboardInterrupt:
             pass
         finally:
