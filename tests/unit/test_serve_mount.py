@@ -88,3 +88,43 @@ def test_FWD_18_the_receiver_serves_beside_another_applications_routes(tmp_path:
         assert rx.stats["stored"] == 2 and rx.held_bytes == 0
     finally:
         store.close()
+
+
+def test_FWD_18_the_host_starts_and_stops_the_receiver_from_its_signals(tmp_path: Path) -> None:
+    """FWD-18: startup() from the host's on_startup and shutdown() from its on_shutdown: the
+    host's AppRunner.cleanup() ends the receiver's connections with 1001 (aiohttp would wait for
+    their handlers otherwise) and the final flush makes the frame durable, with the flush
+    interval too long for any other flush."""
+    uri = f"file://{tmp_path / 'rx'}?wal_file_bytes=1MiB"
+    store = tidelog.open(uri)
+    rx = Receiver(store, "events", flush_interval_ms=600000)
+    app = web.Application()
+    rx.add_routes(app)
+
+    async def on_startup(_: web.Application) -> None:
+        await rx.startup()
+
+    async def on_shutdown(_: web.Application) -> None:
+        await rx.shutdown()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
+
+    async def go() -> int | None:
+        runner = web.AppRunner(app, shutdown_timeout=WAIT)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        ws = await dial(runner.addresses[0][1], "s")
+        await ws.send(b"one")
+        assert wire.decode(await asyncio.wait_for(ws.recv(), WAIT)) == wire.Ok(0, {"events": 1})
+        await asyncio.wait_for(runner.cleanup(), WAIT)
+        await asyncio.wait_for(ws.wait_closed(), WAIT)
+        return ws.close_code
+
+    try:
+        assert asyncio.run(go()) == 1001
+        assert rx.durable_seq == 1
+    finally:
+        store.close()
+    with tidelog.open(uri) as again:
+        assert [r.payload for r in again.topic("events").read()] == [b"one"]

@@ -193,9 +193,9 @@ class Receiver:
     # -- in another aiohttp application ------------------------------------------------------
     def add_routes(self, app: web.Application) -> None:
         """Serve the receiver's paths (``PATHS``) in ``app``, beside its own routes. The host
-        runs ``await startup()`` on its loop before serving (e.g. in ``app.on_startup``) and
-        ``await shutdown()`` when it stops; the store stays the caller's to close, after
-        ``shutdown()``."""
+        runs ``await startup()`` on its loop before serving (e.g. from ``app.on_startup``) and
+        ``await shutdown()`` when it stops (from ``app.on_shutdown``, or before
+        ``AppRunner.cleanup()``); the store stays the caller's to close, after ``shutdown()``."""
         for path in PATHS:
             app.router.add_get(path, self._handle, allow_head=False)
 
@@ -211,9 +211,10 @@ class Receiver:
     async def shutdown(self, *, final_flush: bool = True) -> None:
         """Refuse new upgrades (503), close every connection with 1001 and wait for their
         handlers, stop the flusher between two flushes, then flush and checkpoint once more
-        unless ``final_flush`` is False (FWD-19, FWD-26). Call it while the host still reads
-        its connections (before ``AppRunner.cleanup()``, which stops reading them first: each
-        close would then wait its whole timeout, 1 s, for the peer's close frame)."""
+        unless ``final_flush`` is False (FWD-18, FWD-26). Call it no later than the host's
+        ``on_shutdown``: aiohttp waits for the handlers of open connections after that (up to
+        its shutdown timeout) and only this ends them. By then aiohttp parses nothing more on
+        them, so a close may wait its timeout (1 s) for a peer that keeps its TCP open."""
         self._accepting = False
         await asyncio.gather(
             *(
