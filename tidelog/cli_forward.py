@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+import tidelog
 from tidelog.cli_group import EXIT_FAILED, main, sigterm_as_interrupt
 from tidelog.cli_open import open_existing
 from tidelog.config import TopicConfig
@@ -28,6 +29,7 @@ from tidelog.forward.budget import ServeLimits
 from tidelog.forward.conf import _split, parse_conf
 from tidelog.fsio import storage_error
 from tidelog.names import check_topic_name
+from tidelog.options import parse_size
 
 __all__ = ["serve_cmd", "forward_cmd"]
 
@@ -72,7 +74,11 @@ def bind_listen(host: str, port: int) -> list[socket.socket]:
 
 @main.command("serve")
 @click.option("--uri", required=True, help="Store the receiver appends to (e.g. file:///rx).")
-@click.option("--topic", required=True, help="Topic that receives the frames.")
+@click.option(
+    "--topic",
+    default=None,
+    help="Also receive forwarded frames into this topic on /write/v4 (FWD-18; SVC-2).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=9000, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
@@ -120,6 +126,40 @@ def bind_listen(host: str, port: int) -> list[socket.socket]:
     "(topic sources with holes; FWD-26).",
 )
 @click.option(
+    "--max-request-bytes",
+    default="16MiB",
+    show_default=True,
+    help="Largest HTTP request body; larger: 413 too_large (SVC-51).",
+)
+@click.option(
+    "--max-batch",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Most records in one batch append; more: 413 too_large (SVC-15).",
+)
+@click.option(
+    "--max-wait-ms",
+    default=30_000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Longest wait a read, poll or changes request may ask for (SVC-16).",
+)
+@click.option(
+    "--sse-heartbeat-ms",
+    default=15_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="A comment line on an idle event stream this often (SVC-30).",
+)
+@click.option(
+    "--shutdown-timeout-ms",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="How long requests in flight may finish after SIGTERM (SVC-57).",
+)
+@click.option(
     "--topic-option",
     "topic_options",
     multiple=True,
@@ -138,14 +178,32 @@ def serve_cmd(
     max_total_bytes: str,
     max_connections: int,
     trust_fsn_jumps: bool,
+    max_request_bytes: str,
+    max_batch: int,
+    max_wait_ms: int,
+    sse_heartbeat_ms: int,
+    shutdown_timeout_ms: int,
     topic_options: tuple[str, ...],
 ) -> None:
-    """Receive forwarded frames over WebSocket (/write/v4) into TOPIC of the store at URI.
+    """Serve the store at URI over HTTP (the API under /v0, spec/SERVICE.md); with --topic,
+    receive forwarded frames over WebSocket (/write/v4) into that topic.
 
     The address is checked before the store is opened: a busy port or a host that does not
     resolve is one error line (exit 2) and creates nothing. Ctrl-C or SIGTERM stops it cleanly.
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if topic is None:
+        _serve_api(
+            uri,
+            host,
+            port,
+            max_request_bytes=parse_size("--max-request-bytes", max_request_bytes),
+            max_batch=max_batch,
+            max_wait_ms=max_wait_ms,
+            sse_heartbeat_ms=sse_heartbeat_ms,
+            shutdown_timeout_ms=shutdown_timeout_ms,
+        )
+        return
     options = _option_pairs(topic_options)
     check_topic_name(topic)  # the receiver would create the store before refusing these
     TopicConfig.from_options(topic, options)
@@ -188,6 +246,25 @@ def serve_cmd(
             receiver.serve_forever()
         finally:
             click.echo(json.dumps({"receiver": receiver.stats}), err=True)
+
+
+def _serve_api(uri: str, host: str, port: int, **options: Any) -> None:
+    from tidelog.service.main import run_service
+
+    sockets = bind_listen(host, port)
+    try:
+        store = tidelog.open(uri)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    bound = sockets[0].getsockname()
+
+    def ready(service: object) -> None:
+        click.echo(f"listening on http://{host}:{bound[1]}/v0", nl=True)
+        sys.stdout.flush()
+
+    run_service(store, sockets, on_ready=ready, **options)
 
 
 def _given_keys(conf: str) -> set[str]:

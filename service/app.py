@@ -1,0 +1,227 @@
+"""The service's aiohttp application (spec/SERVICE.md): one store, its API as endpoints.
+
+Every endpoint is one call of the public API (SVC-13) run on a worker thread, since the store
+blocks (a durable append waits for its group commit, CON-1), while waits and streams stay on
+the loop, woken by the store's change notification through ``ChangeHub`` (SVC-29). Errors
+become SVC-9's body with SVC-10's status in one middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from tidelog.api import Store, Topic
+from tidelog.errors import (
+    BadArgument,
+    Closed,
+    Internal,
+    MethodNotAllowed,
+    NoSuchTopic,
+    NotFound,
+    TidelogError,
+    TooLarge,
+)
+
+from .hub import ChangeHub
+from .replays import Replays
+from .wire import RETRY_CODES, STATUS, dumps, error_json
+
+__all__ = ["Service", "json_response"]
+
+log = logging.getLogger("tidelog.service")
+T = TypeVar("T")
+
+#: SVC-16: the longest wait a request may ask for (a larger one waits this long)
+MAX_WAIT_MS = 30_000
+
+
+def json_response(obj: object, status: int = 200) -> web.Response:
+    return web.Response(body=dumps(obj), status=status, content_type="application/json")
+
+
+def error_response(exc: TidelogError) -> web.Response:
+    """SVC-9, SVC-10: the code's status, with ``Retry-After`` for the codes that ask to retry."""
+    code = exc.code
+    status = STATUS.get(code, 500)
+    retry_ms: int | None = None
+    headers: dict[str, str] = {}
+    if code in RETRY_CODES:
+        retry_ms = int(getattr(exc, "retry_after_ms", 1000))
+        headers["Retry-After"] = str(max(1, -(-retry_ms // 1000)))
+    if code == "unauthorized":
+        headers["WWW-Authenticate"] = "Bearer"
+    allow = getattr(exc, "allow", None)
+    if allow:
+        headers["Allow"] = allow
+    return web.Response(
+        body=dumps(error_json(code, exc.message, retry_ms)),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+_HTTP_CODES = {400: "bad_argument", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+class Service:
+    """The state of one running service: its store, worker threads, topic handles, the change
+    hub, the replies kept for retries (SVC-25)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        workers: int = 64,
+        max_request_bytes: int = 16 << 20,
+        max_batch: int = 10_000,
+        max_wait_ms: int = MAX_WAIT_MS,
+        sse_heartbeat_ms: int = 15_000,
+        replay_window_ms: int = 60_000,
+        max_replays: int = 10_000,
+    ) -> None:
+        self.store = store
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tidelog-svc")
+        self.max_request_bytes = max_request_bytes
+        self.max_batch = max_batch
+        self.max_wait_ms = max_wait_ms
+        self.sse_heartbeat_ms = sse_heartbeat_ms
+        self.replays = Replays(replay_window_ms, max_replays)
+        self.handles: dict[str, Topic] = {}
+        self.hub: ChangeHub | None = None
+        self.stopping = False
+        self.streams: set[asyncio.Task[Any]] = set()
+        self.priorities: dict[str, int] = {}
+        self.app = self._build()
+
+    # -- calls on worker threads --------------------------------------------------------------
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run one blocking store call on a worker thread. A client that goes away does not
+        cancel it: the op completes or not as a whole (SVC-26, ERR-2)."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.shield(loop.run_in_executor(self.pool, fn, *args))
+
+    def handle(self, name: str, incarnation: int | None) -> Topic:
+        """On a worker thread: the handle on topic ``name``, of life ``incarnation`` when given
+        (SVC-14, TOP-10)."""
+        topic = self.handles.get(name)
+        if topic is None or (incarnation is not None and topic.incarnation != incarnation):
+            topic = self.store.topic(name, create=False)
+            self.handles[name] = topic
+        if incarnation is not None and topic.incarnation != incarnation:
+            raise NoSuchTopic(
+                f"topic {name!r} incarnation {incarnation} was dropped; the name's current "
+                f"life is {topic.incarnation} (TOP-10, SVC-14)"
+            )
+        return topic
+
+    def on_topic(self, name: str, incarnation: int | None, fn: Callable[[Topic], T]) -> T:
+        """On a worker thread: ``fn`` on the topic's handle. Without an incarnation a handle
+        found dropped is opened again once: the call raised, so it changed nothing (ERR-2)."""
+        topic = self.handle(name, incarnation)
+        try:
+            return fn(topic)
+        except NoSuchTopic:
+            if incarnation is not None:
+                raise
+            self.handles.pop(name, None)
+            return fn(self.handle(name, None))
+
+    async def topic_call(
+        self, request: web.Request, fn: Callable[[Topic], T], name: str | None = None
+    ) -> T:
+        from .request import query_int
+
+        incarnation = query_int(request, "incarnation", None, 1)
+        topic = name if name is not None else request.match_info["t"]
+        return await self.call(self.on_topic, topic, incarnation, fn)
+
+    async def wait_change(
+        self, name: str, attempt: Callable[[], T], done: Callable[[T], bool], wait_ms: int
+    ) -> T:
+        """CON-3 on the loop: run ``attempt`` on a worker thread until ``done`` says so or
+        ``wait_ms`` pass, woken by the topic's changes (SVC-16, SVC-29). Ends early with the
+        last answer when the service stops (SVC-57)."""
+        assert self.hub is not None
+        wait_ms = min(wait_ms, self.max_wait_ms)
+        deadline = time.monotonic() + wait_ms / 1000.0
+        with self.hub.interest(name) as interest:
+            while True:
+                gen = interest.gen
+                value = await self.call(attempt)
+                left = deadline - time.monotonic()
+                if done(value) or left <= 0 or self.stopping:
+                    return value
+                await interest.changed_since(gen, left)
+
+    def push_interest(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """What a stream waits on between batches: the topic's deliveries (SVC-29)."""
+        assert self.hub is not None
+        return self.hub.interest(name)
+
+    # -- the application ------------------------------------------------------------------------
+    def _build(self) -> web.Application:
+        from . import endpoints, streams
+
+        app = web.Application(client_max_size=self.max_request_bytes, middlewares=[self._errors])
+        app["service"] = self
+        endpoints.add_routes(app, self)
+        streams.add_routes(app, self)
+        app.on_startup.append(self._startup)
+        app.on_shutdown.append(self._on_shutdown)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _startup(self, app: web.Application) -> None:
+        self.hub = ChangeHub(self.store, asyncio.get_running_loop())
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        """SVC-57: waits end with their answer and streams with ``event: shutdown``."""
+        self.stopping = True
+        if self.hub is not None:
+            self.hub.close()
+        for task in list(self.streams):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), 2.0)
+
+    async def _cleanup(self, app: web.Application) -> None:
+        self.pool.shutdown(wait=True)
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.stopping and request.path != "/v0/health":
+            return error_response(Closed("the service is shutting down (SVC-57)"))
+        try:
+            return await handler(request)
+        except TidelogError as exc:
+            return error_response(exc)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            code = _HTTP_CODES.get(exc.status, "bad_argument")
+            if exc.status == 413:
+                err: TidelogError = TooLarge(
+                    f"request body over {self.max_request_bytes} bytes (SVC-51)"
+                )
+            elif exc.status == 404:
+                err = NotFound(f"no such path: {request.method} {request.path} (SVC-13)")
+            elif exc.status == 405:
+                err = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+                err.allow = exc.headers.get("Allow", "")  # type: ignore[attr-defined]
+            else:
+                err = BadArgument(f"{exc.reason} (SVC-12)")
+            err.code = code if err.code == "error" else err.code
+            return error_response(err)
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception:
+            log.exception("internal error on %s %s", request.method, request.path)
+            return error_response(Internal(f"internal error on {request.method} {request.path}"))

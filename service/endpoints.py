@@ -1,0 +1,429 @@
+"""The endpoints of SVC-13: each is one call of the public API, its fields the call's arguments
+and its answer the call's result; an endpoint adds only the encoding (service/wire.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+import tidelog
+from tidelog.api import Topic
+from tidelog.errors import BadArgument, TooLarge
+from tidelog.records import Tombstone
+
+from .replays import check_request_id
+from .request import (
+    check_query,
+    field_bool,
+    field_int,
+    field_str,
+    json_body,
+    query_int,
+    query_str,
+)
+from .wire import item_to_json, lease_to_json, state_to_json, unb64
+
+if TYPE_CHECKING:
+    from .app import Service
+
+__all__ = ["add_routes", "topic_json"]
+
+
+def _ok(obj: object, status: int = 200) -> web.Response:
+    from .app import json_response
+
+    return json_response(obj, status)
+
+
+def _no_content() -> web.Response:
+    return web.Response(status=204)
+
+
+def topic_json(svc: Service, topic: Topic) -> dict[str, Any]:
+    """SVC-14: a topic's name, life, whole config, state, subscribers and priority."""
+    store = topic.store
+    return {
+        "name": topic.name,
+        "incarnation": topic.incarnation,
+        "config": dataclasses.asdict(topic.config),
+        "state": state_to_json(topic.state()),
+        "subscribers": topic.subscribers() if store.capabilities.subscribers else [],
+        "priority": svc.priorities.get(topic.name, 0),
+    }
+
+
+def _next_after(items: list[Any], after: int) -> int:
+    if not items:
+        return after
+    last = items[-1]
+    return last.gap_to if isinstance(last, Tombstone) else last.seq
+
+
+def _items(items: list[Any]) -> list[dict[str, Any]]:
+    return [item_to_json(i) for i in items]
+
+
+def _producer(value: object) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"id", "seq"}:
+        raise BadArgument(f"producer must be {{'id': str, 'seq': int}}, got {value!r} (SVC-15)")
+    return (value["id"], value["seq"])  # the API checks their types (TOP-11)
+
+
+def add_routes(app: web.Application, svc: Service) -> None:
+    r = app.router
+
+    # -- the store ----------------------------------------------------------------------------
+    async def root(request: web.Request) -> web.Response:
+        caps = svc.store.capabilities.to_dict()
+        return _ok(
+            {
+                "api": "v0",
+                "tidelog": tidelog.__version__,
+                "capabilities": caps,
+                "limits": {
+                    "max_request_bytes": svc.max_request_bytes,
+                    "max_batch": svc.max_batch,
+                    "max_wait_ms": svc.max_wait_ms,
+                },
+            }
+        )
+
+    async def health(request: web.Request) -> web.Response:
+        if svc.stopping:
+            return _ok({"status": "stopping"}, 503)
+        return _ok({"status": "ok"})
+
+    async def list_topics(request: web.Request) -> web.Response:
+        check_query(request, ())
+        return _ok({"topics": await svc.call(svc.store.topics)})
+
+    async def put_topic(request: web.Request) -> web.Response:
+        name = request.match_info["t"]
+        body = await json_body(request, _CONFIG_KEYS)
+
+        def open_topic() -> dict[str, Any]:
+            topic = svc.store.topic(name, create=True, **body)
+            svc.handles[name] = topic
+            return topic_json(svc, topic)
+
+        return _ok(await svc.call(open_topic))
+
+    async def get_topic(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+        return _ok(await svc.topic_call(request, lambda t: topic_json(svc, t)))
+
+    async def delete_topic(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+        name = request.match_info["t"]
+        incarnation = query_int(request, "incarnation", None, 1)
+
+        def drop() -> None:
+            if incarnation is not None:
+                svc.handle(name, incarnation)  # 404 if that life is gone (SVC-14)
+            svc.store.drop_topic(name)
+            svc.handles.pop(name, None)
+
+        await svc.call(drop)
+        return _no_content()
+
+    async def flush(request: web.Request) -> web.Response:
+        await svc.call(svc.store.flush)
+        return _no_content()
+
+    async def refresh(request: web.Request) -> web.Response:
+        await svc.call(svc.store.refresh)
+        return _no_content()
+
+    # -- appends and reads --------------------------------------------------------------------
+    async def append(request: web.Request) -> web.Response:
+        if request.content_type == "application/octet-stream":
+            # SVC-6: the body byte for byte; tag and node from the query
+            check_query(request, ("incarnation", "tag", "node"))
+            payload = await request.read()
+            tag, node = query_str(request, "tag"), query_str(request, "node")
+        else:
+            check_query(request, ("incarnation",))
+            body = await json_body(request, ("payload", "tag", "node"))
+            payload = unb64(body.get("payload"), "payload")
+            tag, node = field_str(body, "tag", None), field_str(body, "node", None)
+        seq = await svc.topic_call(request, lambda t: t.append(payload, tag=tag, node=node))
+        return _ok({"seq": seq})
+
+    async def batch(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+        body = await json_body(request, ("payloads", "records", "tag", "node", "producer"))
+        producer = _producer(body.get("producer"))
+        if ("payloads" in body) == ("records" in body):
+            raise BadArgument("a batch has either 'payloads' or 'records', exactly one (SVC-15)")
+        if "payloads" in body:
+            raw = body["payloads"]
+            if not isinstance(raw, list):
+                raise BadArgument("field 'payloads': expected a list (SVC-12)")
+            _check_batch(svc, len(raw))
+            payloads = [unb64(p, f"payloads[{i}]") for i, p in enumerate(raw)]
+            tag, node = field_str(body, "tag", None), field_str(body, "node", None)
+
+            def call(t: Topic) -> list[int]:
+                return t.append_many(payloads, tag=tag, node=node, producer=producer)
+
+        else:
+            if "tag" in body or "node" in body:
+                raise BadArgument("'records' carry their own tag and node (SVC-15)")
+            raw = body["records"]
+            if not isinstance(raw, list):
+                raise BadArgument("field 'records': expected a list (SVC-12)")
+            _check_batch(svc, len(raw))
+            records = [_record_in(rec, i) for i, rec in enumerate(raw)]
+
+            def call(t: Topic) -> list[int]:
+                return t.append_records(records, producer=producer)
+
+        return _ok({"seqs": await svc.topic_call(request, call)})
+
+    async def read(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation", "after", "limit", "exclude_node", "wait_ms"))
+        after = query_int(request, "after", 0, 0)
+        limit = query_int(request, "limit", 1000, 1)
+        wait_ms = query_int(request, "wait_ms", 0, 0)
+        exclude = query_str(request, "exclude_node")
+        assert after is not None and limit is not None and wait_ms is not None
+
+        def attempt() -> list[Any]:
+            return svc.on_topic(
+                name, incarnation, lambda t: t.read(after, limit, exclude_node=exclude)
+            )
+
+        name = request.match_info["t"]
+        incarnation = query_int(request, "incarnation", None, 1)
+        items = await svc.wait_change(name, attempt, bool, wait_ms)
+        return _ok({"items": _items(items), "next_after": _next_after(items, after)})
+
+    async def delete_records(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation", "before_seq", "tag", "tag_glob"))
+        before = query_int(request, "before_seq", None, 0)
+        tag, glob = query_str(request, "tag"), query_str(request, "tag_glob")
+        deleted = await svc.topic_call(
+            request, lambda t: t.delete(before_seq=before, tag=tag, tag_glob=glob)
+        )
+        return _ok({"deleted": deleted})
+
+    async def state(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+        return _ok(state_to_json(await svc.topic_call(request, Topic.state)))
+
+    async def changes(request: web.Request) -> web.Response:
+        """SVC-21: the change counter once it differs from ``since``, or after ``wait_ms``."""
+        check_query(request, ("incarnation", "since", "wait_ms"))
+        since = query_int(request, "since", None)
+        wait_ms = query_int(request, "wait_ms", 0, 0)
+        assert wait_ms is not None
+        name = request.match_info["t"]
+        incarnation = query_int(request, "incarnation", None, 1)
+
+        def attempt() -> int:
+            return svc.on_topic(name, incarnation, Topic.changes)
+
+        if since is None:
+            return _ok({"changes": await svc.call(attempt)})
+        value = await svc.wait_change(name, attempt, lambda c: c != since, wait_ms)
+        return _ok({"changes": value})
+
+    # -- subscribers ----------------------------------------------------------------------------
+    def sub_call(request: web.Request, fn: Any) -> Any:
+        s = request.match_info["s"]
+        return svc.topic_call(request, lambda t: fn(t, s))
+
+    async def list_subscribers(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+        return _ok({"subscribers": await svc.topic_call(request, Topic.subscribers)})
+
+    async def put_subscriber(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+        body = await json_body(request, ("start",))
+        start = field_str(body, "start", "resume")
+
+        def subscribe(t: Topic, s: str) -> dict[str, Any]:
+            sub = t.subscribe(s, start)
+            return {"name": sub.name, "hwm": sub.hwm()}
+
+        return _ok(await sub_call(request, subscribe))
+
+    async def get_subscriber(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+
+        def get(t: Topic, s: str) -> dict[str, Any]:
+            sub = t.subscriber(s)
+            return {"name": sub.name, "hwm": sub.hwm()}
+
+        return _ok(await sub_call(request, get))
+
+    async def delete_subscriber(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+        await sub_call(request, lambda t, s: t.subscriber(s).unregister())
+        return _no_content()
+
+    async def poll(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+        body = await json_body(request, ("max", "wait_ms", "request_id"))
+        limit = field_int(body, "max", 100, 1)
+        wait_ms = field_int(body, "wait_ms", 0, 0)
+        request_id = check_request_id(body.get("request_id"))
+        name, s = request.match_info["t"], request.match_info["s"]
+        incarnation = query_int(request, "incarnation", None, 1)
+
+        def attempt() -> list[Any]:
+            return svc.on_topic(name, incarnation, lambda t: t.subscriber(s).poll(limit))
+
+        async def run() -> web.Response:
+            items = await svc.wait_change(name, attempt, bool, wait_ms)
+            return _ok({"items": _items(items)})
+
+        return await svc.replays.run(("poll", name, s), request_id, run)
+
+    def resolve(op: str, out: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            check_query(request, ("incarnation",))
+            body = await json_body(request, ("seq",))
+            seq = field_int(body, "seq")
+            value = await sub_call(request, lambda t, s: getattr(t.subscriber(s), op)(seq))
+            return _ok({out: value})
+
+        return handler
+
+    async def flush_subscriber(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+        await sub_call(request, lambda t, s: t.subscriber(s).flush())
+        return _no_content()
+
+    # -- queue mode -----------------------------------------------------------------------------
+    async def claim(request: web.Request) -> web.Response:
+        check_query(request, ("incarnation",))
+        body = await json_body(request, ("node", "max", "lease_ms", "request_id"))
+        node = field_str(body, "node")
+        limit = field_int(body, "max", 1, 1)
+        lease_ms = field_int(body, "lease_ms", None, 1)
+        request_id = check_request_id(body.get("request_id"))
+
+        async def run() -> web.Response:
+            leases = await svc.topic_call(
+                request, lambda t: t.claim(node, max=limit, lease_ms=lease_ms)
+            )
+            return _ok({"leases": [lease_to_json(x) for x in leases]})
+
+        key = ("claim", request.match_info["t"], node)
+        return await svc.replays.run(key, request_id, run)
+
+    def end_lease(op: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            check_query(request, ("incarnation",))
+            fields = ("seq", "lease_id", "request_id") + (("delay_ms",) if op == "nack" else ())
+            body = await json_body(request, fields)
+            seq = field_int(body, "seq")
+            lease_id = field_int(body, "lease_id")
+            kwargs = {"delay_ms": field_int(body, "delay_ms", 0, 0)} if op == "nack" else {}
+            request_id = check_request_id(body.get("request_id"))
+
+            async def run() -> web.Response:
+                await svc.topic_call(request, lambda t: getattr(t, op)(seq, lease_id, **kwargs))
+                return _no_content()
+
+            key = (op, request.match_info["t"], seq)
+            return await svc.replays.run(key, request_id, run)
+
+        return handler
+
+    # -- routers --------------------------------------------------------------------------------
+    async def list_routers(request: web.Request) -> web.Response:
+        routers = await svc.call(svc.store.routers)
+        return _ok({"routers": [x.to_dict() for x in routers]})
+
+    async def put_router(request: web.Request) -> web.Response:
+        body = await json_body(request, _ROUTER_KEYS)
+        name = request.match_info["r"]
+        kwargs: dict[str, Any] = {
+            "filter_tag": field_str(body, "filter_tag", None),
+            "exclude_node": field_str(body, "exclude_node", None),
+        }
+        for key in ("preserve_tag", "preserve_node"):
+            kwargs[key] = field_bool(body, key, True)
+        kwargs["allow_cycle"] = field_bool(body, "allow_cycle", False)
+        source, dest = field_str(body, "source"), field_str(body, "dest")
+        info = await svc.call(lambda: svc.store.router(name, source, dest, **kwargs))
+        return _ok(info.to_dict())
+
+    async def delete_router(request: web.Request) -> web.Response:
+        dropped = await svc.call(svc.store.drop_router, request.match_info["r"])
+        return _ok({"dropped": dropped})
+
+    async def put_priority(request: web.Request) -> web.Response:
+        body = await json_body(request, ("priority",))
+        priority = field_int(body, "priority")
+        if not -1000 <= priority <= 1000:
+            raise BadArgument(f"priority must be in -1000..1000, got {priority} (SVC-36)")
+        await svc.topic_call(request, Topic.state)  # 404 for a topic that does not exist
+        svc.priorities[request.match_info["t"]] = priority
+        return _ok({"priority": priority})
+
+    t = "/v0/topics/{t}"
+    sub = t + "/subscribers/{s}"
+    r.add_get("/v0", root)
+    r.add_get("/v0/health", health)
+    r.add_get("/v0/topics", list_topics)
+    r.add_put(t, put_topic)
+    r.add_get(t, get_topic)
+    r.add_delete(t, delete_topic)
+    r.add_post("/v0/flush", flush)
+    r.add_post("/v0/refresh", refresh)
+    r.add_post(t + "/records", append)
+    r.add_get(t + "/records", read)
+    r.add_delete(t + "/records", delete_records)
+    r.add_post(t + "/batch", batch)
+    r.add_get(t + "/state", state)
+    r.add_get(t + "/changes", changes)
+    r.add_put(t + "/priority", put_priority)
+    r.add_get(t + "/subscribers", list_subscribers)
+    r.add_put(sub, put_subscriber)
+    r.add_get(sub, get_subscriber)
+    r.add_delete(sub, delete_subscriber)
+    r.add_post(sub + "/poll", poll)
+    r.add_post(sub + "/ack", resolve("ack", "changed"))
+    r.add_post(sub + "/reject", resolve("reject", "changed"))
+    r.add_post(sub + "/commit", resolve("commit", "acked"))
+    r.add_post(sub + "/flush", flush_subscriber)
+    r.add_post(t + "/claim", claim)
+    for op in ("complete", "release", "nack"):
+        r.add_post(f"{t}/{op}", end_lease(op))
+    r.add_get("/v0/routers", list_routers)
+    r.add_put("/v0/routers/{r}", put_router)
+    r.add_delete("/v0/routers/{r}", delete_router)
+
+
+def _check_batch(svc: Service, n: int) -> None:
+    if n > svc.max_batch:
+        raise TooLarge(f"a batch of {n} records is over --max-batch {svc.max_batch} (SVC-15)")
+
+
+def _record_in(rec: object, i: int) -> tuple[bytes, str | None, str | None]:
+    if not isinstance(rec, dict) or not set(rec) <= {"payload", "tag", "node"}:
+        raise BadArgument(f"records[{i}]: expected {{'payload', 'tag', 'node'}}, got {rec!r}")
+    return (
+        unb64(rec.get("payload"), f"records[{i}].payload"),
+        field_str(rec, "tag", None),
+        field_str(rec, "node", None),
+    )
+
+
+_CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(tidelog.TopicConfig))
+_ROUTER_KEYS = (
+    "source",
+    "dest",
+    "filter_tag",
+    "exclude_node",
+    "preserve_tag",
+    "preserve_node",
+    "allow_cycle",
+)
