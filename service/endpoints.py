@@ -248,7 +248,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
 
         def subscribe(t: Topic, s: str) -> dict[str, Any]:
             sub = t.subscribe(s, start)
-            return {"name": sub.name, "hwm": sub.hwm()}
+            return {"name": sub.name, "hwm": sub.hwm}
 
         return _ok(await sub_call(request, subscribe))
 
@@ -257,7 +257,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
 
         def get(t: Topic, s: str) -> dict[str, Any]:
             sub = t.subscriber(s)
-            return {"name": sub.name, "hwm": sub.hwm()}
+            return {"name": sub.name, "hwm": sub.hwm}
 
         return _ok(await sub_call(request, get))
 
