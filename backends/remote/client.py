@@ -15,6 +15,7 @@ import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -82,6 +83,24 @@ def _readable(sock: socket.socket) -> bool:
     return bool(select.select([sock], [], [], 0)[0])
 
 
+class _Slot:
+    """A thread's connection. Kept in a ``threading.local``: when the thread ends, its slot is
+    dropped and closes the connection, so threads that come and go leave no socket behind."""
+
+    __slots__ = ("conn", "__weakref__")
+
+    def __init__(self) -> None:
+        self.conn: http.client.HTTPConnection | None = None
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class Client:
     """Requests to one service address; thread-safe."""
 
@@ -99,7 +118,8 @@ class Client:
         self._monotonic = monotonic
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._open: set[http.client.HTTPConnection] = set()
+        #: every thread's slot, to close them all at ``close()``
+        self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
         self._closed = False
         self._ssl = ssl.create_default_context() if address.tls else None
         self._headers = {
@@ -110,10 +130,23 @@ class Client:
             self._headers["Authorization"] = f"Bearer {options.token}"
 
     # -- connections --------------------------------------------------------------------------
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+    def _slot(self) -> _Slot:
+        slot: _Slot | None = getattr(self._local, "slot", None)
+        if slot is None:
+            slot = self._local.slot = _Slot()
+            with self._lock:
+                self._slots.add(slot)
+        return slot
+
+    def open_connections(self) -> int:
+        """How many connections are open (one at most per thread that made a call)."""
+        with self._lock:
+            return sum(1 for s in self._slots if s.conn is not None)
+
+    def _connection(self, slot: _Slot, timeout: float) -> http.client.HTTPConnection:
+        conn = slot.conn
         if conn is not None and (conn.sock is None or _readable(conn.sock)):
-            self._drop(conn)  # closed by the service while idle: never send on it
+            slot.close()  # closed by the service while idle: never send on it
             conn = None
         if conn is None:
             if self._closed:
@@ -130,33 +163,25 @@ class Client:
                 conn.close()
                 raise _Unsent(exc) from None
             assert conn.sock is not None
-            with self._lock:
-                self._open.add(conn)
             if isinstance(conn.sock, socket.socket) and conn.sock.family != socket.AF_UNIX:
                 # small requests and answers: never wait for an ACK (Nagle)
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._local.conn = conn
+            slot.conn = conn
         return conn
-
-    def _drop(self, conn: http.client.HTTPConnection) -> None:
-        conn.close()
-        with self._lock:
-            self._open.discard(conn)
-        if getattr(self._local, "conn", None) is conn:
-            self._local.conn = None
 
     def close(self) -> None:
         """Close every connection (the served store stays open, SVC-58)."""
         self._closed = True
         with self._lock:
-            conns, self._open = list(self._open), set()
-        for conn in conns:
-            conn.close()
+            slots = list(self._slots)
+        for slot in slots:
+            slot.close()
 
     # -- one exchange -------------------------------------------------------------------------
     def _exchange(self, req: Request) -> tuple[int, Mapping[str, str], bytes]:
         timeout = (self.options.timeout_ms + req.wait_ms) / 1000.0
-        conn = self._connection(timeout)
+        slot = self._slot()
+        conn = self._connection(slot, timeout)
         headers = dict(self._headers)
         if req.body is not None:
             headers["Content-Type"] = req.content_type
@@ -168,10 +193,10 @@ class Client:
             resp = conn.getresponse()
             data = resp.read()
         except (OSError, http.client.HTTPException) as exc:
-            self._drop(conn)
+            slot.close()
             raise _Lost(exc) from None
         if resp.will_close:
-            self._drop(conn)
+            slot.close()
         return resp.status, resp.headers, data
 
     # -- one call -----------------------------------------------------------------------------

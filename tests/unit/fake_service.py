@@ -1,0 +1,155 @@
+"""A scripted stand-in for ``tidelog serve`` (tests of the remote backend's own behaviour:
+retries, lost answers, headers). Standard library only, HTTP/1.1 with keep-alive.
+
+``GET /v0`` answers a hello (the capabilities of ``memory://``); every other request takes the
+next action of the script: ``answer(status, body, headers)`` (a JSON body, or bytes as they
+are), ``DROP`` (read the request, close the connection without a word: a lost answer),
+``hang(seconds)`` (say nothing for that long, then close), ``answer_then_close(...)`` (answer
+as if keeping the connection alive, then close it: a keep-alive connection the server closed
+while it was idle). An empty script answers ``{"seq": 1}``. Every request is kept in ``requests``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tidelog.backends.memory import CAPABILITIES
+
+__all__ = ["FakeService", "Seen", "answer", "answer_then_close", "hang", "DROP", "fake_service"]
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # answer | drop | hang | answer_then_close
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def answer(status: int = 200, body: Any = None, headers: dict[str, str] | None = None) -> Action:
+    return Action("answer", status, body, headers or {})
+
+
+def answer_then_close(status: int = 200, body: Any = None) -> Action:
+    return Action("answer_then_close", status, body)
+
+
+def hang(seconds: float) -> Action:
+    return Action("hang", seconds=seconds)
+
+
+DROP = Action("drop")
+
+
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    connection: int  # which TCP connection carried it (counted from 1)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+HELLO = {
+    "api": "v0",
+    "tidelog": "0.1.0",
+    "capabilities": CAPABILITIES.to_dict(),
+    "limits": {"max_wait_ms": 30000},
+}
+
+
+class FakeService:
+    def __init__(self, script: list[Action] | None = None, hello: Any = None) -> None:
+        self.script = list(script or [])
+        self.hello = HELLO if hello is None else hello
+        self.requests: list[Seen] = []
+        self.connections = 0
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with fake.lock:
+                    fake.connections += 1
+                    self.number = fake.connections
+
+            def log_message(self, *args: object) -> None:  # quiet
+                pass
+
+            def _any(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                if self.command == "GET" and self.path == "/v0":
+                    self._send(answer(200, fake.hello))
+                    return
+                with fake.lock:
+                    fake.requests.append(
+                        Seen(self.command, self.path, dict(self.headers), body, self.number)
+                    )
+                    action = fake.script.pop(0) if fake.script else answer(200, {"seq": 1})
+                if action.kind == "drop":
+                    self.close_connection = True
+                elif action.kind == "hang":
+                    time.sleep(action.seconds)
+                    self.close_connection = True
+                else:
+                    self._send(action)
+                    if action.kind == "answer_then_close":
+                        self.close_connection = True
+
+            def _send(self, action: Action) -> None:
+                body = action.body
+                data = (
+                    body
+                    if isinstance(body, bytes)
+                    else b""
+                    if body is None
+                    else (json.dumps(body).encode())
+                )
+                self.send_response(action.status)
+                for k, v in action.headers.items():
+                    self.send_header(k, v)
+                if data:
+                    self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _any
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> FakeService:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+@contextmanager
+def fake_service(script: list[Action] | None = None, hello: Any = None) -> Iterator[FakeService]:
+    svc = FakeService(script, hello).start()
+    try:
+        yield svc
+    finally:
+        svc.stop()
