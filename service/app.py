@@ -85,6 +85,7 @@ class Service:
         max_batch: int = 10_000,
         max_wait_ms: int = MAX_WAIT_MS,
         sse_heartbeat_ms: int = 15_000,
+        sse_stall_ms: int = 30_000,
         replay_window_ms: int = 60_000,
         max_replays: int = 10_000,
     ) -> None:
@@ -94,6 +95,7 @@ class Service:
         self.max_batch = max_batch
         self.max_wait_ms = max_wait_ms
         self.sse_heartbeat_ms = sse_heartbeat_ms
+        self.sse_stall_ms = sse_stall_ms
         self.replays = Replays(replay_window_ms, max_replays)
         self.handles: dict[str, Topic] = {}
         self.hub: ChangeHub | None = None
@@ -172,7 +174,6 @@ class Service:
         from . import endpoints, streams
 
         app = web.Application(client_max_size=self.max_request_bytes, middlewares=[self._errors])
-        app["service"] = self
         endpoints.add_routes(app, self)
         streams.add_routes(app, self)
         app.on_startup.append(self._startup)

@@ -16,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from aiohttp import web
+
 from tidelog.errors import BadArgument
 
 __all__ = ["Replays", "check_request_id"]
@@ -43,8 +45,11 @@ class Replays:
         )
 
     async def run(
-        self, key: tuple[Any, ...], request_id: str | None, call: Callable[[], Awaitable[Any]]
-    ) -> Any:
+        self,
+        key: tuple[Any, ...],
+        request_id: str | None,
+        call: Callable[[], Awaitable[web.Response]],
+    ) -> web.Response:
         """``call()``'s answer, or the kept answer of the last call with this ``request_id`` on
         ``key``. A call that raised keeps its error too: a repeat gets the same refusal."""
         if request_id is None:
@@ -53,7 +58,7 @@ class Replays:
         kept = self._kept.get(key)
         if kept is not None and kept[0] == request_id and kept[1] > now:
             self._kept.move_to_end(key)
-            return await asyncio.shield(kept[2])
+            return _fresh(await asyncio.shield(kept[2]))
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._kept[key] = (request_id, now + self.window, future)
         self._kept.move_to_end(key)
@@ -70,5 +75,11 @@ class Replays:
             if self._kept.get(key, (None, 0, None))[2] is future:
                 del self._kept[key]
             raise
-        future.set_result(value)
+        future.set_result((value.status, value.body, value.content_type))
         return value
+
+
+def _fresh(kept: tuple[int, Any, str]) -> web.Response:
+    """A response is sent once: a repeat gets a new one with the same status and bytes."""
+    status, body, content_type = kept
+    return web.Response(status=status, body=body, content_type=content_type)

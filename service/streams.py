@@ -90,7 +90,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
 
         def start(t: Topic) -> int:
             # SVC-33: after the larger of the hwm and Last-Event-ID (else `after`, else 0)
-            hwm = t.subscriber(s).hwm()
+            hwm = t.subscriber(s).hwm
             given = resume if resume is not None else (after or 0)
             return max(hwm, given)
 
@@ -123,10 +123,11 @@ async def _stream(
     assert task is not None
     svc.streams.add(task)
     heartbeat = svc.sse_heartbeat_ms / 1000.0
+    stall = svc.sse_stall_ms / 1000.0
 
     def read(t: Topic) -> list[Any]:
         if subscriber is not None:
-            t.subscriber(subscriber).hwm()  # SVC-34: ends once the subscriber is gone
+            t.subscriber(subscriber)  # SVC-34: ends once the subscriber is gone
         return t.read(cursor, BATCH_EVENTS, exclude_node=exclude)
 
     try:
@@ -140,13 +141,18 @@ async def _stream(
                     return response
                 if items:
                     data, cursor = encode_events(_within(items))
-                    await response.write(data)  # waits until the socket took it (SVC-32)
+                    # waits until the socket took it; a socket that takes nothing is closed
+                    # (SVC-32): the client resumes with Last-Event-ID
+                    await asyncio.wait_for(response.write(data), stall)
                     continue
                 if not await interest.changed_since(gen, heartbeat) and not svc.stopping:
                     await response.write(b": hb\n\n")  # SVC-30
             await response.write(b"event: shutdown\ndata: {}\n\n")  # SVC-57
     except (ConnectionResetError, asyncio.CancelledError):
         pass
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
     finally:
         svc.streams.discard(task)
     return response
