@@ -68,7 +68,7 @@ async def json_body(request: web.Request, allowed: Collection[str] | None) -> di
     if not isinstance(body, dict):
         raise BadArgument(f"request body must be a JSON object, got {type(body).__name__}")
     unknown = sorted(set(body) - set(allowed)) if allowed is not None else []
-    if unknown:
+    if unknown and allowed is not None:
         raise BadArgument(
             f"unknown field(s) {', '.join(unknown)}; this endpoint takes "
             f"{', '.join(sorted(allowed)) or 'none'} (SVC-5)"

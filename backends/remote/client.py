@@ -16,7 +16,7 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import tidelog
@@ -178,7 +178,7 @@ class Client:
             slot.close()
 
     # -- one exchange -------------------------------------------------------------------------
-    def _exchange(self, req: Request) -> tuple[int, Mapping[str, str], bytes]:
+    def _exchange(self, req: Request) -> tuple[int, http.client.HTTPMessage, bytes]:
         timeout = (self.options.timeout_ms + req.wait_ms) / 1000.0
         slot = self._slot()
         conn = self._connection(slot, timeout)
@@ -207,6 +207,7 @@ class Client:
         start = self._monotonic()
         attempt = 0
         lost = False  # an earlier attempt got no answer
+        error: TidelogError
         while True:
             try:
                 status, headers, data = self._exchange(req)
@@ -270,7 +271,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
 
 
-def _answer_error(status: int, headers: Mapping[str, str], data: bytes) -> TidelogError:
+def _answer_error(status: int, headers: http.client.HTTPMessage, data: bytes) -> TidelogError:
     """SVC-9: the error an answer with status >= 300 stands for, with ``retry_after_ms`` from
     the body, else from ``Retry-After`` (whole seconds, SVC-10)."""
     if status < 400:

@@ -245,8 +245,9 @@ def test_SVC_58_the_same_api_over_http(remote: tidelog.Store, clock: FakeClock) 
 
 
 def test_SVC_58_errors_raise_their_class_over_http(remote: tidelog.Store) -> None:
-    """SVC-58, SVC-9, ERR-1: an error answer raises the class its code names, with the served
-    store's message, so `pytest.raises(NoSuchTopic)` works over HTTP as in process."""
+    """SVC-58, SVC-9, SVC-14, ERR-1: an error answer raises the class its code names, with the
+    served store's message, so `pytest.raises(NoSuchTopic)` works over HTTP as in process (an
+    unknown topic option too: bad_option)."""
     with pytest.raises(NoSuchTopic, match="'nope'"):
         remote.topic("nope", create=False)
     t = remote.topic("t0", cap_records=1, discard="reject")
@@ -433,7 +434,7 @@ def _throttled(ms: int) -> dict[str, Any]:
 
 
 def test_SVC_60_repeats_after_429_throttled_and_503_after_their_wait() -> None:
-    """SVC-60, SVC-44: an append refused with 429 throttled (nothing stored) is sent again after
+    """SVC-60: an append refused with 429 throttled (nothing stored) is sent again after
     retry_after_ms, as many times as retry_ms allows, and returns the seq of the one that was
     taken; one Retry-After without a body's retry_after_ms is read in whole seconds."""
     closing = {"error": {"code": "closed", "message": "shutting down"}}
