@@ -159,6 +159,14 @@ class Client:
                 conn = http.client.HTTPConnection(a.host, a.port, timeout=timeout)
             try:
                 conn.connect()
+            except ssl.SSLError as exc:  # a certificate refused is refused again: no repeat
+                conn.close()
+                err = StorageError(
+                    f"TLS with {self.address} failed ({exc}); nothing was sent, so it was not "
+                    "applied (SVC-60)"
+                )
+                err.maybe_applied = False  # type: ignore[attr-defined]
+                raise err from None
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 raise _Unsent(exc) from None

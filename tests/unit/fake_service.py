@@ -7,10 +7,16 @@ are), ``DROP`` (read the request, close the connection without a word: a lost an
 ``hang(seconds)`` (say nothing for that long, then close), ``answer_then_close(...)`` (answer
 as if keeping the connection alive, then close it: a keep-alive connection the server closed
 while it was idle). An empty script answers ``{"seq": 1}``. Every request is kept in ``requests``.
+
+``LossyProxy`` stands between a client and a real service: it relays every request and answer,
+except that the first request matching each of its ``lose`` entries reaches the service and its
+answer does not reach the client (the connection closes): a lost answer, after the call was
+applied.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -22,7 +28,10 @@ from typing import Any
 
 from tidelog.backends.memory import CAPABILITIES
 
-__all__ = ["FakeService", "Seen", "answer", "answer_then_close", "hang", "DROP", "fake_service"]
+__all__ = [
+    "FakeService", "LossyProxy", "Seen", "answer", "answer_then_close", "hang", "DROP",
+    "fake_service",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,9 @@ HELLO = {
 
 
 class FakeService:
-    def __init__(self, script: list[Action] | None = None, hello: Any = None) -> None:
+    def __init__(
+        self, script: list[Action] | None = None, hello: Any = None, tls: Any = None
+    ) -> None:
         self.script = list(script or [])
         self.hello = HELLO if hello is None else hello
         self.requests: list[Seen] = []
@@ -133,7 +144,11 @@ class FakeService:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:  # an ssl.SSLContext for the server side
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def start(self) -> FakeService:
@@ -147,9 +162,75 @@ class FakeService:
 
 
 @contextmanager
-def fake_service(script: list[Action] | None = None, hello: Any = None) -> Iterator[FakeService]:
-    svc = FakeService(script, hello).start()
+def fake_service(
+    script: list[Action] | None = None, hello: Any = None, tls: Any = None
+) -> Iterator[FakeService]:
+    svc = FakeService(script, hello, tls).start()
     try:
         yield svc
     finally:
         svc.stop()
+
+
+class LossyProxy:
+    """A relay to ``upstream`` that loses the answer of the first request starting with each of
+    ``lose`` (``"POST /v0/topics/t/claim"``), after the service applied it."""
+
+    def __init__(self, upstream: str, lose: list[str]) -> None:
+        self.lose = list(lose)
+        self.lost: list[str] = []
+        self.seen: list[str] = []
+        self.lock = threading.Lock()
+        host, port = upstream.removeprefix("http://").split(":")
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                line = f"{self.command} {self.path}"
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                up = http.client.HTTPConnection(host, int(port), timeout=30)
+                try:
+                    up.request(self.command, self.path, body=body, headers=headers)
+                    resp = up.getresponse()
+                    data = resp.read()
+                finally:
+                    up.close()
+                with proxy.lock:
+                    proxy.seen.append(line)
+                    hit = next((p for p in proxy.lose if line.startswith(p)), None)
+                    if hit is not None:
+                        proxy.lose.remove(hit)
+                        proxy.lost.append(line)
+                if hit is not None:  # applied upstream; the client hears nothing
+                    self.close_connection = True
+                    return
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("content-length", "connection", "date", "server"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _any
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> LossyProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)

@@ -7,6 +7,9 @@ the served store, one request per call, and its retries, judged against a live s
 from __future__ import annotations
 
 import gc
+import shutil
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_service import DROP, answer, answer_then_close, fake_service, hang
+from fake_service import DROP, LossyProxy, answer, answer_then_close, fake_service, hang
 
 import tidelog
 from tidelog import FakeClock, registry
@@ -158,6 +161,41 @@ def test_SVC_58_a_server_that_is_not_the_api_is_an_io_error() -> None:
     """SVC-58, SVC-4: an answer to GET /v0 without "api": "v0" is io_error at open."""
     with fake_service(hello={"api": "v9"}) as fake, pytest.raises(StorageError, match="v0"):
         tidelog.open(fake.url)
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 (made by the openssl command)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_SVC_58_https_verifies_the_service(
+    certificate: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SVC-58, SVC-60: https:// speaks TLS, verified with the ssl module's defaults: a service
+    whose certificate is trusted (here through SSL_CERT_FILE) is used; one that is not is
+    io_error at once (not repeated: nothing was sent)."""
+    cert, key = certificate
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    with fake_service([answer(200, {"topics": ["t0"]})], tls=server_tls) as fake:
+        assert fake.url.startswith("https://")
+        start = time.monotonic()
+        with pytest.raises(StorageError, match=r"TLS.*not applied"):
+            tidelog.open(fake.url)  # not trusted
+        assert time.monotonic() - start < 2.0
+        monkeypatch.setenv("SSL_CERT_FILE", cert)
+        with tidelog.open(fake.url) as store:
+            assert store.topics() == ["t0"]
 
 
 # -- what the served store is (SVC-58, REG-4, CAP-1) ----------------------------------------------
@@ -516,6 +554,40 @@ def test_SVC_60_handing_out_calls_repeat_with_the_same_request_id() -> None:
     for i in (3, 5, 7, 9):  # claim, complete, release, nack: each sent twice, one id each
         assert ids[i] == ids[i + 1]
     assert len(set(ids)) == 6
+
+
+def test_SVC_60_lost_answers_of_a_live_service_strand_nothing(
+    service: ServiceThread, served: tidelog.Store
+) -> None:
+    """SVC-60, SVC-23, SVC-24, SVC-25: answers lost after the live service applied the call
+    (a relay drops them): the repeat of a poll and of a claim gets the kept answer (nothing
+    stranded, nothing handed out twice), complete's repeat is no lease_lost, a producer batch
+    is stored once (its repeat answers [], TOP-11), a drop of a topic succeeds; an append
+    without a producer raises io_error (may have been applied) and is stored once."""
+    t0 = "POST /v0/topics/t0"
+    lose = [f"{t0}/subscribers/s0/poll", f"{t0}/claim", f"{t0}/complete", f"{t0}/batch",
+            f"{t0}/records", "DELETE /v0/topics/gone"]  # fmt: skip
+    with LossyProxy(service.url, lose) as proxy, tidelog.open(proxy.url) as store:
+        t = store.topic("t0")
+        store.topic("gone")
+        sub = t.subscribe("s0")
+        served.topic("t0", create=False).append_many([b"a", b"b", b"c"])  # in process
+        assert t.append_many([b"p"], producer=("prod", 1)) == []  # applied by the lost one
+        assert [r.seq for r in sub.poll(2)] == [1, 2]  # type: ignore[union-attr]
+        assert [r.seq for r in sub.poll(5)] == [3, 4]  # type: ignore[union-attr]
+        (lease,) = t.claim("w")
+        t.complete(lease.seq, lease.lease_id)
+        # a claim applied twice would have stranded seq 1 and completed seq 2
+        assert (lease.seq, [x.seq for x in t.claim("w", max=10)]) == (1, [2, 3, 4])
+        with pytest.raises(StorageError, match="may have been applied"):
+            t.append(b"once")
+        store.drop_topic("gone")
+        assert proxy.lose == [] and len(proxy.lost) == 6
+    live = served.topic("t0", create=False)
+    payloads = [r.payload for r in live.read()]  # type: ignore[union-attr]
+    assert payloads.count(b"p") == 1 and payloads.count(b"once") == 1
+    assert b"a" not in payloads  # completed, so deleted (QUE-3): it was leased once
+    assert "gone" not in served.topics()
 
 
 def test_SVC_60_a_repeated_drop_that_finds_it_gone_took_effect() -> None:
