@@ -70,6 +70,45 @@ class Seen:
         return json.loads(self.body)
 
 
+def _reply(
+    handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], data: bytes
+) -> None:
+    handler.send_response(status)
+    for k, v in headers:
+        handler.send_header(k, v)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+class _Server:
+    """An HTTP/1.1 server on 127.0.0.1 (TLS with ``tls``, an ``ssl.SSLContext``) on a thread."""
+
+    def _listen(self, handler: type[BaseHTTPRequestHandler], tls: Any = None) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> Any:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 HELLO = {
     "api": "v0",
     "tidelog": "0.1.0",
@@ -78,7 +117,7 @@ HELLO = {
 }
 
 
-class FakeService:
+class FakeService(_Server):
     def __init__(
         self, script: list[Action] | None = None, hello: Any = None, tls: Any = None
     ) -> None:
@@ -131,34 +170,14 @@ class FakeService:
                     if body is None
                     else (json.dumps(body).encode())
                 )
-                self.send_response(action.status)
-                for k, v in action.headers.items():
-                    self.send_header(k, v)
+                headers = list(action.headers.items())
                 if data:
-                    self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    headers.append(("Content-Type", "application/json"))
+                _reply(self, action.status, headers, data)
 
             do_GET = do_POST = do_PUT = do_DELETE = _any
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        scheme = "http"
-        if tls is not None:  # an ssl.SSLContext for the server side
-            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
-            scheme = "https"
-        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def start(self) -> FakeService:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+        self._listen(Handler, tls)
 
 
 @contextmanager
@@ -172,7 +191,7 @@ def fake_service(
         svc.stop()
 
 
-class LossyProxy:
+class LossyProxy(_Server):
     """A relay to ``upstream`` that loses the answer of the first request starting with each of
     ``lose`` (``"POST /v0/topics/t/claim"``), after the service applied it."""
 
@@ -211,26 +230,10 @@ class LossyProxy:
                 if hit is not None:  # applied upstream; the client hears nothing
                     self.close_connection = True
                     return
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("content-length", "connection", "date", "server"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                skip = ("content-length", "connection", "date", "server")
+                headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in skip]
+                _reply(self, resp.status, headers, data)
 
             do_GET = do_POST = do_PUT = do_DELETE = _any
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> LossyProxy:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+        self._listen(Handler)
