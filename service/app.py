@@ -30,46 +30,19 @@ from tidelog.errors import (
     TooLarge,
 )
 
+from . import endpoints, streams
 from .hub import ChangeHub
 from .replays import Replays
-from .wire import RETRY_CODES, STATUS, dumps, error_json
+from .request import query_int
+from .responses import HTTP_CODES, error_response
 
-__all__ = ["Service", "json_response"]
+__all__ = ["Service"]
 
 log = logging.getLogger("tidelog.service")
 T = TypeVar("T")
 
 #: SVC-16: the longest wait a request may ask for (a larger one waits this long)
 MAX_WAIT_MS = 30_000
-
-
-def json_response(obj: object, status: int = 200) -> web.Response:
-    return web.Response(body=dumps(obj), status=status, content_type="application/json")
-
-
-def error_response(exc: TidelogError) -> web.Response:
-    """SVC-9, SVC-10: the code's status, with ``Retry-After`` for the codes that ask to retry."""
-    code = exc.code
-    status = STATUS.get(code, 500)
-    retry_ms: int | None = None
-    headers: dict[str, str] = {}
-    if code in RETRY_CODES:
-        retry_ms = int(getattr(exc, "retry_after_ms", 1000))
-        headers["Retry-After"] = str(max(1, -(-retry_ms // 1000)))
-    if code == "unauthorized":
-        headers["WWW-Authenticate"] = "Bearer"
-    allow = getattr(exc, "allow", None)
-    if allow:
-        headers["Allow"] = allow
-    return web.Response(
-        body=dumps(error_json(code, exc.message, retry_ms)),
-        status=status,
-        content_type="application/json",
-        headers=headers,
-    )
-
-
-_HTTP_CODES = {400: "bad_argument", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
 class Service:
@@ -140,8 +113,6 @@ class Service:
     async def topic_call(
         self, request: web.Request, fn: Callable[[Topic], T], name: str | None = None
     ) -> T:
-        from .request import query_int
-
         incarnation = query_int(request, "incarnation", None, 1)
         topic = name if name is not None else request.match_info["t"]
         return await self.call(self.on_topic, topic, incarnation, fn)
@@ -171,8 +142,6 @@ class Service:
 
     # -- the application ------------------------------------------------------------------------
     def _build(self) -> web.Application:
-        from . import endpoints, streams
-
         app = web.Application(client_max_size=self.max_request_bytes, middlewares=[self._errors])
         endpoints.add_routes(app, self)
         streams.add_routes(app, self)
@@ -207,7 +176,7 @@ class Service:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            code = _HTTP_CODES.get(exc.status, "bad_argument")
+            code = HTTP_CODES.get(exc.status, "bad_argument")
             if exc.status == 413:
                 err: TidelogError = TooLarge(
                     f"request body over {self.max_request_bytes} bytes (SVC-51)"

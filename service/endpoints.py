@@ -23,6 +23,7 @@ from .request import (
     query_int,
     query_str,
 )
+from .responses import json_response
 from .wire import item_to_json, lease_to_json, state_to_json, unb64
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ __all__ = ["add_routes", "topic_json"]
 
 
 def _ok(obj: object, status: int = 200) -> web.Response:
-    from .app import json_response
-
     return json_response(obj, status)
 
 
