@@ -72,8 +72,9 @@ class RemoteBackend(Backend):
         limits = hello.get("limits") or {}
         wait = limits.get("max_wait_ms") if isinstance(limits, dict) else None
         self._max_wait_ms = wait if isinstance(wait, int) and wait > 0 else DEFAULT_MAX_WAIT_MS
-        # TOP-9: config never changes within an incarnation, so it is read once per handle
-        self._configs: dict[TopicRef, TopicConfig] = {}
+        # TOP-9: config never changes within an incarnation: name -> the latest incarnation
+        # this client saw, and its config (one entry per name, so bounded)
+        self._configs: dict[str, tuple[int, TopicConfig]] = {}
         self._configs_lock = threading.Lock()
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -98,19 +99,22 @@ class RemoteBackend(Backend):
     def _sub_path(self, name: str, rest: str = "") -> str:
         return f"/subscribers/{_name(name)}{rest}"
 
-    def _remember(self, answer: Mapping[str, Any]) -> TopicRef:
+    def _remember(self, answer: Mapping[str, Any]) -> tuple[TopicRef, TopicConfig]:
         ref = TopicRef(str(answer["name"]), int(answer["incarnation"]))
+        config = _config_from_json(answer["config"])
         with self._configs_lock:
-            self._configs[ref] = _config_from_json(answer["config"])
-        return ref
+            known = self._configs.get(ref.name)
+            if known is None or known[0] <= ref.incarnation:
+                self._configs[ref.name] = (ref.incarnation, config)
+        return ref, config
 
     # -- store ----------------------------------------------------------------------------------
     def open_topic(self, name: str, options: Mapping[str, object], create: bool) -> TopicRef:
         path = f"/v0/topics/{_name(name)}"
         if not create:  # SVC-13: GET never creates; the keys given must match (TOP-9)
             answer = self._call(Request("GET", path, safe=True), f"topic {name!r}")
-            ref = self._remember(answer)
-            self._configs[ref].check_matches(name, options)
+            ref, config = self._remember(answer)
+            config.check_matches(name, options)
             return ref
         try:
             body = dumps(dict(options))
@@ -119,15 +123,15 @@ class RemoteBackend(Backend):
             TopicConfig.parse(options)
             raise BadOption(f"topic {name!r}: options must be JSON values: {options!r}") from None
         answer = self._call(Request("PUT", path, body=body, safe=True), f"topic {name!r}")
-        return self._remember(answer)
+        return self._remember(answer)[0]
 
     def topic_config(self, ref: TopicRef) -> TopicConfig:
-        config = self._configs.get(ref)
-        if config is None:
-            answer = self._call(self._topic_req("GET", ref, safe=True), f"topic {ref.name!r}")
-            self._remember(answer)
-            config = self._configs[ref]
-        return config
+        known = self._configs.get(ref.name)
+        if known is not None and known[0] == ref.incarnation:
+            return known[1]
+        # not this life's: ask (404 no_such_topic when it was dropped, TOP-10)
+        answer = self._call(self._topic_req("GET", ref, safe=True), f"topic {ref.name!r}")
+        return self._remember(answer)[1]
 
     def list_topics(self) -> list[str]:
         return list(self._call(Request("GET", "/v0/topics", safe=True), "topics")["topics"])
@@ -135,6 +139,8 @@ class RemoteBackend(Backend):
     def drop_topic(self, name: str) -> None:
         req = Request("DELETE", f"/v0/topics/{_name(name)}", safe=True, gone_ok=True)
         self._call(req, f"drop topic {name!r}")
+        with self._configs_lock:
+            self._configs.pop(name, None)
 
     def flush(self) -> None:
         self._call(Request("POST", "/v0/flush", safe=True), "flush")
