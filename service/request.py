@@ -53,9 +53,10 @@ def check_query(request: web.Request, allowed: Collection[str]) -> None:
         )
 
 
-async def json_body(request: web.Request, allowed: Collection[str]) -> dict[str, Any]:
+async def json_body(request: web.Request, allowed: Collection[str] | None) -> dict[str, Any]:
     """The request's JSON object (an empty body is ``{}``), refusing fields not in ``allowed``
-    (SVC-5) and anything but an object (SVC-12)."""
+    (SVC-5; None: every field is an argument the API checks itself) and anything but an object
+    (SVC-12)."""
     raw = await request.read()
     if not raw.strip():
         return {}
@@ -66,8 +67,8 @@ async def json_body(request: web.Request, allowed: Collection[str]) -> dict[str,
     body = loads(raw)
     if not isinstance(body, dict):
         raise BadArgument(f"request body must be a JSON object, got {type(body).__name__}")
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
+    unknown = sorted(set(body) - set(allowed)) if allowed is not None else []
+    if unknown and allowed is not None:
         raise BadArgument(
             f"unknown field(s) {', '.join(unknown)}; this endpoint takes "
             f"{', '.join(sorted(allowed)) or 'none'} (SVC-5)"
