@@ -257,6 +257,17 @@ class Topic:
         return self._store
 
     @property
+    def incarnation(self) -> int:
+        """Which life of the name this handle is on (TOP-10): a handle outlives a drop only to
+        raise ``no_such_topic``, even once the name is created again."""
+        return self._ref.incarnation
+
+    def changes(self) -> int:
+        """A counter that moves whenever the topic changes (CON-3): equal values mean nothing
+        happened in between. Opaque, and only for comparing within one open store."""
+        return self._store._live().changes(self._ref)
+
+    @property
     def config(self) -> TopicConfig:
         return self._store._live().topic_config(self._ref)
 

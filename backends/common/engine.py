@@ -102,7 +102,7 @@ class Engine(Backend):
         self._forwarded = False  # the current op forwarded: it waits as a durable op does
         # gated topics the current op appended to, each with the last seq the op appended
         self._unpublished: list[tuple[EngineTopic, int]] = []
-        self._waiters = 0  # threads in wait() and watchers: _bump notifies only when someone listens
+        self._waiters = 0  # threads in wait(), and watchers: _bump notifies only if someone listens
         self._watchers: tuple[Callable[[str | None], None], ...] = ()
         self._publishing = threading.Lock()  # _finish: gated topics' visible
         self._one: Callable[[EngineTopic, int, int, bytes], object] | None = None

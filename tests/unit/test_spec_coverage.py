@@ -25,6 +25,7 @@ CITING = (
     "adapters",
     "conformance",
     "bench",
+    "service",
     "model",
     "tests",
     "spec",

@@ -1,0 +1,311 @@
+"""The service's aiohttp application (spec/SERVICE.md): one store, its API as endpoints.
+
+Every endpoint is one call of the public API (SVC-13) run on a worker thread, since the store
+blocks (a durable append waits for its group commit, CON-1), while waits and streams stay on
+the loop, woken by the store's change notification through ``ChangeHub`` (SVC-29). Errors
+become SVC-9's body with SVC-10's status in one middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from tidelog.api import Store, Topic
+from tidelog.clock import Clock, SystemClock
+from tidelog.errors import (
+    BadArgument,
+    Closed,
+    Internal,
+    MethodNotAllowed,
+    NoSuchTopic,
+    NotFound,
+    TidelogError,
+    TooLarge,
+)
+from tidelog.records import TopicState
+
+from . import endpoints, streams
+from .auth import ANYONE, Authorizer, Principal
+from .hub import ChangeHub
+from .keys import PRINCIPAL, TOKENS_GENERATION
+from .limits import Limits
+from .logs import log_request
+from .metrics import Metrics
+from .push import Push
+from .replays import Replays
+from .request import query_int
+from .responses import HTTP_CODES, error_response
+from .schedule import Governor, parse_priority_rule
+from .wire import STATUS
+
+__all__ = ["Service"]
+
+log = logging.getLogger("tidelog.service")
+T = TypeVar("T")
+
+
+class Service:
+    """The state of one running service: its store, worker threads, topic handles, the change
+    hub, the push loop, tokens, limits, metrics and the replies kept for retries (SVC-25)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        limits: Limits | None = None,
+        tokens: str | None = None,
+        clock: Clock | None = None,
+        priority: Sequence[str] = (),
+        delivery_workers: int = 4,
+        max_inflight_appends: int = 1024,
+        metrics_max_topics: int = 1000,
+        workers: int = 64,
+        sse_heartbeat_ms: int = 15_000,
+        sse_stall_ms: int = 30_000,
+        replay_window_ms: int = 60_000,
+        max_replays: int = 10_000,
+        **limit_options: object,
+    ) -> None:
+        # everything that can be refused is checked before anything starts (bad_option)
+        self.limits = limits if limits is not None else Limits.from_options(**limit_options)
+        self.authz = Authorizer(tokens)
+        self.rules = [parse_priority_rule(rule) for rule in priority]
+        self.check_options(delivery_workers=delivery_workers,
+                           max_inflight_appends=max_inflight_appends)  # fmt: skip
+        self.clock = clock if clock is not None else SystemClock()
+        self.delivery_workers = delivery_workers
+        self.max_inflight_appends = max_inflight_appends
+        self.store = store
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tidelog-svc")
+        self.sse_heartbeat_ms = sse_heartbeat_ms
+        self.sse_stall_ms = sse_stall_ms
+        self.replays = Replays(replay_window_ms, max_replays)
+        self.metrics = Metrics(max_topics=metrics_max_topics)
+        self.handles: dict[str, Topic] = {}
+        self.hub: ChangeHub | None = None
+        self.push: Push | None = None
+        self.stopping = False
+        self.streams: set[asyncio.Task[Any]] = set()
+        self.streams_of: dict[str | None, int] = {}  # per token name (SVC-51)
+        self.rights: dict[Any, str] = {}  # route -> the right it needs (SVC-48)
+        self.connections = 0
+        self.app = self._build()
+
+    @staticmethod
+    def check_options(**options: Any) -> None:
+        """Refuse what the constructor would refuse, before a store is opened (bad_option)."""
+        if options.get("tokens") is not None:
+            Authorizer(options["tokens"])
+        for rule in options.get("priority", ()):
+            parse_priority_rule(rule)
+        Governor(
+            SystemClock(),
+            delivery_workers=options.get("delivery_workers", 4),
+            max_inflight_appends=options.get("max_inflight_appends", 1024),
+        )
+
+    @property
+    def max_batch(self) -> int:
+        return self.limits.max_batch
+
+    @property
+    def max_wait_ms(self) -> int:
+        return self.limits.max_wait_ms
+
+    def topic_states(self) -> dict[str, TopicState]:
+        """On a worker thread: every topic's state, for the metrics' per-topic gauges."""
+        out: dict[str, TopicState] = {}
+        for name in self.store.topics():
+            with contextlib.suppress(NoSuchTopic):
+                out[name] = self.store.topic(name, create=False).state()
+        return out
+
+    # -- calls on worker threads --------------------------------------------------------------
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run one blocking store call on a worker thread. A client that goes away does not
+        cancel it: the op completes or not as a whole (SVC-26, ERR-2)."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.shield(loop.run_in_executor(self.pool, fn, *args))
+
+    def handle(self, name: str, incarnation: int | None) -> Topic:
+        """On a worker thread: the handle on topic ``name``, of life ``incarnation`` when given
+        (SVC-14, TOP-10)."""
+        topic = self.handles.get(name)
+        if topic is None or (incarnation is not None and topic.incarnation != incarnation):
+            topic = self.store.topic(name, create=False)
+            self.handles[name] = topic
+        if incarnation is not None and topic.incarnation != incarnation:
+            raise NoSuchTopic(
+                f"topic {name!r} incarnation {incarnation} was dropped; the name's current "
+                f"life is {topic.incarnation} (TOP-10, SVC-14)"
+            )
+        return topic
+
+    def on_topic(self, name: str, incarnation: int | None, fn: Callable[[Topic], T]) -> T:
+        """On a worker thread: ``fn`` on the topic's handle. Without an incarnation a handle
+        found dropped is opened again once: the call raised, so it changed nothing (ERR-2)."""
+        topic = self.handle(name, incarnation)
+        try:
+            return fn(topic)
+        except NoSuchTopic:
+            if incarnation is not None:
+                raise
+            self.handles.pop(name, None)
+            return fn(self.handle(name, None))
+
+    async def topic_call(
+        self, request: web.Request, fn: Callable[[Topic], T], name: str | None = None
+    ) -> T:
+        incarnation = query_int(request, "incarnation", None, 1)
+        topic = name if name is not None else request.match_info["t"]
+        return await self.call(self.on_topic, topic, incarnation, fn)
+
+    async def wait_change(
+        self, name: str, attempt: Callable[[], T], done: Callable[[T], bool], wait_ms: int
+    ) -> T:
+        """CON-3 on the loop: run ``attempt`` on a worker thread until ``done`` says so or
+        ``wait_ms`` pass, woken by the topic's changes (SVC-16, SVC-29). Ends early with the
+        last answer when the service stops (SVC-57)."""
+        assert self.hub is not None
+        wait_ms = min(wait_ms, self.max_wait_ms)
+        deadline = time.monotonic() + wait_ms / 1000.0
+        with self.hub.interest(name) as interest:
+            while True:
+                gen = interest.gen
+                value = await self.call(attempt)
+                left = deadline - time.monotonic()
+                if done(value) or left <= 0 or self.stopping:
+                    return value
+                await interest.changed_since(gen, left)
+
+    def push_interest(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """What a stream waits on between batches: the topic's deliveries (SVC-29, SVC-37)."""
+        assert self.push is not None
+        return self.push.interest(name)
+
+    def principal(self, request: web.Request) -> Principal:
+        return request.get(PRINCIPAL, ANYONE)
+
+    # -- the application ------------------------------------------------------------------------
+    def _build(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self.limits.max_request_bytes,
+            middlewares=[self._errors, self._guard],
+            handler_args={
+                "max_line_size": self.limits.max_header_bytes,
+                "max_field_size": self.limits.max_header_bytes,
+                "keepalive_timeout": self.limits.keepalive_timeout_ms / 1000.0,
+            },
+        )
+        endpoints.add_routes(app, self)
+        streams.add_routes(app, self)
+        app.on_startup.append(self._startup)
+        app.on_shutdown.append(self._on_shutdown)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _startup(self, app: web.Application) -> None:
+        self.hub = ChangeHub(self.store, asyncio.get_running_loop())
+        self.push = Push(
+            self.hub,
+            self.clock,
+            self.metrics,
+            rules=self.rules,
+            delivery_workers=self.delivery_workers,
+            max_inflight_appends=self.max_inflight_appends,
+        )
+        self.push.start()
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        """SVC-57: waits end with their answer and streams with ``event: shutdown``."""
+        self.stopping = True
+        if self.push is not None:
+            await self.push.close()
+        if self.hub is not None:
+            self.hub.close()
+        for task in list(self.streams):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), 2.0)
+
+    async def _cleanup(self, app: web.Application) -> None:
+        self.pool.shutdown(wait=True)
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """SVC-48, SVC-49: the route's right on its topic, checked before the topic is looked
+        up; SVC-53, SVC-55: every request counted, timed and logged."""
+        started = time.monotonic()
+        route = request.match_info.route
+        template = route.resource.canonical if route.resource is not None else "(none)"
+        topic = request.match_info.get("t")
+        status, principal, failure = 500, None, None
+        try:
+            right = self.rights.get(route, "any")
+            request[TOKENS_GENERATION] = self.authz.generation  # what the check below saw
+            principal = self.authz.check(request.headers.get("Authorization"), right, topic)
+            request[PRINCIPAL] = principal
+            response = await handler(request)
+            status = response.status
+            return response
+        except TidelogError as exc:
+            status = STATUS.get(exc.code, 500)
+            raise
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except Exception as exc:
+            failure = exc
+            raise
+        finally:
+            seconds = time.monotonic() - started
+            self.metrics.request(template, request.method, status, seconds)
+            log_request(
+                method=request.method,
+                route=template,
+                topic=topic,
+                status=status,
+                seconds=seconds,
+                bytes_in=request.content_length or 0,
+                bytes_out=0,
+                token_name=principal.name if principal is not None else None,
+                exc=failure,
+            )
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.stopping and request.path != "/v0/health":
+            return error_response(Closed("the service is shutting down (SVC-57)"))
+        try:
+            return await handler(request)
+        except TidelogError as exc:
+            return error_response(exc)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            code = HTTP_CODES.get(exc.status, "bad_argument")
+            if exc.status == 413:
+                err: TidelogError = TooLarge(
+                    f"request body over {self.limits.max_request_bytes} bytes (SVC-51)"
+                )
+            elif exc.status == 404:
+                err = NotFound(f"no such path: {request.method} {request.path} (SVC-13)")
+            elif exc.status == 405:
+                err = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+                err.allow = exc.headers.get("Allow", "")  # type: ignore[attr-defined]
+            else:
+                err = BadArgument(f"{exc.reason} (SVC-12)")
+            err.code = code if err.code == "error" else err.code
+            return error_response(err)
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception:
+            log.exception("internal error on %s %s", request.method, request.path)
+            return error_response(Internal(f"internal error on {request.method} {request.path}"))

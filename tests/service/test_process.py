@@ -1,0 +1,88 @@
+"""`tidelog serve` as a process: its address, health and graceful shutdown (SVC-3, SVC-54,
+SVC-57). Every process is killed by PID at the end, whatever happened."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tidelog
+from tidelog.records import Record
+
+from .http import Client
+
+WAIT = 30.0
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=WAIT)
+
+
+def serve(procs: list[subprocess.Popen[str]], tmp: Path, *args: str) -> tuple[Any, str]:
+    argv = [sys.executable, "-m", "tidelog", "serve", "--port", "0", *args]
+    # cwd: never the checkout, whose ./tidelog folder `-m` would import instead of the package
+    proc = subprocess.Popen(argv, cwd=tmp, text=True, stdout=subprocess.PIPE)
+    procs.append(proc)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line.startswith("listening on http://127.0.0.1:"), line
+    return proc, line.split(" ")[2].removesuffix("/v0")
+
+
+def test_SVC_3_it_listens_on_loopback_unless_told(
+    procs: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    _, url = serve(procs, tmp_path, "--uri", "memory://")
+    assert url.startswith("http://127.0.0.1:")
+    assert Client(url).get("/v0/health") == (200, {"status": "ok"})
+
+
+def test_SVC_54_SVC_57_sigterm_drains_ends_streams_and_flushes_the_store(
+    procs: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    """SIGTERM: streams end with `event: shutdown`, a long-poll in flight gets its empty
+    answer, the process exits 0, and every acknowledged append is in the store after."""
+    uri = f"file://{tmp_path / 'store'}"
+    proc, url = serve(procs, tmp_path, "--uri", uri)
+    client = Client(url)
+    assert client.put("/v0/topics/a", {"durability": "disk"})[0] == 200
+    for i in range(50):
+        assert client.post("/v0/topics/a/records", raw=b"%d" % i)[0] == 200
+    host, port = url.removeprefix("http://").split(":")
+    stream = http.client.HTTPConnection(host, int(port), timeout=WAIT)
+    stream.request("GET", "/v0/topics/a/events")
+    events = stream.getresponse()
+    waited: list[object] = []
+    poller = Client(url)
+    waiter = threading.Thread(
+        target=lambda: waited.append(poller.get("/v0/topics/a/records?after=50&wait_ms=25000"))
+    )
+    waiter.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    body = events.read()  # until the service ends the stream
+    waiter.join(WAIT)
+    assert proc.wait(timeout=WAIT) == 0
+    assert time.monotonic() - started < 20
+    assert b"event: shutdown" in body
+    assert waited == [(200, {"items": [], "next_after": 50})]
+    with tidelog.open(uri) as store:
+        items = store.topic("a", create=False).read(0, 100)
+        assert [i.payload for i in items if isinstance(i, Record)] == [b"%d" % i for i in range(50)]
