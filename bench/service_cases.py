@@ -9,7 +9,9 @@ per case and round, stopped by PID, its files in the case's temp dir.
 awaiting its PubAck; Redis: ``XADD``), for ``ctx.seconds``: rec/s, p50/p99 of each request,
 client and server CPU per record. Afterwards the system must hold exactly the answered appends.
 
-``push_latency``: one client appends at a fixed ``RATE`` while one live stream on another
+``push_latency``: one client appends at a fixed ``RATE`` (one request in flight; an append
+that answers later than the next one is due delays the schedule, never bunches it: the row's
+``rec_per_s`` is the rate reached) while one live stream on another
 connection of the same process receives (tidelog SSE ``GET .../events``, a JetStream push
 consumer, ``XREAD BLOCK``). **Latency** is from just before the append request is handed to the
 client library to the moment the stream's task has decoded that record (the same process, the
@@ -249,7 +251,7 @@ async def _push(ctx: Ctx, drv: Driver, srv: servers.ServerProcess) -> Metrics:
             sent[i] = clock()
             await append(payloads[i])
             answered[i] = clock()
-            due += period
+            due = max(due + period, answered[i])  # behind: no burst to catch up
             if live.task is not None and live.task.done():
                 break
         waiter = asyncio.create_task(all_in.wait())
