@@ -18,6 +18,19 @@ _MEASURES = (
     ("append_c8", "appends/s, 8 clients, each answer awaited", "rec_per_s", True),
     ("push", "append -> live delivery p50 µs", "p50_us", False),
     ("push", "append -> live delivery p99 µs", "p99_us", False),
+    ("push", "of which the append's round trip, p50 µs", "append_p50_us", False),
+    (
+        "push",
+        "event after the append's answer p50 µs (SVC-29's measure)",
+        "after_answer_p50_us",
+        False,
+    ),
+    (
+        "push",
+        "event after the append's answer p99 µs (SVC-29's measure)",
+        "after_answer_p99_us",
+        False,
+    ),
     ("consume", f"consume + ack rec/s (batches of {BATCH})", "rec_per_s", True),
 )
 _CPU = (
@@ -108,7 +121,11 @@ def section(rows: list[dict[str, Any]]) -> list[str]:
     for what, label, metric, higher in (*_MEASURES, *((w, lab, m, False) for w, lab, m in _CPU)):
         mine = _row(rows, f"service_tidelog_{what}")
         peers = [_row(rows, f"service_{p}_{what}") for p in PEERS]
-        ratios = [_ratio(_med(mine, metric), _med(p, metric)) for p in peers]
+        # a ratio only of positive figures (an event may come before the append's answer)
+        ratios = [
+            _ratio(a, b) if a is not None and b is not None and a > 0 and b > 0 else None
+            for a, b in ((_med(mine, metric), _med(p, metric)) for p in peers)
+        ]
         note = "" if higher else " (lower is better)"
         out.append(
             f"| {label}{note} | {cell(mine, metric)} | "
