@@ -4,7 +4,7 @@ process so that it competes for the server, not for the measuring client's event
     python -m tidelog.bench.service_load --port P --seconds S --size B --writers W TOPIC...
 
 One SSE stream per topic (counting the records it receives and its other events, e.g.
-``deferred``/``resumed``, SVC-35) and ``W`` writers appending raw records round-robin over the
+``deferred``/``resumed`` of a deferral) and ``W`` writers appending raw records round-robin over the
 topics as fast as the server answers, each with one request in flight. A 429 (SVC-44) is
 honoured: the writer waits the answer's ``retry_after_ms`` (at most what is left of the run) and
 counts it. Prints ``READY`` once every connection is open, and on SIGTERM or after ``S``
