@@ -174,6 +174,7 @@ class TidelogDriver(Driver):
         self.durability, self.priority = durability, priority
         self._headers = b"X-Tidelog-No-Throttle: 1\r\n" if no_throttle else b""
         self._admin: TidelogHttp | None = None
+        self._consumer: TidelogHttp | None = None
         self.base = f"/v0/topics/{topic}"
 
     async def conn(self) -> TidelogHttp:
@@ -291,7 +292,7 @@ class TidelogDriver(Driver):
         return await self.head_seq()
 
     async def close(self) -> None:
-        for http in (self._admin, getattr(self, "_consumer", None)):
+        for http in (self._admin, self._consumer):
             if http is not None:
                 http.close()
 
