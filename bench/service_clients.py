@@ -3,9 +3,9 @@ operations, so every measurement is one load generator for all three, on asyncio
 process (never the server's).
 
 Each system is driven by its usual Python client: NATS JetStream by ``nats-py``, Redis Streams by
-``redis`` (redis-py's asyncio client), tidelog's HTTP API (docs/service-draft.md sections 4 and
+``redis`` (redis-py's asyncio client), tidelog's HTTP API (spec/SERVICE.md sections 4 and
 6; spec/SERVICE.md as rules move there) by a raw HTTP/1.1 keep-alive client on asyncio streams
-(``http_stacks.Http``: what any language's HTTP client sends). Every connection is its own
+(``http_client.Http``: what any language's HTTP client sends). Every connection is its own
 (one per appender, one for the live stream, one for the consumer).
 
 What each operation is, per system:
@@ -28,7 +28,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .http_stacks import Http
+from .http_client import Http
 
 __all__ = ["Driver", "Live", "TidelogDriver", "NatsDriver", "RedisDriver", "IO_S", "TidelogHttp"]
 

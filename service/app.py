@@ -22,6 +22,7 @@ from tidelog.api import Store, Topic
 from tidelog.clock import Clock, SystemClock
 from tidelog.errors import (
     BadArgument,
+    Busy,
     Closed,
     Internal,
     MethodNotAllowed,
@@ -41,15 +42,17 @@ from .logs import log_request
 from .metrics import Metrics
 from .push import Push
 from .replays import Replays
-from .request import query_int
+from .request import REQUEST_TIMEOUT_S, query_int
 from .responses import HTTP_CODES, error_response
 from .schedule import Governor, parse_priority_rule
 from .wire import STATUS
 
-__all__ = ["Service"]
+__all__ = ["Service", "SERVICE"]
 
 log = logging.getLogger("tidelog.service")
 T = TypeVar("T")
+#: the Service an application belongs to
+SERVICE: web.AppKey[Service] = web.AppKey("service")
 
 
 class Service:
@@ -96,7 +99,9 @@ class Service:
         self.streams: set[asyncio.Task[Any]] = set()
         self.streams_of: dict[str | None, int] = {}  # per token name (SVC-51)
         self.rights: dict[Any, str] = {}  # route -> the right it needs (SVC-48)
-        self.connections = 0
+        self.route_topics: dict[Any, str] = {}  # routes whose topic is not in the path
+        #: open HTTP connections, as the running server counts them (set by start_sites)
+        self.count_connections: Callable[[], int] = lambda: 0
         self.app = self._build()
 
     @staticmethod
@@ -111,6 +116,25 @@ class Service:
             delivery_workers=options.get("delivery_workers", 4),
             max_inflight_appends=options.get("max_inflight_appends", 1024),
         )
+
+    def mount_receiver(self, receiver: Any) -> None:
+        """SVC-2: the store-and-forward receiver's paths on this listener and loop; its upgrade
+        needs ``write`` on its topic (SVC-48). It stops first at shutdown, with its final flush
+        (FWD-18), before the store is flushed and closed (SVC-57)."""
+        before = set(self.app.router.routes())
+        receiver.add_routes(self.app)
+        for route in set(self.app.router.routes()) - before:
+            self.rights[route] = "write"
+            self.route_topics[route] = receiver.table
+
+        async def start(app: web.Application) -> None:
+            await receiver.startup()
+
+        async def stop(app: web.Application) -> None:
+            await receiver.shutdown()
+
+        self.app.on_startup.append(start)
+        self.app.on_shutdown.insert(0, stop)
 
     @property
     def max_batch(self) -> int:
@@ -203,10 +227,15 @@ class Service:
                 "max_line_size": self.limits.max_header_bytes,
                 "max_field_size": self.limits.max_header_bytes,
                 "keepalive_timeout": self.limits.keepalive_timeout_ms / 1000.0,
+                # a connection closed with a body still unread is read for at most 1 s more
+                # (aiohttp's "lingering close"), so 408's close comes soon (SVC-51)
+                "lingering_time": 1.0,
             },
         )
         endpoints.add_routes(app, self)
         streams.add_routes(app, self)
+        app[REQUEST_TIMEOUT_S] = self.limits.request_timeout_ms / 1000.0
+        app[SERVICE] = self
         app.on_startup.append(self._startup)
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._cleanup)
@@ -245,9 +274,16 @@ class Service:
         started = time.monotonic()
         route = request.match_info.route
         template = route.resource.canonical if route.resource is not None else "(none)"
-        topic = request.match_info.get("t")
+        topic = request.match_info.get("t") or self.route_topics.get(route)
         status, principal, failure = 500, None, None
         try:
+            if self.count_connections() > self.limits.max_http_connections:
+                busy = Busy(
+                    f"more than --max-http-connections {self.limits.max_http_connections} "
+                    "connections are open (SVC-51)"
+                )
+                busy.close_connection = True  # type: ignore[attr-defined]  # answered, closed
+                raise busy
             right = self.rights.get(route, "any")
             request[TOKENS_GENERATION] = self.authz.generation  # what the check below saw
             principal = self.authz.check(request.headers.get("Authorization"), right, topic)

@@ -22,6 +22,7 @@ from .request import (
     json_body,
     query_int,
     query_str,
+    read_body,
 )
 from .responses import json_response
 from .wire import item_to_json, lease_to_json, state_to_json, unb64
@@ -88,9 +89,11 @@ def add_routes(app: web.Application, svc: Service) -> None:
         )
 
     async def health(request: web.Request) -> web.Response:
+        """SVC-54: liveness, with SVC-41's pressure."""
         if svc.stopping:
             return _ok({"status": "stopping"}, 503)
-        return _ok({"status": "ok"})
+        pressure = svc.push.gov.pressure if svc.push is not None else 0.0
+        return _ok({"status": "ok", "pressure": pressure})
 
     async def metrics(request: web.Request) -> web.Response:
         """SVC-53: the per-topic gauges read the store, on a worker thread."""
@@ -156,7 +159,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
         if request.content_type == "application/octet-stream":
             # SVC-6: the body byte for byte; tag and node from the query
             check_query(request, ("incarnation", "tag", "node"))
-            payload = await request.read()
+            payload = await read_body(request)
             tag, node = query_str(request, "tag"), query_str(request, "node")
         else:
             check_query(request, ("incarnation",))

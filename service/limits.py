@@ -33,7 +33,7 @@ class Limits:
         16 * _KIB, _KIB, _MIB, "Largest request line and headers; larger: 431.", size=True
     )
     request_timeout_ms: int = _limit(
-        30_000, 100, MAX_WAIT_MS, "Time to receive a whole request; then 408 and close."
+        30_000, 100, MAX_WAIT_MS, "Time to receive a request's body; then 408 and close."
     )
     keepalive_timeout_ms: int = _limit(
         60_000, 1, MAX_WAIT_MS, "An idle keep-alive connection is closed after this."

@@ -36,9 +36,13 @@ def serve_api(
     port: int,
     options: dict[str, Any],
     bind: Callable[[str, int], list[socket.socket]],
+    *,
+    receiver: Callable[[Store], Any] | None = None,
 ) -> None:
-    """``tidelog serve`` without ``--topic``: check every option, bind (CLI-9), open the store
-    and serve it until a signal. A bad option binds and opens nothing (SVC-3)."""
+    """``tidelog serve``: check every option, bind (CLI-9), open the store and serve it until a
+    signal; with ``receiver`` (a factory of the store-and-forward receiver over the open store)
+    also its WebSocket paths on the same listener (SVC-2). A bad option binds and opens
+    nothing (SVC-3)."""
     process = {k: options.pop(k) for k in _PROCESS_OPTIONS}
     cert, key = process["tls_cert"], process["tls_key"]
     if (cert is None) != (key is None):
@@ -63,8 +67,18 @@ def serve_api(
         raise
     scheme = "https" if tls is not None else "http"
     bound = sockets[0].getsockname()[1]
+    try:
+        rx = receiver(store) if receiver is not None else None
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        store.close()
+        raise
 
     def ready(service: Service) -> None:
+        if rx is not None:
+            ws = "wss" if tls is not None else "ws"
+            print(f"listening on {ws}://{host}:{bound}/write/v4 topic={rx.table}", flush=True)
         print(f"listening on {scheme}://{host}:{bound}/v0", flush=True)
 
     run_service(
@@ -73,6 +87,7 @@ def serve_api(
         ssl_context=tls,
         shutdown_timeout_ms=process["shutdown_timeout_ms"],
         on_ready=ready,
+        receiver=rx,
         **options,
     )
 
@@ -84,11 +99,14 @@ def run_service(
     shutdown_timeout_ms: int = 10_000,
     on_ready: Callable[[Service], None] | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    receiver: Any = None,
     **options: Any,
 ) -> None:
     """Serve ``store`` on ``sockets`` until a signal; the store is flushed and closed after."""
     try:
-        asyncio.run(_serve(store, sockets, shutdown_timeout_ms, on_ready, ssl_context, options))
+        asyncio.run(
+            _serve(store, sockets, shutdown_timeout_ms, on_ready, ssl_context, receiver, options)
+        )
     finally:
         try:
             store.flush()
@@ -102,6 +120,7 @@ async def _serve(
     shutdown_timeout_ms: int,
     on_ready: Callable[[Service], None] | None,
     ssl_context: ssl.SSLContext | None,
+    receiver: Any,
     options: dict[str, Any],
 ) -> None:
     loop = asyncio.get_running_loop()
@@ -118,6 +137,8 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     service = Service(store, **options)
+    if receiver is not None:
+        service.mount_receiver(receiver)
     loop.add_signal_handler(signal.SIGHUP, service.authz.reload)  # SVC-49
     runner = await start_sites(
         service.app,

@@ -3,18 +3,21 @@ bodies with a fixed set of fields, each malformed value a ``bad_argument`` namin
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from typing import Any
 
 from aiohttp import web
 
-from tidelog.errors import BadArgument, UnsupportedMediaType
+from tidelog.errors import BadArgument, RequestTimeout, UnsupportedMediaType
 
 from .wire import loads
 
 __all__ = ["query_int", "query_str", "json_body", "field_int", "field_str", "field_bool"]
 
 _MISSING: Any = object()
+#: the app's --request-timeout-ms, in seconds (SVC-51)
+REQUEST_TIMEOUT_S = web.AppKey("request_timeout_s", float)
 _JSON_TYPES = ("application/json", "application/x-www-form-urlencoded", "text/plain", "")
 
 
@@ -53,11 +56,27 @@ def check_query(request: web.Request, allowed: Collection[str]) -> None:
         )
 
 
+async def read_body(request: web.Request) -> bytes:
+    """The whole body, within --request-timeout-ms of its head (SVC-51): a client that sends
+    it slower gets 408 and the connection closes, so it cannot hold a worker."""
+    if request.content.is_eof():  # all there: read it even if the client is gone (SVC-26)
+        return await request.read()
+    timeout = request.config_dict[REQUEST_TIMEOUT_S]
+    try:
+        return await asyncio.wait_for(request.read(), timeout)
+    except TimeoutError:
+        err = RequestTimeout(
+            f"the request body did not arrive within {timeout * 1000:.0f} ms (SVC-51)"
+        )
+        err.close_connection = True  # type: ignore[attr-defined]  # answered, then closed
+        raise err from None
+
+
 async def json_body(request: web.Request, allowed: Collection[str] | None) -> dict[str, Any]:
     """The request's JSON object (an empty body is ``{}``), refusing fields not in ``allowed``
     (SVC-5; None: every field is an argument the API checks itself) and anything but an object
     (SVC-12)."""
-    raw = await request.read()
+    raw = await read_body(request)
     if not raw.strip():
         return {}
     ctype = request.content_type

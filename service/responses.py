@@ -29,12 +29,15 @@ def error_response(exc: TidelogError) -> web.Response:
     allow = getattr(exc, "allow", None)
     if allow:
         headers["Allow"] = allow
-    return web.Response(
+    response = web.Response(
         body=dumps(error_json(code, exc.message, retry_ms)),
         status=status,
         content_type="application/json",
         headers=headers,
     )
+    if getattr(exc, "close_connection", False):
+        response.force_close()  # SVC-51: the answer, then the connection closes
+    return response
 
 
 HTTP_CODES = {400: "bad_argument", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}

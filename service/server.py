@@ -14,7 +14,7 @@ from aiohttp import web
 
 from tidelog.api import Store
 
-from .app import Service
+from .app import SERVICE, Service
 
 __all__ = ["ServiceThread", "start_sites"]
 
@@ -33,6 +33,11 @@ async def start_sites(
     await runner.setup()
     for sock in sockets:
         await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+    service = app.get(SERVICE)
+    if service is not None:
+        server = runner.server
+        assert server is not None
+        service.count_connections = lambda: len(server.connections)
     return runner
 
 

@@ -154,9 +154,9 @@ def serve_cmd(
     resolve is one error line (exit 2) and creates nothing. Ctrl-C or SIGTERM stops it cleanly.
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if topic is None:
-        from tidelog.service.main import serve_api  # the HTTP stack loads only for serve
+    from tidelog.service.main import serve_api  # the HTTP stack loads only for serve
 
+    if topic is None:
         serve_api(uri, host, port, service, bind_listen)
         return
     options = _option_pairs(topic_options)
@@ -168,39 +168,28 @@ def serve_cmd(
         max_total_bytes=max_total_bytes,
         max_connections=max_connections,
     )
-    sockets = bind_listen(host, port)
-    try:
-        receiver = Receiver.open(
-            uri,
+    made: list[Receiver] = []
+
+    def receiver(store: Any) -> Receiver:
+        """SVC-2: the receiver of --topic, on the service's listener and loop."""
+        rx = Receiver(
+            store,
             topic,
             host=host,
-            sockets=sockets,
             durable_ack=durable_ack,
             flush_interval_ms=flush_interval_ms,
             **dataclasses.asdict(limits),
             trust_fsn_jumps=trust_fsn_jumps,
             topic_options=options,
         )
-    except BaseException:
-        for sock in sockets:
-            sock.close()
-        raise
+        made.append(rx)
+        return rx
+
     try:
-        receiver.start()
-    except OSError as exc:  # the held sockets failed to serve: the same error, store closed
-        receiver.stop(abort=True)
-        raise storage_error(exc, f"cannot listen on {host}:{port}") from None
-    except BaseException:
-        receiver.stop(abort=True)
-        raise
-    click.echo(f"listening on ws://{host}:{receiver.port}/write/v4 topic={topic}", nl=True)
-    sys.stdout.flush()
-    # SIGTERM stops like Ctrl-C: a clean stop flushes and writes the de-dup checkpoint.
-    with sigterm_as_interrupt():
-        try:
-            receiver.serve_forever()
-        finally:
-            click.echo(json.dumps({"receiver": receiver.stats}), err=True)
+        serve_api(uri, host, port, service, bind_listen, receiver=receiver)
+    finally:
+        if made:
+            click.echo(json.dumps({"receiver": made[0].stats}), err=True)
 
 
 def _given_keys(conf: str) -> set[str]:

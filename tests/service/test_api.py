@@ -190,7 +190,7 @@ def test_SVC_13_every_endpoint_of_the_table_answers(served: Served) -> None:
     assert c.post("/v0/topics/a/records", raw=b"y") == (200, {"seq": 2})
     assert c.delete("/v0/topics/a/records?before_seq=3") == (200, {"deleted": 1})
     assert c.delete("/v0/topics/a")[0] == 204
-    assert c.get("/v0/health") == (200, {"status": "ok"})
+    assert c.get("/v0/health") == (200, {"status": "ok", "pressure": 0.0})
 
 
 def test_SVC_14_a_handle_on_a_dropped_life_is_404_even_after_recreate(served: Served) -> None:

@@ -50,7 +50,7 @@ def test_SVC_3_it_listens_on_loopback_unless_told(
 ) -> None:
     _, url = serve(procs, tmp_path, "--uri", "memory://")
     assert url.startswith("http://127.0.0.1:")
-    assert Client(url).get("/v0/health") == (200, {"status": "ok"})
+    assert Client(url).get("/v0/health") == (200, {"status": "ok", "pressure": 0.0})
 
 
 def test_SVC_54_SVC_57_sigterm_drains_ends_streams_and_flushes_the_store(
@@ -86,3 +86,64 @@ def test_SVC_54_SVC_57_sigterm_drains_ends_streams_and_flushes_the_store(
     with tidelog.open(uri) as store:
         items = store.topic("a", create=False).read(0, 100)
         assert [i.payload for i in items if isinstance(i, Record)] == [b"%d" % i for i in range(50)]
+
+
+def test_SVC_56_CLI_12_every_serve_option_is_in_the_spec() -> None:
+    """Each option of `tidelog serve` is a row of CLI-12's table, with the default it has."""
+    import re
+
+    import click
+
+    from tidelog.cli import main
+
+    spec = (Path(__file__).resolve().parents[2] / "spec" / "CLI.md").read_text()
+    table = spec[spec.index("**CLI-12**") :]
+    rows = dict(re.findall(r"^\| `(--[a-z-]+)` \| ([^|]+) \|", table, re.MULTILINE))
+    command = main.commands["serve"]
+    options = [p for p in command.params if isinstance(p, click.Option)]
+    assert sorted(rows) == sorted(p.opts[0] for p in options)
+    for p in options:
+        if isinstance(p.default, int) and not isinstance(p.default, bool):
+            assert rows[p.opts[0]].strip() == str(p.default), p.opts[0]
+
+
+def test_SVC_2_the_receiver_beside_the_api_on_one_listener(
+    procs: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    """With --topic, the receiver's WebSocket paths and the HTTP API share one port; the
+    upgrade needs `write` on the topic when there are tokens (401 without one)."""
+    import json as jsonlib
+
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    from tidelog.service.auth import hash_token
+
+    tokens = tmp_path / "tokens.json"
+    grant = [{"topics": "events", "rights": ["read", "write"]}]
+    tokens.write_text(
+        jsonlib.dumps({"tokens": [{"name": "w", "sha256": hash_token("s3cret"), "grants": grant}]})
+    )
+    argv = [
+        sys.executable, "-m", "tidelog", "serve", "--port", "0", "--uri",
+        f"file://{tmp_path / 'rx'}", "--topic", "events", "--tokens", str(tokens),
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=tmp_path, text=True, stdout=subprocess.PIPE)
+    procs.append(proc)
+    assert proc.stdout is not None
+    ws_line = proc.stdout.readline().strip()
+    http_line = proc.stdout.readline().strip()
+    assert ws_line.startswith("listening on ws://127.0.0.1:") and "topic=events" in ws_line
+    url = http_line.split(" ")[2].removesuffix("/v0")
+    port = url.rsplit(":", 1)[1]
+    assert ws_line.split(" ")[2] == f"ws://127.0.0.1:{port}/write/v4"
+    auth = {"Authorization": "Bearer s3cret"}
+    status, body, _ = Client(url).request("GET", "/v0/topics", headers=auth)
+    assert (status, body) == (200, {"topics": ["events"]})
+    with pytest.raises(InvalidStatus) as refused:
+        connect(f"ws://127.0.0.1:{port}/write/v4", open_timeout=10).close()
+    assert refused.value.response.status_code == 401
+    with connect(f"ws://127.0.0.1:{port}/write/v4", additional_headers=auth, open_timeout=10) as ws:
+        assert ws.protocol.state.name == "OPEN"
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=WAIT) == 0

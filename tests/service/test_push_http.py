@@ -59,7 +59,7 @@ def test_SVC_36_priority_from_options_and_put(pushed: Pushed) -> None:
     assert c.put("/v0/topics/nope/priority", {"priority": 1})[0] == 404
 
 
-def test_SVC_42_SVC_44_SVC_45_SVC_46_pressure_defers_low_push_and_throttles(
+def test_SVC_35_SVC_42_SVC_44_SVC_45_SVC_46_pressure_defers_low_push_and_throttles(
     pushed: Pushed,
 ) -> None:
     c = pushed.client

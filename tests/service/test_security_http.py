@@ -150,7 +150,7 @@ def test_SVC_51_streams_per_token_are_bounded(secured: Secured) -> None:
             s.close()
 
 
-def test_SVC_51_request_body_and_header_limits(tmp_path: Path) -> None:
+def test_SVC_51_SVC_52_request_body_and_header_limits(tmp_path: Path) -> None:
     store = tidelog.open("memory://")
     with ServiceThread(store, max_request_bytes="4KiB", max_header_bytes="1KiB") as t:
         c = Client(t.url)
@@ -216,3 +216,37 @@ def test_SVC_50_https_with_a_certificate(tmp_path: Path) -> None:
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def test_SVC_51_a_slow_body_is_408_and_the_connection_closes() -> None:
+    import socket as socketlib
+
+    store = tidelog.open("memory://")
+    with ServiceThread(store, request_timeout_ms=300) as t:
+        Client(t.url).put("/v0/topics/a", {"durability": "memory"})
+        with socketlib.create_connection((t.host, t.port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /v0/topics/a/records HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/octet-stream\r\nContent-Length: 10\r\n\r\nab"
+            )
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+        assert answer.split(b"\r\n")[0].split(b" ")[1] == b"408"
+        assert b"request_timeout" in answer
+        assert store.topic("a", create=False).state().head_seq == 0
+    store.close()
+
+
+def test_SVC_51_one_connection_over_the_limit_is_503_busy() -> None:
+    store = tidelog.open("memory://")
+    with ServiceThread(store, max_http_connections=2) as t:
+        first, second, third = Client(t.url), Client(t.url), Client(t.url)
+        assert first.get("/v0")[0] == 200
+        assert second.get("/v0")[0] == 200
+        status, body = third.get("/v0")
+        assert status == 503 and body["error"]["code"] == "busy"
+        first.close()
+        time.sleep(0.2)
+        assert Client(t.url).get("/v0")[0] == 200  # room again once one closed
+    store.close()
