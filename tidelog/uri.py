@@ -30,7 +30,9 @@ class URI:
     options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def render(self) -> str:
-        query = f"?{urlencode(dict(self.options))}" if self.options else ""
+        # a secret given in the query is never echoed (reprs, logs, errors): SVC-58
+        shown = {k: ("***" if k in SECRET_OPTIONS else v) for k, v in dict(self.options).items()}
+        query = f"?{urlencode(shown)}" if self.options else ""
         loc = self.location
         if _is_address(self.scheme):  # host:port as given ("[::1]:9000/base")
             return f"{self.scheme}://{quote(loc, safe='/._-~:[]')}{query}"
@@ -40,6 +42,10 @@ class URI:
 
     def __str__(self) -> str:
         return self.render()
+
+
+#: options whose value is a secret: ``render`` shows them as ``***``
+SECRET_OPTIONS = frozenset({"token"})
 
 
 def _dot_relative(scheme: str) -> bool:

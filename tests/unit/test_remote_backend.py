@@ -662,3 +662,11 @@ def test_SVC_58_error_answers_without_an_error_body_are_typed() -> None:
             store.topics()
         with pytest.raises(StorageError, match="not valid JSON"):
             store.topics()
+
+
+def test_SVC_58_a_token_in_the_uri_is_never_echoed() -> None:
+    """The store's URI, as repr and errors show it, hides the token's value."""
+    from tidelog.uri import parse_uri
+
+    shown = parse_uri("http://127.0.0.1:9/?token=s3cret&timeout_ms=5").render()
+    assert "s3cret" not in shown and "token=%2A%2A%2A" in shown and "timeout_ms=5" in shown
