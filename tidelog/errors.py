@@ -171,22 +171,22 @@ class HeadersTooLarge(TidelogError, ValueError):
     code = "headers_too_large"
 
 
-class Throttled(TidelogError):
+class _RetryLater(TidelogError):
+    """A refusal that says when to try again (SVC-10's ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after_ms: int = 1000) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+class Throttled(_RetryLater):
     """SVC-44: the service refused an append under saturation; nothing was stored."""
 
     code = "throttled"
 
-    def __init__(self, message: str, retry_after_ms: int = 1000) -> None:
-        super().__init__(message)
-        self.retry_after_ms = retry_after_ms
 
-
-class Busy(TidelogError):
+class Busy(_RetryLater):
     code = "busy"
-
-    def __init__(self, message: str, retry_after_ms: int = 1000) -> None:
-        super().__init__(message)
-        self.retry_after_ms = retry_after_ms
 
 
 class Internal(TidelogError):
