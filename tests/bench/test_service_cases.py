@@ -185,6 +185,9 @@ def test_missing_peers_are_reported_not_dropped(
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setattr(service_servers, "EXTRA_DIRS", ())
     monkeypatch.setenv(service_servers.INSTALL_ENV, "0")
+    for system in ("nats", "redis"):  # past the client check, whether or not it is installed
+        start, driver, _ = service_cases.SYSTEMS[system]
+        monkeypatch.setitem(service_cases.SYSTEMS, system, (start, driver, None))
     data, table = _bench(tmp_path, "service_nats", "service_redis")
     assert data["rows"] == []
     for system in ("nats", "redis"):
