@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from tidelog.api import Store, Topic
 from tidelog.clock import Clock, SystemClock
@@ -216,7 +217,8 @@ class Service:
         return self.push.interest(name)
 
     def principal(self, request: web.Request) -> Principal:
-        return request.get(PRINCIPAL, ANYONE)
+        principal: Principal = request.get(PRINCIPAL, ANYONE)
+        return principal
 
     # -- the application ------------------------------------------------------------------------
     def _build(self) -> web.Application:
@@ -268,7 +270,7 @@ class Service:
         self.pool.shutdown(wait=True)
 
     @web.middleware
-    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """SVC-48, SVC-49: the route's right on its topic, checked before the topic is looked
         up; SVC-53, SVC-55: every request counted, timed and logged."""
         started = time.monotonic()
@@ -316,7 +318,7 @@ class Service:
             )
 
     @web.middleware
-    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self.stopping and request.path != "/v0/health":
             return error_response(Closed("the service is shutting down (SVC-57)"))
         try:

@@ -134,7 +134,7 @@ def bind_listen(host: str, port: int) -> list[socket.socket]:
 @service_options
 def serve_cmd(
     uri: str,
-    topic: str,
+    topic: str | None,
     host: str,
     port: int,
     durable_ack: bool,
