@@ -330,6 +330,9 @@ class AdmitResult:
     retry_after_ms: int = 0
 
 
+_ADMITTED = AdmitResult(Admission.ADMITTED)  # the common answer, made once
+
+
 class Governor:
     """Pressure, deferral and admission (SVC-41, SVC-42, SVC-44, SVC-45)."""
 
@@ -417,7 +420,7 @@ class Governor:
         # any append waits every slot is held and a newcomer cannot pass it.
         if self.inflight < self._slots:
             self.inflight += 1
-            return AdmitResult(Admission.ADMITTED)
+            return _ADMITTED
         if not bypass and self.pressure >= SATURATED:
             return AdmitResult(Admission.REFUSED, self.retry_after_ms)
         self.waiting += 1
