@@ -152,7 +152,8 @@ def add_routes(app: web.Application, svc: Service) -> None:
         an allowed caller asks not to be throttled."""
         assert svc.push is not None
         asked = request.headers.get("X-Tidelog-No-Throttle") == "1"
-        return svc.push.admitted(asked and svc.principal(request).unthrottled)
+        bypass = asked and svc.principal(request).unthrottled
+        return svc.push.admitted(request.match_info["t"], bypass)
 
     # -- appends and reads --------------------------------------------------------------------
     async def append(request: web.Request) -> web.Response:

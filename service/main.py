@@ -20,6 +20,7 @@ from .app import Service
 from .auth import check_listen, server_ssl_context
 from .limits import Limits
 from .logs import configure
+from .loopclock import new_loop
 from .server import start_sites
 
 __all__ = ["run_service", "serve_api"]
@@ -104,9 +105,11 @@ def run_service(
 ) -> None:
     """Serve ``store`` on ``sockets`` until a signal; the store is flushed and closed after."""
     try:
-        asyncio.run(
-            _serve(store, sockets, shutdown_timeout_ms, on_ready, ssl_context, receiver, options)
-        )
+        with asyncio.Runner(loop_factory=new_loop) as runner:  # SVC-41: its busy share
+            serving = _serve(
+                store, sockets, shutdown_timeout_ms, on_ready, ssl_context, receiver, options
+            )
+            runner.run(serving)
     finally:
         try:
             store.flush()

@@ -17,6 +17,7 @@ from tidelog.clock import Clock
 from tidelog.errors import Throttled
 
 from .hub import ChangeHub, Interest, set_done
+from .loopclock import BusyMeter
 from .metrics import Metrics
 from .schedule import Admission, Governor, Scheduler, coalesce_ms
 
@@ -47,6 +48,7 @@ class Push:
         self._sleeping: asyncio.Future[None] | None = None  # the push loop's wait, to poke
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._meter: BusyMeter | None = None
         hub.listen(self._changed)
 
     # -- streams ---------------------------------------------------------------------------
@@ -72,7 +74,8 @@ class Push:
 
     def _changed(self, name: str) -> None:
         if name in self._interest and self.sched.mark_ready(name):  # SVC-37
-            if self._task is not None and coalesce_ms(self.sched.pressure) == 0:
+            priority = self.sched.priority(name)
+            if self._task is not None and coalesce_ms(self.sched.pressure, priority) == 0:
                 # no coalescing wait (SVC-43): the round is due now, so it runs in this turn
                 # of the loop rather than the push loop's next one
                 self._rounds()
@@ -126,7 +129,9 @@ class Push:
 
     # -- the loop ----------------------------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        self._meter = BusyMeter(loop)
+        self._task = loop.create_task(self._run())
 
     async def _run(self) -> None:
         sched, gov = self.sched, self.gov
@@ -138,7 +143,7 @@ class Push:
                 await self._sleep(timeout / 1000.0)
             if gov.next_sample_ms() == 0:
                 deferred = set(sched.deferred_ready()) | self._deferred_streams()
-                gov.tick(sched.pending_count())
+                gov.tick(sched.pending_count(), self._meter.share() if self._meter else None)
                 sched.update(gov.pressure, gov.deferring)
                 for name in deferred ^ self._deferred_streams():
                     self._deliver(name)  # SVC-35: deferral of its push began or ended
@@ -160,11 +165,11 @@ class Push:
                 await self._task
 
     # -- admission (SVC-44, SVC-45) ---------------------------------------------------------
-    def admitted(self, bypass: bool) -> _Slot:
-        """Hold one of the ``--max-inflight-appends`` slots for the ``async with`` block: wait
-        for one, or be refused with 429 ``throttled`` at saturation (SVC-44) unless ``bypass``
-        (SVC-45)."""
-        return _Slot(self, bypass)
+    def admitted(self, topic: str, bypass: bool) -> _Slot:
+        """Hold one of the ``--max-inflight-appends`` slots for the ``async with`` block while
+        appending to ``topic``: wait for one, or be refused with 429 ``throttled`` at
+        saturation or when shed (SVC-44) unless ``bypass`` (SVC-45)."""
+        return _Slot(self, bypass, self.sched.priority(topic) < 0)
 
     def _release(self) -> None:
         if self.gov.end_append():
@@ -175,15 +180,16 @@ class Push:
 class _Slot:
     """``Push.admitted``'s block (a class, not a generator: one per append)."""
 
-    __slots__ = ("push", "bypass")
+    __slots__ = ("push", "bypass", "low")
 
-    def __init__(self, push: Push, bypass: bool) -> None:
+    def __init__(self, push: Push, bypass: bool, low: bool) -> None:
         self.push = push
         self.bypass = bypass
+        self.low = low
 
     async def __aenter__(self) -> None:
         push = self.push
-        result = push.gov.begin_append(self.bypass)
+        result = push.gov.begin_append(self.bypass, self.low)
         if result.admission is Admission.ADMITTED:
             return
         if result.admission is Admission.REFUSED:
