@@ -239,7 +239,8 @@ class Service:
         return self.push.interest(name)
 
     def principal(self, request: web.Request) -> Principal:
-        return request.get(PRINCIPAL, ANYONE)
+        who: Principal = request.get(PRINCIPAL, ANYONE)
+        return who
 
     # -- the application ------------------------------------------------------------------------
     def _build(self) -> web.Application:

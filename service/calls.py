@@ -153,4 +153,4 @@ class Calls:
             raise error
         if result is _ELSEWHERE:
             return await self.thread(fn, *args)
-        return result  # type: ignore[no-any-return]
+        return result

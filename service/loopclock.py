@@ -16,7 +16,7 @@ import weakref
 __all__ = ["new_loop", "BusyMeter"]
 
 
-class _IdleSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class _IdleSelector(selectors.DefaultSelector):
     """The platform's default selector, adding up the seconds ``select`` waited."""
 
     def __init__(self) -> None:
@@ -26,7 +26,7 @@ class _IdleSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         start = time.monotonic()
         try:
-            return super().select(timeout)  # type: ignore[no-any-return]
+            return super().select(timeout)
         finally:
             self.idle_s += time.monotonic() - start
 
