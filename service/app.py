@@ -297,7 +297,9 @@ class Service:
         the path has none (the receiver's), looked up once per route."""
         info = self._routes.get(route)
         if info is None:
-            template = route.resource.canonical if route.resource is not None else "(none)"
+            if route.resource is None:  # no route matched: a new one per request, not kept
+                return ("(none)", "any", None)
+            template = route.resource.canonical
             info = (template, self.rights.get(route, "any"), self.route_topics.get(route))
             self._routes[route] = info
         return info

@@ -108,3 +108,15 @@ def test_SUB_6_an_append_waiting_out_backpressure_holds_up_no_other_request() ->
             assert time.monotonic() - started < 5.0
             writer.join(30)
             assert answers == [(200, {"seq": 2})]
+
+
+def test_SVC_52_requests_for_no_route_leave_nothing_behind() -> None:
+    """SVC-52, SVC-55: a request no route matches is answered 404 and logged under the
+    template "(none)"; the per-route facts the service keeps (template, right) grow with the
+    routes, never with such requests (aiohttp makes a new route object for each)."""
+    with tidelog.open("memory://") as store, ServiceThread(store) as svc:
+        client = Client(svc.url)
+        for i in range(50):
+            assert client.get(f"/nope/{i}")[0] == 404
+        assert client.get("/v0/health")[0] == 200
+        assert svc.service is not None and len(svc.service._routes) == 1
