@@ -1,6 +1,8 @@
 """The push loop (SVC-35..SVC-46): the store's changes of topics with streams make them ready;
-rounds of the priority scheduler deliver them, waking their streams; the governor samples
-pressure every 100 ms, defers low-priority push under pressure and admits appends.
+rounds of the priority scheduler deliver them, waking their streams (in the loop turn the change
+arrives in when no coalescing wait applies); the governor samples pressure every 100 ms (the
+loop's busy share from ``BusyMeter`` among its terms), defers low-priority push under pressure
+and admits appends, shedding low-priority ones.
 
 Everything here runs on the service's event loop; service/schedule.py decides, this module
 only drives it and keeps the streams' registrations.

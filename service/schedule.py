@@ -4,14 +4,15 @@ section 7, SVC-36..SVC-46).
 Pure and synchronous: no I/O, no asyncio; time is the injected clock's ``now_ms()``. The HTTP
 app drives both from its event loop and passes plain values between them::
 
-    event = gov.tick(sched.pending_count())       # when gov.next_sample_ms() is 0
+    event = gov.tick(sched.pending_count(), busy) # when gov.next_sample_ms() is 0; busy:
+                                                  # the loop's busy share since the last
     sched.update(gov.pressure, gov.deferring)     # after every tick
     while sched.next_wake_ms() == 0:              # else sleep that long (None: until woken)
         for name, delay_ms in sched.round():
             wake(name)
             gov.delivered(delay_ms)
 
-    admit = gov.begin_append(bypass)              # per append: admitted, wait or refused
+    admit = gov.begin_append(bypass, low)         # per append: admitted, wait or refused
     ...                                           # when it is answered:
     if gov.end_append(): hand_slot_to_oldest_waiter()
 
