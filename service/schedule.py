@@ -378,6 +378,7 @@ class Governor:
         # SVC-44's shedding: the low-priority appends admitted per second (None: no limit),
         # the tokens of its bucket and when they were counted, the ones admitted this sample
         self.low_rate: float | None = None
+        self._busy_prev = 0.0  # the loop's busy share at the last tick (SVC-41)
         self._tokens = 0.0
         self._counted_at = 0
         self._low_admitted = 0
@@ -398,8 +399,9 @@ class Governor:
     def tick(self, pending: int, busy: float | None = None) -> Transition | None:
         """Take every sample due by now (SVC-41), ``pending`` being
         ``Scheduler.pending_count()`` and ``busy`` the event loop's busy share since the last
-        tick (None: not measured). Returns "deferred" or "resumed" when deferral switched
-        (SVC-42) over the samples taken, else None."""
+        tick (None: not measured; the term takes the smaller of it and the last tick's).
+        Returns "deferred" or "resumed" when deferral switched (SVC-42) over the samples
+        taken, else None."""
         now = self._now()
         if now < self._next_sample:
             return None
@@ -408,6 +410,8 @@ class Governor:
         d = self._delay_sum / self._delay_n if self._delay_n else 0.0
         self._delay_sum = self._delay_n = 0
         was = self.deferring
+        if busy is not None:  # SVC-41: the smaller of this share and the last one
+            busy, self._busy_prev = min(busy, self._busy_prev), busy
         loop = busy_term(busy)
         used = self._low_admitted * 1000 / (due * SAMPLE_MS)  # per second, since the last
         self._low_admitted = 0
