@@ -146,7 +146,7 @@ class Push:
             if gov.next_sample_ms() == 0:
                 deferred = set(sched.deferred_ready()) | self._deferred_streams()
                 gov.tick(sched.pending_count(), self._meter.share() if self._meter else None)
-                sched.update(gov.pressure, gov.deferring)
+                sched.update(gov.delivery_pressure, gov.deferring)  # SVC-43's
                 for name in deferred ^ self._deferred_streams():
                     self._deliver(name)  # SVC-35: deferral of its push began or ended
                 self.metrics.set_pressure(gov.pressure)

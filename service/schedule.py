@@ -6,7 +6,7 @@ app drives both from its event loop and passes plain values between them::
 
     event = gov.tick(sched.pending_count(), busy) # when gov.next_sample_ms() is 0; busy:
                                                   # the loop's busy share since the last
-    sched.update(gov.pressure, gov.deferring)     # after every tick
+    sched.update(gov.delivery_pressure, gov.deferring)  # after every tick
     while sched.next_wake_ms() == 0:              # else sleep that long (None: until woken)
         for name, delay_ms in sched.round():
             wake(name)
@@ -65,8 +65,8 @@ SATURATED = 0.95  # SVC-44
 RETRY_STEP_MS, RETRY_MAX_MS = 100, 5000  # SVC-44
 BUSY_FLOOR = 0.5  # SVC-41: the loop's busy share counts above this
 # SVC-44's shedding: the low-priority append rate's floor (per second), its growth per calm
-# sample, and its bucket's depth (seconds of the rate)
-SHED_MIN, SHED_GROW, SHED_BURST_S = 10.0, 1.25, 0.01
+# sample (a share of the rate cut last), its bucket's depth (seconds of the rate)
+SHED_MIN, SHED_STEP, SHED_BURST_S = 10.0, 1 / 16, 0.01
 UNCOALESCED = 750  # SVC-43: topics of this priority or more are never coalesced (B4's floor)
 CATCH_UP_MAX = 100  # SVC-41: a late tick takes at most the last 100 due samples
 
@@ -170,7 +170,7 @@ class Scheduler:
     """The ready set and its rounds (SVC-36..SVC-40, SVC-42's effect on rounds, SVC-43).
 
     ``rules`` are the ``--priority`` options in order, as ``(glob, P)``. The governor's last
-    pressure and deferral flag come in through ``update``.
+    delivery pressure (SVC-43's) and deferral flag come in through ``update``.
     """
 
     def __init__(self, clock: Clock, rules: Iterable[tuple[str, int]] = ()) -> None:
@@ -240,7 +240,8 @@ class Scheduler:
         return self._deferring
 
     def update(self, pressure: float, deferring: bool) -> None:
-        """Take the governor's last sample and deferral flag (call after every ``tick``)."""
+        """Take the governor's last delivery pressure and deferral flag (call after every
+        ``tick``)."""
         self._pressure = pressure
         if deferring != self._deferring:
             self._deferring = deferring
@@ -366,6 +367,7 @@ class Governor:
         self._slots = max_inflight_appends
         self._next_sample = self._now() + SAMPLE_MS
         self.pressure = 0.0
+        self.delivery_pressure = 0.0  # SVC-41's terms but the loop's: SVC-43 coalesces by it
         self.delay_ms = 0.0  # SVC-41's EWMA
         self.deferring = False
         self.inflight = 0
@@ -378,7 +380,7 @@ class Governor:
         # SVC-44's shedding: the low-priority appends admitted per second (None: no limit),
         # the tokens of its bucket and when they were counted, the ones admitted this sample
         self.low_rate: float | None = None
-        self._busy_prev = 0.0  # the loop's busy share at the last tick (SVC-41)
+        self._ceiling = SHED_MIN  # SVC-44: the low-priority rate admitted at the last cut
         self._tokens = 0.0
         self._counted_at = 0
         self._low_admitted = 0
@@ -399,9 +401,8 @@ class Governor:
     def tick(self, pending: int, busy: float | None = None) -> Transition | None:
         """Take every sample due by now (SVC-41), ``pending`` being
         ``Scheduler.pending_count()`` and ``busy`` the event loop's busy share since the last
-        tick (None: not measured; the term takes the smaller of it and the last tick's).
-        Returns "deferred" or "resumed" when deferral switched (SVC-42) over the samples
-        taken, else None."""
+        tick (None: not measured). Returns "deferred" or "resumed" when deferral switched
+        (SVC-42) over the samples taken, else None."""
         now = self._now()
         if now < self._next_sample:
             return None
@@ -410,8 +411,6 @@ class Governor:
         d = self._delay_sum / self._delay_n if self._delay_n else 0.0
         self._delay_sum = self._delay_n = 0
         was = self.deferring
-        if busy is not None:  # SVC-41: the smaller of this share and the last one
-            busy, self._busy_prev = min(busy, self._busy_prev), busy
         loop = busy_term(busy)
         used = self._low_admitted * 1000 / (due * SAMPLE_MS)  # per second, since the last
         self._low_admitted = 0
@@ -424,12 +423,12 @@ class Governor:
 
     def _sample(self, pending: int, d: float, loop: float) -> None:
         self.delay_ms = 0.8 * self.delay_ms + 0.2 * d
-        p = max(
+        self.delivery_pressure = max(
             min(1.0, pending / self._ready_cap),
             min(1.0, self.delay_ms / DELAY_TARGET_MS),
             min(1.0, self.inflight / self._slots),
-            loop,
         )
+        p = max(self.delivery_pressure, loop)
         self.pressure = p
         self._above = self._above + 1 if p > DEFER_ABOVE else 0
         self._below = self._below + 1 if p < RESUME_BELOW else 0
@@ -444,12 +443,15 @@ class Governor:
         appends admitted since the last tick (per second)."""
         p, rate = self.pressure, self.low_rate
         if p > DEFER_ABOVE:
+            self._ceiling = max(SHED_MIN, used)
             self.low_rate = max(SHED_MIN, used / 2)
             if rate is None:
                 self._tokens, self._counted_at = 0.0, self._now()
         elif p < RESUME_BELOW and rate is not None:
-            # lifted after as many calm samples as end a deferral (SVC-42)
-            self.low_rate = None if self._below >= HYSTERESIS_SAMPLES else rate * SHED_GROW
+            if self._below >= HYSTERESIS_SAMPLES:  # as many calm samples as end a deferral
+                self.low_rate = None
+            else:  # back toward where it was too much, in steps
+                self.low_rate = rate + self._ceiling * SHED_STEP
 
     # -- admission (SVC-44, SVC-45) -----------------------------------------------------------
 
