@@ -1,9 +1,10 @@
 """The service's aiohttp application (spec/SERVICE.md): one store, its API as endpoints.
 
-Every endpoint is one call of the public API (SVC-13) run on a worker thread, since the store
-blocks (a durable append waits for its group commit, CON-1), while waits and streams stay on
-the loop, woken by the store's change notification through ``ChangeHub`` (SVC-29). Errors
-become SVC-9's body with SVC-10's status in one middleware.
+Every endpoint is one call of the public API (SVC-13), run on the loop when it cannot block and
+on a worker thread otherwise (service/calls.py: a durable append waits for its group commit,
+CON-1, on a thread of its own); waits and streams stay on the loop, woken by the store's change
+notification through ``ChangeHub`` (SVC-29). Errors become SVC-9's body with SVC-10's status in
+one middleware.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -36,6 +36,7 @@ from tidelog.records import TopicState
 
 from . import endpoints, streams
 from .auth import ANYONE, Authorizer, Principal
+from .calls import Calls
 from .hub import ChangeHub
 from .keys import PRINCIPAL, TOKENS_GENERATION
 from .limits import Limits
@@ -46,7 +47,6 @@ from .replays import Replays
 from .request import REQUEST_TIMEOUT_S, query_int
 from .responses import HTTP_CODES, error_response
 from .schedule import Governor, parse_priority_rule
-from .wire import STATUS
 
 __all__ = ["Service", "SERVICE"]
 
@@ -88,7 +88,7 @@ class Service:
         self.delivery_workers = delivery_workers
         self.max_inflight_appends = max_inflight_appends
         self.store = store
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tidelog-svc")
+        self.calls = Calls(store, workers)
         self.sse_heartbeat_ms = sse_heartbeat_ms
         self.sse_stall_ms = sse_stall_ms
         self.replays = Replays(replay_window_ms, max_replays)
@@ -101,6 +101,7 @@ class Service:
         self.streams_of: dict[str | None, int] = {}  # per token name (SVC-51)
         self.rights: dict[Any, str] = {}  # route -> the right it needs (SVC-48)
         self.route_topics: dict[Any, str] = {}  # routes whose topic is not in the path
+        self._routes: dict[Any, tuple[str, str, str | None]] = {}  # _route_info's answers
         #: open HTTP connections, as the running server counts them (set by start_sites)
         self.count_connections: Callable[[], int] = lambda: 0
         self.app = self._build()
@@ -153,12 +154,18 @@ class Service:
                 out[name] = self.store.topic(name, create=False).state()
         return out
 
-    # -- calls on worker threads --------------------------------------------------------------
+    # -- store calls (service/calls.py) --------------------------------------------------------
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run one blocking store call on a worker thread. A client that goes away does not
-        cancel it: the op completes or not as a whole (SVC-26, ERR-2)."""
-        loop = asyncio.get_running_loop()
-        return await asyncio.shield(loop.run_in_executor(self.pool, fn, *args))
+        """Run one store call on a worker thread (one that may block on I/O). A client that
+        goes away does not cancel it: the op completes or not as a whole (SVC-26, ERR-2)."""
+        return await self.calls.thread(fn, *args)
+
+    async def run(
+        self, topic: str | None, after: int | None, fn: Callable[..., T], *args: Any
+    ) -> T:
+        """Run one store call of ``topic`` on the loop when it cannot block (reading payloads
+        after ``after``: ``Engine.resident``), else on a worker thread (``Calls.inline``)."""
+        return await self.calls.inline(topic, after, fn, *args)
 
     def handle(self, name: str, incarnation: int | None) -> Topic:
         """On a worker thread: the handle on topic ``name``, of life ``incarnation`` when given
@@ -187,25 +194,41 @@ class Service:
             return fn(self.handle(name, None))
 
     async def topic_call(
-        self, request: web.Request, fn: Callable[[Topic], T], name: str | None = None
+        self,
+        request: web.Request,
+        fn: Callable[[Topic], T],
+        name: str | None = None,
+        *,
+        after: int | None = None,
+        inline: bool = True,
     ) -> T:
+        """``fn`` on the request's topic (``name``, else the path's), on the loop when it
+        cannot block (``run``; ``after`` as there) unless ``inline`` is False: then on a worker
+        thread, for ops that do I/O under the store lock."""
         incarnation = query_int(request, "incarnation", None, 1)
         topic = name if name is not None else request.match_info["t"]
-        return await self.call(self.on_topic, topic, incarnation, fn)
+        if not inline:
+            return await self.call(self.on_topic, topic, incarnation, fn)
+        return await self.run(topic, after, self.on_topic, topic, incarnation, fn)
 
     async def wait_change(
-        self, name: str, attempt: Callable[[], T], done: Callable[[T], bool], wait_ms: int
+        self,
+        name: str,
+        attempt: Callable[[], T],
+        done: Callable[[T], bool],
+        wait_ms: int,
+        after: int | None = None,
     ) -> T:
-        """CON-3 on the loop: run ``attempt`` on a worker thread until ``done`` says so or
-        ``wait_ms`` pass, woken by the topic's changes (SVC-16, SVC-29). Ends early with the
-        last answer when the service stops (SVC-57)."""
+        """CON-3 on the loop: run ``attempt`` (``run``, reading after ``after``) until ``done``
+        says so or ``wait_ms`` pass, woken by the topic's changes (SVC-16, SVC-29). Ends early
+        with the last answer when the service stops (SVC-57)."""
         assert self.hub is not None
         wait_ms = min(wait_ms, self.max_wait_ms)
         deadline = time.monotonic() + wait_ms / 1000.0
         with self.hub.interest(name) as interest:
             while True:
                 gen = interest.gen
-                value = await self.call(attempt)
+                value = await self.run(name, after, attempt)
                 left = deadline - time.monotonic()
                 if done(value) or left <= 0 or self.stopping:
                     return value
@@ -217,14 +240,14 @@ class Service:
         return self.push.interest(name)
 
     def principal(self, request: web.Request) -> Principal:
-        principal: Principal = request.get(PRINCIPAL, ANYONE)
-        return principal
+        who: Principal = request.get(PRINCIPAL, ANYONE)
+        return who
 
     # -- the application ------------------------------------------------------------------------
     def _build(self) -> web.Application:
         app = web.Application(
             client_max_size=self.limits.max_request_bytes,
-            middlewares=[self._errors, self._guard],
+            middlewares=[self._serve],
             handler_args={
                 "max_line_size": self.limits.max_header_bytes,
                 "max_field_size": self.limits.max_header_bytes,
@@ -244,6 +267,7 @@ class Service:
         return app
 
     async def _startup(self, app: web.Application) -> None:
+        self.calls.start(asyncio.get_running_loop())
         self.hub = ChangeHub(self.store, asyncio.get_running_loop())
         self.push = Push(
             self.hub,
@@ -267,41 +291,66 @@ class Service:
                 await asyncio.wait_for(asyncio.shield(task), 2.0)
 
     async def _cleanup(self, app: web.Application) -> None:
-        self.pool.shutdown(wait=True)
+        self.calls.close()
+
+    def _route_info(self, route: Any) -> tuple[str, str, str | None]:
+        """A route's template (SVC-53, SVC-55), the right it needs (SVC-48) and its topic when
+        the path has none (the receiver's), looked up once per route."""
+        info = self._routes.get(route)
+        if info is None:
+            if route.resource is None:  # no route matched: a new one per request, not kept
+                return ("(none)", "any", None)
+            template = route.resource.canonical
+            info = (template, self.rights.get(route, "any"), self.route_topics.get(route))
+            self._routes[route] = info
+        return info
 
     @web.middleware
-    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """SVC-48, SVC-49: the route's right on its topic, checked before the topic is looked
-        up; SVC-53, SVC-55: every request counted, timed and logged."""
+    async def _serve(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Every request: refused with 503 while stopping (SVC-57) or over the connection limit
+        (SVC-51); the route's right on its topic, checked before the topic is looked up (SVC-48,
+        SVC-49); errors as SVC-9's body with SVC-10's status; counted, timed and logged once
+        answered (SVC-53, SVC-55)."""
         started = time.monotonic()
-        route = request.match_info.route
-        template = route.resource.canonical if route.resource is not None else "(none)"
-        topic = request.match_info.get("t") or self.route_topics.get(route)
-        status, principal, failure = 500, None, None
+        match = request.match_info
+        template, right, fixed = self._route_info(match.route)
+        topic = match.get("t") or fixed
+        principal: Principal | None = None
+        failure: BaseException | None = None
+        status = 500
+        response: web.StreamResponse | None = None
         try:
-            if self.count_connections() > self.limits.max_http_connections:
-                busy = Busy(
-                    f"more than --max-http-connections {self.limits.max_http_connections} "
-                    "connections are open (SVC-51)"
+            try:
+                if self.stopping and request.path != "/v0/health":
+                    raise Closed("the service is shutting down (SVC-57)")
+                if self.count_connections() > self.limits.max_http_connections:
+                    busy = Busy(
+                        f"more than --max-http-connections {self.limits.max_http_connections} "
+                        "connections are open (SVC-51)"
+                    )
+                    busy.close_connection = True  # type: ignore[attr-defined]  # then closed
+                    raise busy
+                request[TOKENS_GENERATION] = self.authz.generation  # what the check below saw
+                principal = self.authz.check(request.headers.get("Authorization"), right, topic)
+                request[PRINCIPAL] = principal
+                response = await handler(request)
+            except TidelogError as exc:
+                response = error_response(exc)
+            except web.HTTPException as exc:
+                if exc.status < 400:
+                    status = exc.status
+                    raise
+                response = error_response(self._http_error(request, exc))
+            except (asyncio.CancelledError, ConnectionResetError):
+                raise
+            except Exception as exc:
+                failure = exc
+                log.exception("internal error on %s %s", request.method, request.path)
+                response = error_response(
+                    Internal(f"internal error on {request.method} {request.path}")
                 )
-                busy.close_connection = True  # type: ignore[attr-defined]  # answered, closed
-                raise busy
-            right = self.rights.get(route, "any")
-            request[TOKENS_GENERATION] = self.authz.generation  # what the check below saw
-            principal = self.authz.check(request.headers.get("Authorization"), right, topic)
-            request[PRINCIPAL] = principal
-            response = await handler(request)
             status = response.status
             return response
-        except TidelogError as exc:
-            status = STATUS.get(exc.code, 500)
-            raise
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except Exception as exc:
-            failure = exc
-            raise
         finally:
             seconds = time.monotonic() - started
             self.metrics.request(template, request.method, status, seconds)
@@ -312,38 +361,35 @@ class Service:
                 status=status,
                 seconds=seconds,
                 bytes_in=request.content_length or 0,
-                bytes_out=0,
+                bytes_out=_bytes_out(response),
                 token_name=principal.name if principal is not None else None,
                 exc=failure,
             )
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.stopping and request.path != "/v0/health":
-            return error_response(Closed("the service is shutting down (SVC-57)"))
-        try:
-            return await handler(request)
-        except TidelogError as exc:
-            return error_response(exc)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            code = HTTP_CODES.get(exc.status, "bad_argument")
-            if exc.status == 413:
-                err: TidelogError = TooLarge(
-                    f"request body over {self.limits.max_request_bytes} bytes (SVC-51)"
-                )
-            elif exc.status == 404:
-                err = NotFound(f"no such path: {request.method} {request.path} (SVC-13)")
-            elif exc.status == 405:
-                err = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
-                err.allow = exc.headers.get("Allow", "")  # type: ignore[attr-defined]
-            else:
-                err = BadArgument(f"{exc.reason} (SVC-12)")
-            err.code = code if err.code == "error" else err.code
-            return error_response(err)
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
-        except Exception:
-            log.exception("internal error on %s %s", request.method, request.path)
-            return error_response(Internal(f"internal error on {request.method} {request.path}"))
+    def _http_error(self, request: web.Request, exc: web.HTTPException) -> TidelogError:
+        """An error of the HTTP layer (no route, no such method, a body over the limit) as
+        SVC-9's error with its code."""
+        code = HTTP_CODES.get(exc.status, "bad_argument")
+        if exc.status == 413:
+            err: TidelogError = TooLarge(
+                f"request body over {self.limits.max_request_bytes} bytes (SVC-51)"
+            )
+        elif exc.status == 404:
+            err = NotFound(f"no such path: {request.method} {request.path} (SVC-13)")
+        elif exc.status == 405:
+            err = MethodNotAllowed(f"{request.method} is not allowed on {request.path}")
+            err.allow = exc.headers.get("Allow", "")  # type: ignore[attr-defined]
+        else:
+            err = BadArgument(f"{exc.reason} (SVC-12)")
+        err.code = code if err.code == "error" else err.code
+        return err
+
+
+def _bytes_out(response: web.StreamResponse | None) -> int:
+    """SVC-55's bytes out: a stream's written so far (it ended), an answer's body."""
+    if response is None:
+        return 0
+    if response.prepared:
+        return response.body_length
+    body = getattr(response, "body", None)
+    return len(body) if isinstance(body, bytes) else 0

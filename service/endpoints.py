@@ -104,7 +104,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
     async def list_topics(request: web.Request) -> web.Response:
         """SVC-22, SVC-48: only the topics the caller may read."""
         check_query(request, ())
-        topics = await svc.call(svc.store.topics)
+        topics = await svc.run(None, None, svc.store.topics)
         return _ok({"topics": svc.principal(request).readable(topics)})
 
     async def put_topic(request: web.Request) -> web.Response:
@@ -152,7 +152,8 @@ def add_routes(app: web.Application, svc: Service) -> None:
         an allowed caller asks not to be throttled."""
         assert svc.push is not None
         asked = request.headers.get("X-Tidelog-No-Throttle") == "1"
-        return svc.push.admitted(asked and svc.principal(request).unthrottled)
+        bypass = asked and svc.principal(request).unthrottled
+        return svc.push.admitted(request.match_info["t"], bypass)
 
     # -- appends and reads --------------------------------------------------------------------
     async def append(request: web.Request) -> web.Response:
@@ -169,7 +170,8 @@ def add_routes(app: web.Application, svc: Service) -> None:
         async with admitted(request):
             seq = await svc.topic_call(request, lambda t: t.append(payload, tag=tag, node=node))
         svc.metrics.appended(request.match_info["t"], 1)
-        return _ok({"seq": seq})
+        # what _ok({"seq": seq}) writes, without an encoder for one integer
+        return web.Response(body=b'{"seq":%d}' % seq, content_type="application/json")
 
     async def batch(request: web.Request) -> web.Response:
         check_query(request, ("incarnation",))
@@ -220,7 +222,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
 
         name = request.match_info["t"]
         incarnation = query_int(request, "incarnation", None, 1)
-        items = await svc.wait_change(name, attempt, bool, wait_ms)
+        items = await svc.wait_change(name, attempt, bool, wait_ms, after)
         return _ok({"items": _items(items), "next_after": _next_after(items, after)})
 
     async def delete_records(request: web.Request) -> web.Response:
@@ -228,7 +230,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
         before = query_int(request, "before_seq", None, 0)
         tag, glob = query_str(request, "tag"), query_str(request, "tag_glob")
         deleted = await svc.topic_call(
-            request, lambda t: t.delete(before_seq=before, tag=tag, tag_glob=glob)
+            request, lambda t: t.delete(before_seq=before, tag=tag, tag_glob=glob), inline=False
         )
         return _ok({"deleted": deleted})
 
@@ -249,14 +251,14 @@ def add_routes(app: web.Application, svc: Service) -> None:
             return svc.on_topic(name, incarnation, Topic.changes)
 
         if since is None:
-            return _ok({"changes": await svc.call(attempt)})
+            return _ok({"changes": await svc.run(name, None, attempt)})
         value = await svc.wait_change(name, attempt, lambda c: c != since, wait_ms)
         return _ok({"changes": value})
 
     # -- subscribers ----------------------------------------------------------------------------
-    def sub_call(request: web.Request, fn: Any) -> Any:
+    def sub_call(request: web.Request, fn: Any, inline: bool = True) -> Any:
         s = request.match_info["s"]
-        return svc.topic_call(request, lambda t: fn(t, s))
+        return svc.topic_call(request, lambda t: fn(t, s), inline=inline)
 
     async def list_subscribers(request: web.Request) -> web.Response:
         check_query(request, ("incarnation",))
@@ -284,7 +286,8 @@ def add_routes(app: web.Application, svc: Service) -> None:
 
     async def delete_subscriber(request: web.Request) -> web.Response:
         check_query(request, ("incarnation",))
-        await sub_call(request, lambda t, s: t.subscriber(s).unregister())
+        # its progress file goes too (file://): I/O, on a worker thread
+        await sub_call(request, lambda t, s: t.subscriber(s).unregister(), inline=False)
         return _no_content()
 
     async def poll(request: web.Request) -> web.Response:
@@ -300,7 +303,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
             return svc.on_topic(name, incarnation, lambda t: t.subscriber(s).poll(limit))
 
         async def run() -> web.Response:
-            items = await svc.wait_change(name, attempt, bool, wait_ms)
+            items = await svc.wait_change(name, attempt, bool, wait_ms, 0)
             return _ok({"items": _items(items)})
 
         return await svc.replays.run(("poll", name, s), request_id, run)
@@ -317,7 +320,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
 
     async def flush_subscriber(request: web.Request) -> web.Response:
         check_query(request, ("incarnation",))
-        await sub_call(request, lambda t, s: t.subscriber(s).flush())
+        await sub_call(request, lambda t, s: t.subscriber(s).flush(), inline=False)
         return _no_content()
 
     # -- queue mode -----------------------------------------------------------------------------
@@ -331,7 +334,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
 
         async def run() -> web.Response:
             leases = await svc.topic_call(
-                request, lambda t: t.claim(node, max=limit, lease_ms=lease_ms)
+                request, lambda t: t.claim(node, max=limit, lease_ms=lease_ms), after=0
             )
             return _ok({"leases": [lease_to_json(x) for x in leases]})
 

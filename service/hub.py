@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 from tidelog.api import Store
 
-__all__ = ["ChangeHub", "Interest"]
+__all__ = ["ChangeHub", "Interest", "set_done"]
 
 POLL_S = 0.005
 
@@ -24,28 +24,44 @@ POLL_S = 0.005
 class Interest:
     """One waiter's registration on a topic: ``gen`` moves each time the topic changes."""
 
-    __slots__ = ("hub", "name", "event")
+    __slots__ = ("hub", "name", "waiter")
 
     def __init__(self, hub: ChangeHub, name: str) -> None:
         self.hub = hub
         self.name = name
-        self.event = asyncio.Event()
+        self.waiter: asyncio.Future[None] | None = None
 
     @property
     def gen(self) -> int:
         return self.hub.gens.get(self.name, 0)
 
+    def wake(self) -> None:
+        """The topic changed (or the hub closed): a waiter resumes in the loop's next turn."""
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     async def changed_since(self, gen: int, timeout: float) -> bool:
         """Wait until the topic changed after ``gen`` was read (or the hub closed), at most
-        ``timeout`` seconds; True if it did."""
+        ``timeout`` seconds; True if it did. (A future and a timer: ``asyncio.wait_for`` would
+        add a task and a turn of the loop to every wake-up.)"""
         if self.gen != gen or self.hub.closed:
             return True
-        self.event.clear()
-        if self.gen != gen:
-            return True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), max(timeout, 0.0))
+        loop = asyncio.get_running_loop()
+        waiter = self.waiter = loop.create_future()
+        timer = loop.call_later(max(timeout, 0.0), set_done, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
         return self.gen != gen or self.hub.closed
+
+
+def set_done(waiter: asyncio.Future[None]) -> None:
+    """A timer's end of a wait: the future is done (unless it was already)."""
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class ChangeHub:
@@ -88,7 +104,7 @@ class ChangeHub:
     def _bump(self, name: str) -> None:
         self.gens[name] = self.gens.get(name, 0) + 1
         for interest in self._interest.get(name, ()):
-            interest.event.set()
+            interest.wake()
         for fn in self._listeners:
             fn(name)
 
@@ -121,6 +137,6 @@ class ChangeHub:
         self.closed = True
         for waiting in self._interest.values():
             for interest in waiting:
-                interest.event.set()
+                interest.wake()
         if self._poller is not None:
             self._poller.cancel()

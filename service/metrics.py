@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -46,6 +46,7 @@ _REQUEST_BUCKETS = (
     10,
     30,
 )
+_CHILDREN_MAX = 4096  # cached label sets of the per-request series (Metrics)
 _DELAY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -152,6 +153,11 @@ class Metrics:
         self._topic_gauges = _TopicGauges(self._label)
         self._topic_gauges.states = topics
         r.register(self._topic_gauges)
+        # the labelled children of the per-request series, looked up once per label set (a
+        # topic's label never changes once given, _TopicLabels); bounded: methods and topics
+        # are the clients' to choose
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._append_children: dict[str, Any] = {}
 
     def set_topic_states(self, topics: TopicStates) -> None:
         """The callable a scrape reads every topic's state from."""
@@ -160,12 +166,28 @@ class Metrics:
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         """One answered request; ``route`` is the route's template (``/v0/topics/{t}``), never
         the path, so the labels stay few."""
-        self._requests.labels(route, method, str(status)).inc()
-        self._request_seconds.labels(route).observe(seconds)
+        key = (route, method, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (
+                self._requests.labels(route, method, str(status)),
+                self._request_seconds.labels(route),
+            )
+            if len(self._request_children) >= _CHILDREN_MAX:
+                self._request_children.clear()
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def appended(self, topic: str, n: int) -> None:
         """``n`` records appended to ``topic`` (a batch counts its records)."""
-        self._appends.labels(self._label(topic)).inc(n)
+        child = self._append_children.get(topic)
+        if child is None:
+            child = self._appends.labels(self._label(topic))
+            if len(self._append_children) >= _CHILDREN_MAX:
+                self._append_children.clear()
+            self._append_children[topic] = child
+        child.inc(n)
 
     def stream_opened(self, topic: str) -> None:
         self._streams.labels(self._label(topic)).inc()

@@ -1,6 +1,8 @@
 """The push loop (SVC-35..SVC-46): the store's changes of topics with streams make them ready;
-rounds of the priority scheduler deliver them, waking their streams; the governor samples
-pressure every 100 ms, defers low-priority push under pressure and admits appends.
+rounds of the priority scheduler deliver them, waking their streams (in the loop turn the change
+arrives in when no coalescing wait applies); the governor samples pressure every 100 ms (the
+loop's busy share from ``BusyMeter`` among its terms), defers low-priority push under pressure
+and admits appends, shedding low-priority ones.
 
 Everything here runs on the service's event loop; service/schedule.py decides, this module
 only drives it and keeps the streams' registrations.
@@ -12,14 +14,14 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
 
 from tidelog.clock import Clock
 from tidelog.errors import Throttled
 
-from .hub import ChangeHub, Interest
+from .hub import ChangeHub, Interest, set_done
+from .loopclock import BusyMeter
 from .metrics import Metrics
-from .schedule import Admission, Governor, Scheduler
+from .schedule import Admission, Governor, Scheduler, coalesce_ms
 
 __all__ = ["Push"]
 
@@ -45,9 +47,10 @@ class Push:
         self.closed = False
         self._interest: dict[str, set[Interest]] = {}
         self._watching: dict[str, contextlib.ExitStack] = {}
-        self._wake = asyncio.Event()
+        self._sleeping: asyncio.Future[None] | None = None  # the push loop's wait, to poke
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._task: asyncio.Task[None] | None = None
+        self._meter: BusyMeter | None = None
         hub.listen(self._changed)
 
     # -- streams ---------------------------------------------------------------------------
@@ -73,12 +76,45 @@ class Push:
 
     def _changed(self, name: str) -> None:
         if name in self._interest and self.sched.mark_ready(name):  # SVC-37
-            self._wake.set()
+            priority = self.sched.priority(name)
+            if self._task is not None and coalesce_ms(self.sched.pressure, priority) == 0:
+                # no coalescing wait (SVC-43): the round is due now, so it runs in this turn
+                # of the loop rather than the push loop's next one
+                self._rounds()
+            else:
+                self._poke()
+
+    def _poke(self) -> None:
+        """Wake the push loop: the ready set changed."""
+        sleeping = self._sleeping
+        if sleeping is not None and not sleeping.done():
+            sleeping.set_result(None)
+
+    async def _sleep(self, seconds: float) -> None:
+        """The push loop's wait until ``seconds`` pass or ``_poke`` (a future and a timer:
+        ``asyncio.wait_for`` would make a task per wake-up)."""
+        loop = asyncio.get_running_loop()
+        sleeping = self._sleeping = loop.create_future()
+        timer = loop.call_later(seconds, set_done, sleeping)
+        try:
+            await sleeping
+        finally:
+            timer.cancel()
+            self._sleeping = None
+
+    def _rounds(self) -> None:
+        """Every round due now, back to back (SVC-39)."""
+        sched, gov = self.sched, self.gov
+        while sched.next_wake_ms() == 0:
+            for name, delay_ms in sched.round():
+                self._deliver(name)
+                gov.delivered(delay_ms)
+                self.metrics.delivery_delay(delay_ms / 1000.0)
 
     def _deliver(self, name: str) -> None:
         self.gens[name] = self.gens.get(name, 0) + 1
         for interest in self._interest.get(name, ()):
-            interest.event.set()
+            interest.wake()
 
     def is_deferred(self, name: str) -> bool:
         return self.sched.is_deferred(name)
@@ -95,7 +131,9 @@ class Push:
 
     # -- the loop ----------------------------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        self._meter = BusyMeter(loop)
+        self._task = loop.create_task(self._run())
 
     async def _run(self) -> None:
         sched, gov = self.sched, self.gov
@@ -104,30 +142,24 @@ class Push:
             sample = gov.next_sample_ms()
             timeout = sample if wake is None else min(wake, sample)
             if timeout > 0:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout / 1000.0)
+                await self._sleep(timeout / 1000.0)
             if gov.next_sample_ms() == 0:
                 deferred = set(sched.deferred_ready()) | self._deferred_streams()
-                gov.tick(sched.pending_count())
-                sched.update(gov.pressure, gov.deferring)
+                gov.tick(sched.pending_count(), self._meter.share() if self._meter else None)
+                sched.update(gov.delivery_pressure, gov.deferring)  # SVC-43's
                 for name in deferred ^ self._deferred_streams():
                     self._deliver(name)  # SVC-35: deferral of its push began or ended
                 self.metrics.set_pressure(gov.pressure)
                 self.metrics.set_ready(sched.ready_count())
                 self.metrics.set_deferred(len(sched.deferred_ready()))
-            while sched.next_wake_ms() == 0:
-                for name, delay_ms in sched.round():
-                    self._deliver(name)
-                    gov.delivered(delay_ms)
-                    self.metrics.delivery_delay(delay_ms / 1000.0)
+            self._rounds()
 
     def _deferred_streams(self) -> set[str]:
         return {name for name in self._interest if self.sched.is_deferred(name)}
 
     async def close(self) -> None:
         self.closed = True
-        self._wake.set()
+        self._poke()
         for name in list(self._interest):
             self._deliver(name)
         if self._task is not None:
@@ -135,36 +167,51 @@ class Push:
                 await self._task
 
     # -- admission (SVC-44, SVC-45) ---------------------------------------------------------
-    @contextlib.asynccontextmanager
-    async def admitted(self, bypass: bool) -> Any:
-        """Hold one of the ``--max-inflight-appends`` slots for the block: wait for one, or
-        be refused with 429 ``throttled`` at saturation (SVC-44) unless ``bypass`` (SVC-45)."""
-        result = self.gov.begin_append(bypass)
-        if result.admission is Admission.REFUSED:
-            self.metrics.throttled()
-            raise Throttled(
-                "the service is saturated: the append was not taken, nothing was stored; "
-                f"retry after {result.retry_after_ms} ms (SVC-44)",
-                result.retry_after_ms,
-            )
-        if result.admission is Admission.WAIT:
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(future)
-            try:
-                await future
-            except asyncio.CancelledError:
-                if future.done() and not future.cancelled():
-                    self._release()  # handed a slot as it was cancelled: give it on
-                else:
-                    self._waiters.remove(future)
-                    self.gov.cancel_wait()
-                raise
-        try:
-            yield
-        finally:
-            self._release()
+    def admitted(self, topic: str, bypass: bool) -> _Slot:
+        """Hold one of the ``--max-inflight-appends`` slots for the ``async with`` block while
+        appending to ``topic``: wait for one, or be refused with 429 ``throttled`` at
+        saturation or when shed (SVC-44) unless ``bypass`` (SVC-45)."""
+        return _Slot(self, bypass, self.sched.priority(topic) < 0)
 
     def _release(self) -> None:
         if self.gov.end_append():
             future = self._waiters.popleft()
             future.set_result(None)
+
+
+class _Slot:
+    """``Push.admitted``'s block (a class, not a generator: one per append)."""
+
+    __slots__ = ("push", "bypass", "low")
+
+    def __init__(self, push: Push, bypass: bool, low: bool) -> None:
+        self.push = push
+        self.bypass = bypass
+        self.low = low
+
+    async def __aenter__(self) -> None:
+        push = self.push
+        result = push.gov.begin_append(self.bypass, self.low)
+        if result.admission is Admission.ADMITTED:
+            return
+        if result.admission is Admission.REFUSED:
+            push.metrics.throttled()
+            raise Throttled(
+                "the service is saturated: the append was not taken, nothing was stored; "
+                f"retry after {result.retry_after_ms} ms (SVC-44)",
+                result.retry_after_ms,
+            )
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        push._waiters.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                push._release()  # handed a slot as it was cancelled: give it on
+            else:
+                push._waiters.remove(future)
+                push.gov.cancel_wait()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.push._release()

@@ -22,6 +22,8 @@ _JSON_TYPES = ("application/json", "application/x-www-form-urlencoded", "text/pl
 
 
 def _one(request: web.Request, name: str) -> str | None:
+    if not request.query_string:  # most requests: nothing to parse
+        return None
     values = request.query.getall(name, [])
     if len(values) > 1:
         raise BadArgument(f"query parameter {name!r} given {len(values)} times (SVC-8)")
@@ -48,6 +50,8 @@ def query_str(request: web.Request, name: str) -> str | None:
 
 def check_query(request: web.Request, allowed: Collection[str]) -> None:
     """SVC-5: a parameter the endpoint does not know is refused, never ignored."""
+    if not request.query_string:
+        return
     unknown = sorted(set(request.query) - set(allowed))
     if unknown:
         raise BadArgument(

@@ -4,14 +4,15 @@ section 7, SVC-36..SVC-46).
 Pure and synchronous: no I/O, no asyncio; time is the injected clock's ``now_ms()``. The HTTP
 app drives both from its event loop and passes plain values between them::
 
-    event = gov.tick(sched.pending_count())       # when gov.next_sample_ms() is 0
-    sched.update(gov.pressure, gov.deferring)     # after every tick
+    event = gov.tick(sched.pending_count(), busy) # when gov.next_sample_ms() is 0; busy:
+                                                  # the loop's busy share since the last
+    sched.update(gov.delivery_pressure, gov.deferring)  # after every tick
     while sched.next_wake_ms() == 0:              # else sleep that long (None: until woken)
         for name, delay_ms in sched.round():
             wake(name)
             gov.delivered(delay_ms)
 
-    admit = gov.begin_append(bypass)              # per append: admitted, wait or refused
+    admit = gov.begin_append(bypass, low)         # per append: admitted, wait or refused
     ...                                           # when it is answered:
     if gov.end_append(): hand_slot_to_oldest_waiter()
 
@@ -62,6 +63,11 @@ DELAY_TARGET_MS = 5.0  # SVC-41
 DEFER_ABOVE, RESUME_BELOW, HYSTERESIS_SAMPLES = 0.8, 0.6, 10  # SVC-42
 SATURATED = 0.95  # SVC-44
 RETRY_STEP_MS, RETRY_MAX_MS = 100, 5000  # SVC-44
+BUSY_FLOOR = 0.5  # SVC-41: the loop's busy share counts above this
+# SVC-44's shedding: the low-priority append rate's floor (per second), its growth per calm
+# sample (a share of the rate cut last), its bucket's depth (seconds of the rate)
+SHED_MIN, SHED_STEP, SHED_BURST_S = 10.0, 1 / 16, 0.01
+UNCOALESCED = 750  # SVC-43: topics of this priority or more are never coalesced (B4's floor)
 CATCH_UP_MAX = 100  # SVC-41: a late tick takes at most the last 100 due samples
 
 #: What a change of deferral means to a topic's streams: ``event: deferred`` / ``resumed``.
@@ -81,12 +87,21 @@ def band(p_eff: int) -> int:
     return 0
 
 
-def coalesce_ms(pressure: float) -> int:
-    """SVC-43: how long a ready topic waits before it is eligible, ``⌈20 × (p - 0.2) / 0.8⌉``
-    ms (``20 / 0.8`` is 25), never more than 20."""
-    if pressure <= 0.2:
+def coalesce_ms(pressure: float, priority: int = 0) -> int:
+    """SVC-43: how long a ready topic of ``priority`` waits before it is eligible,
+    ``⌈20 × (p - 0.2) / 0.8⌉`` ms (``20 / 0.8`` is 25), never more than 20; 0 for a priority
+    of 750 or more."""
+    if pressure <= 0.2 or priority >= UNCOALESCED:
         return 0
     return min(COALESCE_MAX_MS, math.ceil(25 * pressure - 5))
+
+
+def busy_term(busy: float | None) -> float:
+    """SVC-41's loop term: the share of the sample period the event loop was busy, counted
+    above one half: ``(busy - 0.5) / 0.5`` within [0, 1] (0 when not measured)."""
+    if busy is None:
+        return 0.0
+    return min(1.0, max(0.0, (busy - BUSY_FLOOR) / (1 - BUSY_FLOOR)))
 
 
 def _check_priority(value: object, what: str, error: type[BadArgument | BadOption]) -> int:
@@ -155,7 +170,7 @@ class Scheduler:
     """The ready set and its rounds (SVC-36..SVC-40, SVC-42's effect on rounds, SVC-43).
 
     ``rules`` are the ``--priority`` options in order, as ``(glob, P)``. The governor's last
-    pressure and deferral flag come in through ``update``.
+    delivery pressure (SVC-43's) and deferral flag come in through ``update``.
     """
 
     def __init__(self, clock: Clock, rules: Iterable[tuple[str, int]] = ()) -> None:
@@ -225,7 +240,8 @@ class Scheduler:
         return self._deferring
 
     def update(self, pressure: float, deferring: bool) -> None:
-        """Take the governor's last sample and deferral flag (call after every ``tick``)."""
+        """Take the governor's last delivery pressure and deferral flag (call after every
+        ``tick``)."""
         self._pressure = pressure
         if deferring != self._deferring:
             self._deferring = deferring
@@ -282,7 +298,7 @@ class Scheduler:
         left = ROUND_MAX
         for name, entry in self._ready.items():
             waited = now - entry.enqueued_at
-            if entry.held or waited < c:
+            if entry.held or (waited < c and entry.priority < UNCOALESCED):
                 continue
             b = band(effective_priority(entry.priority, waited))
             if quota[b]:
@@ -295,7 +311,8 @@ class Scheduler:
         for names in reversed(picked):
             for name in names:
                 entry = self._ready.pop(name)
-                start = max(entry.since, entry.enqueued_at + c)
+                wait = c if entry.priority < UNCOALESCED else 0
+                start = max(entry.since, entry.enqueued_at + wait)
                 out.append(Delivery(name, max(0, now - start)))
         return out
 
@@ -308,7 +325,7 @@ class Scheduler:
         for entry in self._ready.values():
             if entry.held:
                 continue
-            wait = entry.enqueued_at + c - now
+            wait = entry.enqueued_at + (c if entry.priority < UNCOALESCED else 0) - now
             if wait <= 0:
                 return 0
             if best is None or wait < best:
@@ -330,6 +347,9 @@ class AdmitResult:
     retry_after_ms: int = 0
 
 
+_ADMITTED = AdmitResult(Admission.ADMITTED)  # the common answer, made once
+
+
 class Governor:
     """Pressure, deferral and admission (SVC-41, SVC-42, SVC-44, SVC-45)."""
 
@@ -347,6 +367,7 @@ class Governor:
         self._slots = max_inflight_appends
         self._next_sample = self._now() + SAMPLE_MS
         self.pressure = 0.0
+        self.delivery_pressure = 0.0  # SVC-41's terms but the loop's: SVC-43 coalesces by it
         self.delay_ms = 0.0  # SVC-41's EWMA
         self.deferring = False
         self.inflight = 0
@@ -356,6 +377,13 @@ class Governor:
         self._below = 0  # consecutive samples < 0.6
         self._delay_sum = 0
         self._delay_n = 0
+        # SVC-44's shedding: the low-priority appends admitted per second (None: no limit),
+        # the tokens of its bucket and when they were counted, the ones admitted this sample
+        self.low_rate: float | None = None
+        self._ceiling = SHED_MIN  # SVC-44: the low-priority rate admitted at the last cut
+        self._tokens = 0.0
+        self._counted_at = 0
+        self._low_admitted = 0
 
     # -- sampling (SVC-41, SVC-42) ------------------------------------------------------------
 
@@ -370,9 +398,10 @@ class Governor:
         self._delay_sum += delay_ms
         self._delay_n += 1
 
-    def tick(self, pending: int) -> Transition | None:
+    def tick(self, pending: int, busy: float | None = None) -> Transition | None:
         """Take every sample due by now (SVC-41), ``pending`` being
-        ``Scheduler.pending_count()``. Returns "deferred" or "resumed" when deferral switched
+        ``Scheduler.pending_count()`` and ``busy`` the event loop's busy share since the last
+        tick (None: not measured). Returns "deferred" or "resumed" when deferral switched
         (SVC-42) over the samples taken, else None."""
         now = self._now()
         if now < self._next_sample:
@@ -382,19 +411,24 @@ class Governor:
         d = self._delay_sum / self._delay_n if self._delay_n else 0.0
         self._delay_sum = self._delay_n = 0
         was = self.deferring
+        loop = busy_term(busy)
+        used = self._low_admitted * 1000 / (due * SAMPLE_MS)  # per second, since the last
+        self._low_admitted = 0
         for i in range(min(due, CATCH_UP_MAX)):
-            self._sample(pending, d if i == 0 else 0.0)
+            self._sample(pending, d if i == 0 else 0.0, loop)
+            self._shed(used)
         if self.deferring == was:
             return None
         return "deferred" if self.deferring else "resumed"
 
-    def _sample(self, pending: int, d: float) -> None:
+    def _sample(self, pending: int, d: float, loop: float) -> None:
         self.delay_ms = 0.8 * self.delay_ms + 0.2 * d
-        p = max(
+        self.delivery_pressure = max(
             min(1.0, pending / self._ready_cap),
             min(1.0, self.delay_ms / DELAY_TARGET_MS),
             min(1.0, self.inflight / self._slots),
         )
+        p = max(self.delivery_pressure, loop)
         self.pressure = p
         self._above = self._above + 1 if p > DEFER_ABOVE else 0
         self._below = self._below + 1 if p < RESUME_BELOW else 0
@@ -404,6 +438,21 @@ class Governor:
             self.deferring = False
         self.saturated_samples = self.saturated_samples + 1 if p >= SATURATED else 0
 
+    def _shed(self, used: float) -> None:
+        """SVC-44: the low-priority rate after a sample; ``used`` is the rate of low-priority
+        appends admitted since the last tick (per second)."""
+        p, rate = self.pressure, self.low_rate
+        if p > DEFER_ABOVE:
+            self._ceiling = max(SHED_MIN, used)
+            self.low_rate = max(SHED_MIN, used / 2)
+            if rate is None:
+                self._tokens, self._counted_at = 0.0, self._now()
+        elif p < RESUME_BELOW and rate is not None:
+            if self._below >= HYSTERESIS_SAMPLES:  # as many calm samples as end a deferral
+                self.low_rate = None
+            else:  # back toward where it was too much, in steps
+                self.low_rate = rate + self._ceiling * SHED_STEP
+
     # -- admission (SVC-44, SVC-45) -----------------------------------------------------------
 
     @property
@@ -411,13 +460,25 @@ class Governor:
         """SVC-44: 100 ms per consecutive saturated sample, 100..5000."""
         return min(RETRY_MAX_MS, max(RETRY_STEP_MS, RETRY_STEP_MS * self.saturated_samples))
 
-    def begin_append(self, bypass: bool = False) -> AdmitResult:
-        """An append arrived. ``bypass``: SVC-45's override (never refused)."""
+    def begin_append(self, bypass: bool = False, low: bool = False) -> AdmitResult:
+        """An append arrived. ``bypass``: SVC-45's override (never refused); ``low``: its topic's
+        priority is below 0 (SVC-44's shedding)."""
+        if low and not bypass:
+            rate = self.low_rate
+            if rate is not None:
+                now = self._now()
+                burst = max(1.0, rate * SHED_BURST_S)
+                self._tokens = min(burst, self._tokens + rate * (now - self._counted_at) / 1000)
+                self._counted_at = now
+                if self._tokens < 1.0:
+                    return AdmitResult(Admission.REFUSED, self.retry_after_ms)
+                self._tokens -= 1.0
+            self._low_admitted += 1
         # Slots pass straight from an ending append to a waiting one (end_append), so while
         # any append waits every slot is held and a newcomer cannot pass it.
         if self.inflight < self._slots:
             self.inflight += 1
-            return AdmitResult(Admission.ADMITTED)
+            return _ADMITTED
         if not bypass and self.pressure >= SATURATED:
             return AdmitResult(Admission.REFUSED, self.retry_after_ms)
         self.waiting += 1

@@ -15,6 +15,7 @@ from aiohttp import web
 from tidelog.api import Store
 
 from .app import SERVICE, Service
+from .loopclock import new_loop
 
 __all__ = ["ServiceThread", "start_sites"]
 
@@ -69,7 +70,8 @@ class ServiceThread:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._main())
+            with asyncio.Runner(loop_factory=new_loop) as runner:
+                runner.run(self._main())
         except BaseException as exc:  # reported by start() when it happens before ready
             self._error = exc
             self._ready.set()

@@ -80,7 +80,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
                 return resume
             return after if after is not None else t.state().head_seq
 
-        cursor = await svc.call(svc.on_topic, name, incarnation, start)
+        cursor = await svc.run(name, None, svc.on_topic, name, incarnation, start)
         return await _stream(svc, request, name, incarnation, cursor, exclude)
 
     async def subscriber_events(request: web.Request) -> web.StreamResponse:
@@ -96,7 +96,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
             given = resume if resume is not None else (after or 0)
             return max(hwm, given)
 
-        cursor = await svc.call(svc.on_topic, name, incarnation, start)
+        cursor = await svc.run(name, None, svc.on_topic, name, incarnation, start)
         return await _stream(svc, request, name, incarnation, cursor, None, subscriber=s)
 
     app.router.add_get("/v0/topics/{t}/events", topic_events)
@@ -145,6 +145,7 @@ async def _stream(
     stall = svc.sse_stall_ms / 1000.0
     tokens_seen = request.get(TOKENS_GENERATION, svc.authz.generation)
     deferred = False
+    loop = asyncio.get_running_loop()
 
     def read(t: Topic) -> list[Any]:
         if subscriber is not None:
@@ -159,7 +160,7 @@ async def _stream(
                     if svc.authz.generation != tokens_seen:  # SVC-49: tokens reloaded
                         tokens_seen = request.get(TOKENS_GENERATION, svc.authz.generation)
                         who = svc.authz.recheck(who, "read", name)
-                    items = await svc.call(svc.on_topic, name, incarnation, read)
+                    items = await svc.run(name, cursor, svc.on_topic, name, incarnation, read)
                 except TidelogError as exc:  # SVC-34: the topic, subscriber or right is gone
                     await response.write(_event("error", error_json(exc.code, exc.message)))
                     return response
@@ -168,9 +169,13 @@ async def _stream(
                     await response.write(_event("deferred" if deferred else "resumed", {}))
                 if items and not deferred:
                     data, cursor = encode_events(_within(items))
-                    # waits until the socket took it; a socket that takes nothing is closed
-                    # (SVC-32): the client resumes with Last-Event-ID
-                    await asyncio.wait_for(response.write(data), stall)
+                    # waits until the socket took it; a socket that takes nothing for
+                    # --sse-stall-ms is closed (SVC-32): the client resumes with Last-Event-ID
+                    stalled = loop.call_later(stall, _abort, request)
+                    try:
+                        await response.write(data)
+                    finally:
+                        stalled.cancel()
                     svc.metrics.stream_events(name, data.count(b"\nid: "))
                     continue
                 if not await interest.changed_since(gen, heartbeat) and not svc.stopping:
@@ -178,14 +183,18 @@ async def _stream(
             await response.write(b"event: shutdown\ndata: {}\n\n")  # SVC-57
     except (ConnectionResetError, asyncio.CancelledError):
         pass
-    except TimeoutError:
-        if request.transport is not None:
-            request.transport.abort()
     finally:
         svc.streams.discard(task)
         svc.streams_of[who.name] -= 1
         svc.metrics.stream_closed(name)
     return response
+
+
+def _abort(request: web.Request) -> None:
+    """SVC-32: the socket took nothing for --sse-stall-ms: the connection is dropped (the
+    stream's write then fails and the stream ends)."""
+    if request.transport is not None:
+        request.transport.abort()
 
 
 def _within(items: list[Any]) -> list[Any]:

@@ -170,8 +170,12 @@ def error_from_json(status: int, body: bytes) -> TidelogError:
     return exc
 
 
+#: ``json.dumps`` with arguments builds an encoder per call; this one is built once
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def dumps(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _ENCODE(obj).encode("utf-8")
 
 
 def loads(body: bytes, what: str = "request body") -> Any:

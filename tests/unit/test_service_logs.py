@@ -14,7 +14,7 @@ import pytest
 
 from tidelog.errors import BadOption
 from tidelog.service.auth import Authorizer, hash_token
-from tidelog.service.logs import JsonFormatter, PlainFormatter, configure, log_request
+from tidelog.service.logs import ACCESS, JsonFormatter, PlainFormatter, configure, log_request
 
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 
@@ -204,3 +204,55 @@ def test_SVC_55_configure_makes_every_tidelog_record_one_format() -> None:
         "/v0",
         2,
     )
+
+
+@pytest.mark.parametrize("fmt", ["plain", "json"])
+def test_SVC_55_the_direct_line_is_the_formatters_line(fmt: str) -> None:
+    """SVC-55: a request's line written straight to the handler `configure` installed is the
+    line its formatter makes of the record when anything else listens (a filter here), time
+    aside; and nothing is written when the level drops it."""
+    root = logging.getLogger("tidelog")
+    before = (root.level, root.propagate, list(root.handlers))
+    out = io.StringIO()
+    handler = configure(fmt, out)
+    fields: dict[str, object] = {
+        "method": "PUT",
+        "route": "/v0/topics/{t}",
+        "topic": 'odd "name"',
+        "status": 409,
+        "seconds": 0.0025,
+        "bytes_in": 7,
+        "bytes_out": 90,
+        "token_name": "ingest",
+    }
+    seen: list[logging.LogRecord] = []
+
+    def listen(record: logging.LogRecord) -> bool:
+        seen.append(record)
+        return True
+
+    try:
+        log_request(**fields)  # type: ignore[arg-type]
+        ACCESS.addFilter(listen)
+        try:
+            log_request(**fields)  # type: ignore[arg-type]
+        finally:
+            ACCESS.removeFilter(listen)
+        root.setLevel(logging.WARNING)
+        log_request(**fields)  # type: ignore[arg-type]
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(before[0])
+        root.propagate = before[1]
+    direct, through = out.getvalue().splitlines()
+    assert len(seen) == 1  # the first went around logging's records, the second through them
+    if fmt == "json":
+        a, b = json.loads(direct), json.loads(through)
+        assert re.fullmatch(TIME, a.pop("time")) and re.fullmatch(TIME, b.pop("time"))
+        assert a == b and a["topic"] == 'odd "name"' and a["duration_ms"] == 2.5
+    else:
+        assert re.fullmatch(TIME + " .*", direct) and re.fullmatch(TIME + " .*", through)
+        assert direct.split(" ", 1)[1] == through.split(" ", 1)[1]
+        assert direct.endswith(
+            'topic="odd \\"name\\"" status=409 duration_ms=2.5 bytes_in=7 bytes_out=90 token=ingest'
+        )

@@ -20,12 +20,14 @@ from tidelog.service.schedule import (
     Governor,
     Scheduler,
     band,
+    busy_term,
     coalesce_ms,
     effective_priority,
     parse_priority_rule,
 )
 
 T0 = 1_000_000
+BUSY = [None, 0.0, 0.5, 0.7, 0.85, 0.95, 1.0]  # the loop's busy shares the tests feed SVC-41
 
 
 def names(deliveries: list[Delivery]) -> list[str]:
@@ -235,7 +237,8 @@ class Oracle:
     def eligible(self, name: str, now: int) -> bool:
         w = self.ready[name]
         held = self.deferring and self.prio.get(name, 0) < 0
-        return not held and now - w.enqueued_at >= coalesce_ms(self.pressure)
+        wait = coalesce_ms(self.pressure, self.prio.get(name, 0))  # none from priority 750
+        return not held and now - w.enqueued_at >= wait
 
     def step(self, s: Scheduler, op: str, arg: object) -> None:
         now = self.clock.now_ms()
@@ -680,30 +683,137 @@ def test_SVC_44_waiting_appends_take_freed_slots_in_order() -> None:
 @given(
     st.lists(
         st.one_of(
-            st.tuples(st.just("begin"), st.booleans()),
+            st.tuples(st.just("begin"), st.tuples(st.booleans(), st.booleans())),
             st.tuples(st.just("end"), st.none()),
-            st.tuples(st.just("tick"), st.integers(0, 400)),
+            st.tuples(st.just("tick"), st.tuples(st.integers(0, 400), st.sampled_from(BUSY))),
+            st.tuples(st.just("advance"), st.integers(0, 30)),
         ),
         max_size=200,
     )
 )
 def test_SVC_45_override_never_refused(ops: list[tuple[str, object]]) -> None:
     """SVC-45: whatever the pressure, an append with the override is admitted or waits, never
-    refused; SVC-44: one without it is refused only when no slot is free and the last sample
-    was at least 0.95; slots are never over-held."""
+    refused, nor shed; SVC-44: one without it is refused only when no slot is free and the last
+    sample was at least 0.95, or when it is to a topic of priority below 0 while their rate is
+    limited; slots are never over-held."""
     clock = FakeClock(T0)
     gov = Governor(clock, max_inflight_appends=3)
     for op, arg in ops:
         if op == "begin":
+            assert isinstance(arg, tuple)
+            bypass, low = arg
             free = gov.inflight < 3
-            r = gov.begin_append(bypass=bool(arg))
+            limited = gov.low_rate is not None
+            r = gov.begin_append(bypass=bypass, low=low)
             refused = r.admission is Admission.REFUSED
-            assert refused == (not arg and not free and gov.pressure >= 0.95)
-            assert (r.admission is Admission.ADMITTED) == free
+            saturated = not bypass and not free and gov.pressure >= 0.95
+            if bypass or not low or not limited:
+                assert refused == saturated
+            else:
+                assert refused or not saturated
+            if not refused:
+                assert (r.admission is Admission.ADMITTED) == free
         elif op == "end" and gov.inflight:
             gov.end_append()
         elif op == "tick":
+            assert isinstance(arg, tuple)
+            clock.advance(gov.next_sample_ms())
+            gov.tick(*arg)
+        elif op == "advance":
             assert isinstance(arg, int)
-            drive(gov, clock, arg)
+            clock.advance(arg)
         assert 0 <= gov.inflight <= 3 and gov.waiting >= 0
         assert gov.waiting == 0 or gov.inflight == 3
+
+
+# -- SVC-41's loop term, SVC-43's exemption, SVC-44's shedding ----------------------------------
+
+
+def test_SVC_41_the_loop_term_counts_busy_above_one_half() -> None:
+    """SVC-41: the loop's term is (busy - 0.5) / 0.5, 0 below one half and when not measured;
+    the pressure is the largest term, the delivery pressure (SVC-43's) the largest but the
+    loop's."""
+    assert [busy_term(b) for b in BUSY] == pytest.approx([0.0, 0.0, 0.0, 0.4, 0.7, 0.9, 1.0])
+    clock = FakeClock(T0)
+    gov = Governor(clock)
+    for busy, pressure in ((0.95, 0.9), (None, 0.0), (0.75, 0.5), (0.3, 0.0)):
+        clock.advance(gov.next_sample_ms())
+        gov.tick(64, busy)  # the ready term: 64 / 256 = 0.25
+        assert gov.pressure == pytest.approx(max(pressure, 0.25))
+        assert gov.delivery_pressure == 0.25
+
+
+def test_SVC_43_a_topic_of_priority_750_or_more_is_never_coalesced() -> None:
+    """SVC-43: at pressure 1 a topic of priority 749 waits 20 ms for its round; one of 750 is
+    eligible at once, and its delivery's wait counts from its entry (SVC-41)."""
+    clock = FakeClock(T0)
+    s = Scheduler(clock, [("hi", 750), ("mid", 749)])
+    s.update(1.0, False)
+    assert coalesce_ms(1.0, 749) == 20 and coalesce_ms(1.0, 750) == 0
+    s.mark_ready("mid")
+    s.mark_ready("hi")
+    assert s.next_wake_ms() == 0
+    clock.advance(3)
+    assert s.round() == [Delivery("hi", 3)]
+    assert s.next_wake_ms() == 17
+    clock.advance(17)
+    assert s.round() == [Delivery("mid", 0)]
+
+
+def _sample(gov: Governor, clock: FakeClock, busy: float) -> None:
+    clock.advance(gov.next_sample_ms())
+    gov.tick(0, busy)
+
+
+def test_SVC_44_low_priority_appends_are_held_to_half_of_what_was_admitted() -> None:
+    """SVC-44's shedding: after a sample above 0.8, appends to topics of priority below 0 are
+    admitted at half the rate admitted in it, from a bucket holding 10 ms of that rate; the
+    others, and the override (SVC-45), are not held; a refused one takes no slot (SVC-46)."""
+    clock = FakeClock(T0)
+    gov = Governor(clock, max_inflight_appends=1000)
+    for _ in range(100):  # 1000 per second in this sample
+        assert gov.begin_append(low=True).admission is Admission.ADMITTED
+    _sample(gov, clock, 1.0)
+    assert gov.pressure == 1.0 and gov.low_rate == 500.0
+    refused = gov.begin_append(low=True)
+    assert refused.admission is Admission.REFUSED and refused.retry_after_ms == 100
+    assert gov.inflight == 100  # it took nothing
+    assert gov.begin_append().admission is Admission.ADMITTED  # priority 0: not shed
+    assert gov.begin_append(bypass=True, low=True).admission is Admission.ADMITTED
+    clock.advance(2)  # 500 per second: one token per 2 ms
+    assert [gov.begin_append(low=True).admission for _ in range(2)] == [
+        Admission.ADMITTED,
+        Admission.REFUSED,
+    ]
+    clock.advance(50)  # the bucket holds 10 ms of the rate: 5 tokens
+    admitted = [gov.begin_append(low=True).admission for _ in range(7)]
+    assert admitted.count(Admission.ADMITTED) == 5 and admitted[-1] is Admission.REFUSED
+
+
+def test_SVC_44_the_low_rate_climbs_back_in_steps_and_is_lifted_after_1_s() -> None:
+    """SVC-44's shedding: a sample below 0.6 raises the rate by a sixteenth of the rate that
+    was too much (admitted at the last cut), one between 0.6 and 0.8 keeps it, one above 0.8
+    cuts it to half of what was admitted (at least 10 per second); after 10 samples in a row
+    below 0.6 the rate is unlimited again."""
+    clock = FakeClock(T0)
+    gov = Governor(clock, max_inflight_appends=1000)
+    for _ in range(160):  # 1600 per second
+        gov.begin_append(low=True)
+    _sample(gov, clock, 1.0)
+    assert gov.low_rate == 800.0
+    _sample(gov, clock, 0.0)
+    assert gov.low_rate == 900.0  # + 1600 / 16
+    _sample(gov, clock, 0.85)  # pressure 0.7: kept
+    assert gov.low_rate == 900.0
+    for k in range(1, 10):
+        _sample(gov, clock, 0.5)
+        assert gov.low_rate == 900.0 + 100 * k
+    _sample(gov, clock, 0.5)  # the tenth calm sample in a row
+    assert gov.low_rate is None
+    _sample(gov, clock, 1.0)  # nothing admitted: the floor
+    assert gov.low_rate == 10.0
+    for _ in range(3):
+        gov.begin_append(low=True)
+    clock.advance(gov.next_sample_ms() + 200)  # a late tick: 3 samples due, 10 per second
+    gov.tick(0, 1.0)
+    assert gov.low_rate == 10.0
