@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import cases, forward_cases, limits, peers, router_cases
+from . import cases, forward_cases, limits, peers, router_cases, service_cases
 from .measure import Ctx, Metrics
 
 __all__ = ["Case", "CASES", "SIZES"]
@@ -24,6 +24,7 @@ class Case:
     fn: Callable[[Ctx], Metrics]
     tier: str = "-"  # "durable" | "buffered" | "-" (limits, reads)
     mode: str = "single"  # single | batch | read | consume | forward | route | latency | other
+    # | svc_append_c1 | svc_append_c8 | svc_push | svc_consume | svc_priority (the service)
     limit: str | None = None  # the physical limit this case is compared with
     baseline: str | None = None  # the same measurement without the feature (routers: rt_*)
     guarantee: str = ""
@@ -74,6 +75,57 @@ def _router_cases() -> list[Case]:
                             P(latency, durability=dur, routers=n), tier, "latency",
                             baseline=None if n == 0 else base, guarantee=guarantee,
                             sizes=(100,)))  # fmt: skip
+    return out
+
+
+#: the service cases' systems: (id part, what it is, group, tier of an append's answer, guarantee)
+_SVC_SYSTEMS = (
+    ("tidelog", "tidelog serve (HTTP /v0, file://, topic durability=fsync)", "tidelog", "durable",
+     _DUR + " (fsync topic, DUR-2)"),
+    ("nats", "NATS JetStream 2.9 (file storage)", "peer", "buffered",
+     "acked once written to the page cache; 2.9 fsyncs its blocks every 2 min and has no "
+     "sync-always option: survives a server crash, not power loss"),
+    ("redis", "Redis Streams (appendonly, appendfsync always)", "peer", "durable",
+     _DUR + " (AOF fdatasync before the reply)"),
+)  # fmt: skip
+_SVC_CONSUME = {
+    "tidelog": ("buffered", "poll + commit: the subscriber's progress is at least once, synced "
+                "at flush or close (DUR-9)"),
+    "nats": ("buffered", "ack_sync of the last (AckPolicy all): the consumer's state is "
+             "written, never fsynced per ack (no fsync in a traced run)"),
+    "redis": ("durable", "XACK: in the synced AOF before the reply"),
+}  # fmt: skip
+
+
+def _service_cases() -> list[Case]:
+    """tidelog serve beside NATS JetStream and Redis Streams (service_cases.py): durable appends
+    from 1 and 8 clients, append -> live delivery at a fixed rate, consume + ack; then tidelog's
+    high-priority push latency idle and while low-priority topics saturate the server."""
+    svc = service_cases
+    one = (100,)
+    out: list[Case] = []
+    for clients in (1, 8):
+        for sid, what, group, tier, guarantee in _SVC_SYSTEMS:
+            out.append(Case(f"service_{sid}_append_c{clients}",
+                            f"{what}: appends, {clients} client(s), one record per request",
+                            group, P(svc.append_rate, system=sid, clients=clients), tier,
+                            f"svc_append_c{clients}", guarantee=guarantee, sizes=one))  # fmt: skip
+    for sid, what, group, tier, guarantee in _SVC_SYSTEMS:
+        out.append(Case(f"service_{sid}_push", f"{what}: append -> live delivery at "
+                        f"{svc.RATE}/s", group, P(svc.push_latency, system=sid), tier,
+                        "svc_push", guarantee=guarantee, sizes=one))  # fmt: skip
+    for sid, what, group, _, _ in _SVC_SYSTEMS:
+        tier, guarantee = _SVC_CONSUME[sid]
+        out.append(Case(f"service_{sid}_consume", f"{what}: fetch {svc.BATCH} + ack them",
+                        group, P(svc.consume_rate, system=sid), tier, "svc_consume",
+                        guarantee=guarantee, sizes=one))  # fmt: skip
+    prio = f"tidelog serve: priority 1000 topic (disk), append -> SSE at {svc.RATE}/s"
+    load = (f"while {svc.LOW_WRITERS} writers saturate {svc.LOW_TOPICS} priority -1000 topics "
+            "with SSE streams")  # fmt: skip
+    for loaded, suffix, what in ((False, "idle", "server idle"), (True, "loaded", load)):
+        out.append(Case(f"service_tidelog_prio_{suffix}", f"{prio}, {what}", "tidelog",
+                        P(svc.priority_latency, loaded=loaded), "buffered", "svc_priority",
+                        guarantee="disk topics (DUR-3)", sizes=one))  # fmt: skip
     return out
 
 
@@ -147,6 +199,8 @@ CASES: list[Case] = [
          guarantee="progress file at least once (DUR-9)"),
     # -- routers (spec RTR): each beside the same appends without routers (its baseline) -------
     *_router_cases(),
+    # -- the service (service_cases.py): tidelog serve beside NATS JetStream and Redis Streams -----
+    *_service_cases(),
     # -- peers -------------------------------------------------------------------------------------
     Case("sqlite_full_1", "sqlite3 WAL synchronous=FULL, 1 row/txn", "peer",
          P(peers.sqlite, synchronous="FULL", per_txn=1), "durable", guarantee=_DUR),

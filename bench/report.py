@@ -9,6 +9,7 @@ import os
 import statistics
 from typing import Any
 
+from . import service_report
 from .catalog import CASES, Case
 
 __all__ = ["summarise", "table", "write", "TARGETS"]
@@ -83,20 +84,25 @@ def _best_peer(rows: list[dict[str, Any]], row: dict[str, Any]) -> dict[str, Any
     return best
 
 
-def _vs_baseline(row: dict[str, Any], base: dict[str, Any] | None) -> None:
-    """A router row against the same measurement without routers: the rate's ratio
-    (``x_baseline``), or for a latency row the p50 and p99 ratios (higher: slower)."""
-    if base is None:
+def _compare(row: dict[str, Any], other: dict[str, Any] | None, key: str, latency: bool) -> None:
+    """``row`` against ``other``: the rate's ratio as ``row[key]``, or for a latency row the p50
+    and p99 ratios as ``row[key + "_p50"]`` and ``_p99`` (higher: slower)."""
+    if other is None:
         return
-    if row["mode"] == "latency":
+    if latency:
         for q in ("p50", "p99"):
-            ratio = _ratio(_med(row, f"{q}_us"), _med(base, f"{q}_us"))
+            ratio = _ratio(_med(row, f"{q}_us"), _med(other, f"{q}_us"))
             if ratio is not None:
-                row[f"x_baseline_{q}"] = ratio
+                row[f"{key}_{q}"] = ratio
     else:
-        ratio = _ratio(_med(row), _med(base))
+        ratio = _ratio(_med(row), _med(other))
         if ratio is not None:
-            row["x_baseline"] = ratio
+            row[key] = ratio
+
+
+def _vs_baseline(row: dict[str, Any], base: dict[str, Any] | None) -> None:
+    """A router row against the same measurement without routers (``x_baseline``)."""
+    _compare(row, base, "x_baseline", row["mode"] == "latency")
 
 
 def summarise(raw: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +121,7 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
             row["best_peer"] = peer["id"]
         if row.get("baseline"):
             _vs_baseline(row, _find(rows, row["baseline"], row["size"]))
+    service_report.annotate(rows, _compare)
     order = {c.id: i for i, c in enumerate(CASES)}
     rows.sort(key=lambda r: (r["size"], order.get(r["id"].split(":")[0], 999), r["id"]))
     iso = _isolated(raw.get("isolated") or {}, rows)
@@ -194,6 +201,7 @@ TARGETS = [
     ("device_bytes", "device bytes per durable single append <= raw overwrite figure"),
     ("device_bytes_steady", "the same, store in steady state (recycled WAL files, WAL-15)"),
     ("blockdev_wa", "blockdev write amplification <= 1.05 for page-filling records"),
+    *service_report.TARGETS,
 ]
 
 
@@ -260,7 +268,7 @@ def _targets(rows: list[dict[str, Any]], iso: dict[str, Any]) -> list[dict[str, 
         if r["id"] == "tl_blockdev_fsync_many" and r["size"] not in (100, 4096):
             wa = _med(r, "write_amplification")
     add("blockdev_wa", wa, 1.05, "device bytes / payload bytes (BDEV-19 counters)", le=True)
-    return out
+    return out + service_report.targets(rows)
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -317,6 +325,7 @@ def table(summary: dict[str, Any]) -> str:
             )
     lines += _forwarding(summary["rows"])
     lines += _routers(summary["rows"])
+    lines += service_report.section(summary["rows"])
     iso = summary["isolated"]
     if iso:
         lines += ["", "## recovery and memory (fresh processes)", ""]

@@ -334,11 +334,16 @@ def serve(driver: Driver, stdin: IO[str] | None = None, stdout: IO[str] | None =
     return 0
 
 
-def make_driver(template: str, *, fs: str = "os") -> Driver:
-    """tidelog's driver for stores ``template.format(name=...)``."""
+def make_driver(template: str, *, fs: str = "os", http: bool = False) -> Driver:
+    """tidelog's driver for stores ``template.format(name=...)``; with ``http`` each is served
+    by the service and driven through the remote backend (``ServedSut``, CNF-24)."""
     if "{name}" not in template:
         raise BadArgument(f"the store template needs {{name}}: {template!r}")
     if fs not in ("os", "recording"):
         raise NotAvailable(f"--fs must be 'os' or 'recording', not {fs!r}")
+    if http:
+        from .served import ServedSut
+
+        return Driver(ServedSut(template, fs=fs))
     return Driver(LocalSut(template, fs=fs))  # type: ignore[arg-type]
 

@@ -23,7 +23,9 @@ The subclass says how to reach a store (``store_uri``) and what the backend clai
   ``test_crash_workloads`` (every crash point of small workloads, exhaustively);
 * with ``verify_format`` (``"file"`` or ``"blockdev"``: the backend writes one of tidelog's
   on-disk formats; or a scheme whose descriptor has a ``verify``): ``test_format_roundtrip``:
-  what it wrote passes ``tidelog verify`` and reads back the same after a reopen.
+  what it wrote passes ``tidelog verify`` and reads back the same after a reopen;
+* with ``over_http``: each store is served by ``tidelog serve``'s service and every level runs
+  through the remote backend (``http://``), so the service is checked against the model.
 
 With ``scheme`` naming a registered backend descriptor (``tidelog.registry``, REG-5), the
 capabilities, ``fs_opener``, ``verify_format`` and ``ring`` the class does not set come from it.
@@ -111,6 +113,9 @@ class BackendSuite:
     verify_format: ClassVar[str | None] = None
     #: the store is a flash-style page ring reporting ``ring_evictions`` (BDEV-16)
     ring: ClassVar[bool] = False
+    #: serve each store with ``tidelog serve``'s service and run the levels through the remote
+    #: backend (``http://``, spec/SERVICE.md SVC-58; ``tidelog.conformance.served``)
+    over_http: ClassVar[bool] = False
     examples: ClassVar[int] = 50
     steps: ClassVar[int] = 40
     #: seconds Hypothesis may spend shrinking a failure
@@ -153,7 +158,12 @@ class BackendSuite:
         opener = type(self).fs_opener  # the plain function (through self it would be bound)
         openers = {scheme: opener} if opener is not None else {}
         fs = "recording" if opener is not None else "os"
-        local = LocalSut(self.store_uri, fs=fs, openers=openers)  # type: ignore[arg-type]
+        make: type[LocalSut] = LocalSut
+        if self.over_http:
+            from .served import ServedSut
+
+            make = ServedSut
+        local = make(self.store_uri, fs=fs, openers=openers)  # type: ignore[arg-type]
         return RemoteSut(LocalTransport(Driver(local)))
 
     def _level(self, level: str) -> None:

@@ -70,7 +70,10 @@ def _wait_until(
     backend: Backend, ref: TopicRef, wait_ms: int, attempt: Callable[[], tuple[bool, T]]
 ) -> T:
     """Run ``attempt`` until it reports done or ``wait_ms`` of wall time pass, sleeping on the
-    backend's change notification in between (spec CON-3). Returns the last attempt's value."""
+    backend's change notification in between (spec CON-3). Returns the last attempt's value.
+    Without a wait the counter is not read: over HTTP that is a request saved per call."""
+    if wait_ms <= 0:
+        return attempt()[1]
     deadline = time.monotonic() + wait_ms / 1000.0
     while True:
         since = backend.changes(ref)
@@ -268,6 +271,17 @@ class Topic:
     @property
     def store(self) -> Store:
         return self._store
+
+    @property
+    def incarnation(self) -> int:
+        """Which life of the name this handle is on (TOP-10): a handle outlives a drop only to
+        raise ``no_such_topic``, even once the name is created again."""
+        return self._ref.incarnation
+
+    def changes(self) -> int:
+        """A counter that moves whenever the topic changes (CON-3): equal values mean nothing
+        happened in between. Opaque, and only for comparing within one open store."""
+        return self._store._live().changes(self._ref)
 
     @property
     def config(self) -> TopicConfig:

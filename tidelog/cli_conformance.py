@@ -1,6 +1,7 @@
 """``tidelog conformance``: check any implementation against the spec (spec/CONFORMANCE.md).
 
     tidelog conformance run --uri 'memory://{name}'               # tidelog's own memory backend
+    tidelog conformance run --uri 'memory://{name}' --http        # ... served, over http://
     tidelog conformance run --driver './my-log-driver --dir /tmp/x' --level log --level crash
     tidelog conformance run --driver CMD --replay tidelog-replay-log-1a2b3c4d.json
     tidelog conformance driver --fs recording \
@@ -24,6 +25,10 @@ from tidelog.conformance.levels import ORDER as _LEVELS
 __all__ = ["conformance"]
 
 _FS = click.Choice(["os", "recording"])
+_HTTP_HELP = (
+    "Serve each store with tidelog serve's service on 127.0.0.1 and drive it through the "
+    "remote backend (http://, spec/SERVICE.md SVC-58); needs the serve extra."
+)
 
 
 @main.group("conformance")
@@ -52,7 +57,8 @@ def _load(path: str) -> Any:
 @click.option("--load", "plugin", type=click.Path(exists=True, dir_okay=False),
               help="Import this Python file first; a make_driver(template, fs) in it replaces "
                    "tidelog's driver (third-party backends, test mutants).")
-def driver_cmd(template: str, fs: str, plugin: str | None) -> None:
+@click.option("--http", "http", is_flag=True, help=_HTTP_HELP)
+def driver_cmd(template: str, fs: str, plugin: str | None, http: bool) -> None:
     """Serve the driver protocol on stdin/stdout for tidelog's backend at TEMPLATE."""
     from tidelog.conformance.driver import make_driver, serve
     from tidelog.errors import TidelogError
@@ -61,18 +67,22 @@ def driver_cmd(template: str, fs: str, plugin: str | None) -> None:
     if plugin is not None:
         factory = getattr(_load(plugin), "make_driver", make_driver)
     try:
-        driver = factory(template, fs=fs)
+        driver = factory(template, fs=fs, **({"http": True} if http else {}))
     except TidelogError as exc:
         raise click.BadParameter(exc.message, param_hint="--uri") from None
     raise SystemExit(serve(driver))
 
 
-def own_driver_command(template: str, fs: str = "os", plugin: str | None = None) -> str:
+def own_driver_command(
+    template: str, fs: str = "os", plugin: str | None = None, http: bool = False
+) -> str:
     """The command line of tidelog's own driver (a separate process, this interpreter)."""
     cmd = [sys.executable, "-P", "-m", "tidelog.cli", "conformance", "driver", "--uri", template,
            "--fs", fs]
     if plugin is not None:
         cmd += ["--load", plugin]
+    if http:
+        cmd.append("--http")
     return shlex.join(cmd)
 
 
@@ -82,6 +92,7 @@ def own_driver_command(template: str, fs: str = "os", plugin: str | None = None)
               help="Run tidelog's own driver on this store template instead of --driver.")
 @click.option("--fs", "fs", type=_FS, default="os", show_default=True,
               help="With --uri: the driver's --fs.")
+@click.option("--http", "http", is_flag=True, help="With --uri: " + _HTTP_HELP)
 @click.option("--level", "levels", multiple=True, type=click.Choice(_LEVELS),
               help="Levels to run (repeatable; default: all, in order).")
 @click.option("--examples", default=100, show_default=True, type=click.IntRange(min=1),
@@ -97,8 +108,9 @@ def own_driver_command(template: str, fs: str = "os", plugin: str | None = None)
 @click.option("--replay-dir", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Where a failing level's replay file is written.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON result.")
-def run_cmd(command: str | None, template: str | None, fs: str, levels: tuple[str, ...],
-            examples: int, steps: int, seed: int | None, shrink_seconds: float,
+def run_cmd(command: str | None, template: str | None, fs: str, http: bool,
+            levels: tuple[str, ...], examples: int, steps: int, seed: int | None,
+            shrink_seconds: float,
             replay_file: str | None, replay_dir: str, as_json: bool) -> None:
     """Run the conformance suite, level by level, against a driver; exit 1 if a level fails.
 
@@ -113,7 +125,9 @@ def run_cmd(command: str | None, template: str | None, fs: str, levels: tuple[st
             command = json.load(f).get("driver")
     if (command is None) == (template is None):
         raise click.UsageError("give exactly one of --driver CMD and --uri TEMPLATE")
-    cmd = command if command is not None else own_driver_command(str(template), fs)
+    if http and template is None:
+        raise click.UsageError("--http goes with --uri TEMPLATE (tidelog's own driver)")
+    cmd = command if command is not None else own_driver_command(str(template), fs, http=http)
 
     def make_sut() -> RemoteSut:
         return RemoteSut(DriverProcess(cmd))

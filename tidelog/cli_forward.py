@@ -28,6 +28,7 @@ from tidelog.forward.budget import ServeLimits
 from tidelog.forward.conf import _split, parse_conf
 from tidelog.fsio import storage_error
 from tidelog.names import check_topic_name
+from tidelog.service.options import service_options
 
 __all__ = ["serve_cmd", "forward_cmd"]
 
@@ -72,7 +73,11 @@ def bind_listen(host: str, port: int) -> list[socket.socket]:
 
 @main.command("serve")
 @click.option("--uri", required=True, help="Store the receiver appends to (e.g. file:///rx).")
-@click.option("--topic", required=True, help="Topic that receives the frames.")
+@click.option(
+    "--topic",
+    default=None,
+    help="Also receive forwarded frames into this topic on /write/v4 (FWD-18; SVC-2).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=9000, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
@@ -126,9 +131,10 @@ def bind_listen(host: str, port: int) -> list[socket.socket]:
     metavar="KEY=VALUE",
     help="Topic config when the topic is created (e.g. durability=disk).",
 )
+@service_options
 def serve_cmd(
     uri: str,
-    topic: str,
+    topic: str | None,
     host: str,
     port: int,
     durable_ack: bool,
@@ -139,13 +145,20 @@ def serve_cmd(
     max_connections: int,
     trust_fsn_jumps: bool,
     topic_options: tuple[str, ...],
+    **service: Any,
 ) -> None:
-    """Receive forwarded frames over WebSocket (/write/v4) into TOPIC of the store at URI.
+    """Serve the store at URI over HTTP (the API under /v0, spec/SERVICE.md); with --topic,
+    receive forwarded frames over WebSocket (/write/v4) into that topic.
 
     The address is checked before the store is opened: a busy port or a host that does not
     resolve is one error line (exit 2) and creates nothing. Ctrl-C or SIGTERM stops it cleanly.
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from tidelog.service.main import serve_api  # the HTTP stack loads only for serve
+
+    if topic is None:
+        serve_api(uri, host, port, service, bind_listen)
+        return
     options = _option_pairs(topic_options)
     check_topic_name(topic)  # the receiver would create the store before refusing these
     TopicConfig.from_options(topic, options)
@@ -155,39 +168,28 @@ def serve_cmd(
         max_total_bytes=max_total_bytes,
         max_connections=max_connections,
     )
-    sockets = bind_listen(host, port)
-    try:
-        receiver = Receiver.open(
-            uri,
+    made: list[Receiver] = []
+
+    def receiver(store: Any) -> Receiver:
+        """SVC-2: the receiver of --topic, on the service's listener and loop."""
+        rx = Receiver(
+            store,
             topic,
             host=host,
-            sockets=sockets,
             durable_ack=durable_ack,
             flush_interval_ms=flush_interval_ms,
             **dataclasses.asdict(limits),
             trust_fsn_jumps=trust_fsn_jumps,
             topic_options=options,
         )
-    except BaseException:
-        for sock in sockets:
-            sock.close()
-        raise
+        made.append(rx)
+        return rx
+
     try:
-        receiver.start()
-    except OSError as exc:  # the held sockets failed to serve: the same error, store closed
-        receiver.stop(abort=True)
-        raise storage_error(exc, f"cannot listen on {host}:{port}") from None
-    except BaseException:
-        receiver.stop(abort=True)
-        raise
-    click.echo(f"listening on ws://{host}:{receiver.port}/write/v4 topic={topic}", nl=True)
-    sys.stdout.flush()
-    # SIGTERM stops like Ctrl-C: a clean stop flushes and writes the de-dup checkpoint.
-    with sigterm_as_interrupt():
-        try:
-            receiver.serve_forever()
-        finally:
-            click.echo(json.dumps({"receiver": receiver.stats}), err=True)
+        serve_api(uri, host, port, service, bind_listen, receiver=receiver)
+    finally:
+        if made:
+            click.echo(json.dumps({"receiver": made[0].stats}), err=True)
 
 
 def _given_keys(conf: str) -> set[str]:

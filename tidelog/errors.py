@@ -29,6 +29,16 @@ __all__ = [
     "Locked",
     "Corrupt",
     "StorageError",
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "MethodNotAllowed",
+    "RequestTimeout",
+    "UnsupportedMediaType",
+    "HeadersTooLarge",
+    "Throttled",
+    "Busy",
+    "Internal",
     "ERROR_CODES",
 ]
 
@@ -126,6 +136,63 @@ class Corrupt(TidelogError):
 
 class StorageError(TidelogError, OSError):
     code = "io_error"
+
+
+# -- raised by the service (spec/SERVICE.md SVC-10) and, over HTTP, by the remote backend ------
+
+
+class Unauthorized(TidelogError, PermissionError):
+    code = "unauthorized"
+
+
+class Forbidden(TidelogError, PermissionError):
+    code = "forbidden"
+
+
+class NotFound(TidelogError, LookupError):
+    """No such path in the service's API (not a topic or subscriber: those have their own)."""
+
+    code = "not_found"
+
+
+class MethodNotAllowed(TidelogError):
+    code = "method_not_allowed"
+
+
+class RequestTimeout(TidelogError):
+    code = "request_timeout"
+
+
+class UnsupportedMediaType(TidelogError, ValueError):
+    code = "unsupported_media_type"
+
+
+class HeadersTooLarge(TidelogError, ValueError):
+    code = "headers_too_large"
+
+
+class _RetryLater(TidelogError):
+    """A refusal that says when to try again (SVC-10's ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after_ms: int = 1000) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+class Throttled(_RetryLater):
+    """SVC-44: the service refused an append under saturation; nothing was stored."""
+
+    code = "throttled"
+
+
+class Busy(_RetryLater):
+    code = "busy"
+
+
+class Internal(TidelogError):
+    """The service failed on a bug of its own: its log has the trace."""
+
+    code = "internal"
 
 
 def _all_codes() -> dict[str, type[TidelogError]]:

@@ -71,8 +71,10 @@ class BackendDescriptor:
     #: (an ``sf://`` slot with ``sf_durability=memory`` is not crash_safe): the core refuses
     #: from what the open store claims (REG-4)
     capabilities: Capabilities | None = None
-    #: "path": the URI location is a path on this machine (URI-7); "name": anything else
-    location: Literal["path", "name"] = "name"
+    #: "path": the URI location is a path on this machine (URI-7); "address": a network address
+    #: ``host[:port][/base]``, the only location that may carry a port (URI-2); "name": anything
+    #: else
+    location: Literal["path", "name", "address"] = "name"
     #: what a path location names, for messages ("store directory")
     names: str = "store"
     #: a relative path location is rendered with a leading ``./`` (``file://./dir``)
@@ -222,6 +224,20 @@ DESCRIPTORS: Mapping[str, BackendDescriptor] = MappingProxyType(
                 "tidelog.model:open_backend",
                 Capabilities(persistent=False, crash_safe=False, routers=True),
                 dispose="tidelog.model:dispose",
+            ),
+            # the remote backend (SERVICE.md SVC-58): a store served by `tidelog serve`. What
+            # is static: the location is an address, and there are no tools or hooks (nothing
+            # of the served store is on this machine). Its capabilities are not: they are the
+            # served store's, read from `GET /v0` at open (capabilities=None, REG-4)
+            *(
+                BackendDescriptor(
+                    scheme,
+                    "tidelog.backends.remote:open_backend",
+                    None,
+                    location="address",
+                    names="tidelog serve address",
+                )
+                for scheme in ("http", "https")
             ),
         )
     }

@@ -2,10 +2,11 @@
 
 ``file://``, ``blockdev://`` and ``sf://`` locations are paths (their registry descriptors say
 so, REG-2): ``file:///abs/dir`` is absolute and ``file://./dir`` or ``file://dir`` are relative
-to the working directory (the URI's host part is read as the start of a relative path; tidelog
-has no remote hosts). ``memory://NAME`` names a
-process-wide store; ``memory://`` is a fresh anonymous one. ``store_path`` checks such a path
-(URI-7): no ``.``/``..`` segments, no ``~``, no control characters.
+to the working directory (the URI's host part is read as the start of a relative path).
+``memory://NAME`` names a process-wide store; ``memory://`` is a fresh anonymous one. The
+locations of ``http://`` and ``https://`` are network addresses (``host[:port][/base]``, the
+remote backend, SERVICE.md SVC-58): the only ones that may carry a port. ``store_path`` checks
+a path (URI-7): no ``.``/``..`` segments, no ``~``, no control characters.
 """
 
 from __future__ import annotations
@@ -29,8 +30,12 @@ class URI:
     options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def render(self) -> str:
-        query = f"?{urlencode(dict(self.options))}" if self.options else ""
+        # a secret given in the query is never echoed (reprs, logs, errors): SVC-58
+        shown = {k: ("***" if k in SECRET_OPTIONS else v) for k, v in dict(self.options).items()}
+        query = f"?{urlencode(shown)}" if self.options else ""
         loc = self.location
+        if _is_address(self.scheme):  # host:port as given ("[::1]:9000/base")
+            return f"{self.scheme}://{quote(loc, safe='/._-~:[]')}{query}"
         if not loc.startswith("/") and _dot_relative(self.scheme):
             loc = loc if loc.startswith(".") else "./" + loc
         return f"{self.scheme}://{quote(loc, safe='/._-~')}{query}"
@@ -39,11 +44,21 @@ class URI:
         return self.render()
 
 
+#: options whose value is a secret: ``render`` shows them as ``***``
+SECRET_OPTIONS = frozenset({"token"})
+
+
 def _dot_relative(scheme: str) -> bool:
     """Whether a relative path location of ``scheme`` is rendered with a leading ``./``: its
     descriptor says (REG-2)."""
     described = registry.find(scheme)
     return described is not None and described.dot_relative
+
+
+def _is_address(scheme: str) -> bool:
+    """Whether ``scheme``'s location is a network address that may carry a port (REG-2)."""
+    described = registry.find(scheme)
+    return described is not None and described.location == "address"
 
 
 def parse_uri(text: object) -> URI:
@@ -67,7 +82,7 @@ def parse_uri(text: object) -> URI:
         raise BadURI(f"bad store URI {text!r}: fragments (#...) are not allowed")
     if parts.username is not None or parts.password is not None:
         raise BadURI(f"bad store URI {text!r}: credentials are not allowed")
-    if port is not None:
+    if port is not None and not _is_address(scheme):
         raise BadURI(f"bad store URI {text!r}: ports are not allowed")
     try:
         pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))

@@ -42,10 +42,20 @@ from .lane import Lane, make_lane
 from .progress import Progress, SubState
 from .routing import Routing
 
-__all__ = ["Engine", "EngineTopic"]
+__all__ = ["Engine", "EngineTopic", "Pending", "WouldBlock"]
 
 R = TypeVar("R")
 Run = tuple[Sequence[bytes], str | None, str | None]  # payloads sharing one tag and node
+#: What an op still has to wait for after its lock is released: its journal ticket and the
+#: gated topics it appended to (``Engine._finish``'s arguments; ``Engine.begin_inline``).
+Pending = tuple[object | None, list[tuple["EngineTopic", int]]]
+
+
+class WouldBlock(Exception):
+    """Raised by ``Engine.wait`` inside ``begin_inline``: a call that waits for a change
+    (CON-3: a read or poll with ``wait_ms``, an append waiting out backpressure) must run on a
+    thread that may block. It is raised before the first sleep, after attempts that found
+    nothing to do, so running the whole call again elsewhere is the same call."""
 
 
 class EngineTopic:
@@ -79,6 +89,13 @@ class EngineTopic:
 class Engine(Backend):
     """A complete Backend over in-memory structures; storage backends extend it."""
 
+    #: Whether ``begin_inline`` may run ops on a thread that must not block (an event loop):
+    #: True for a backend whose ops, once they hold the store lock, do no I/O and wait for
+    #: nothing but the journal's durability (which ``begin_inline`` hands to the caller), except
+    #: reading payloads of sealed chunks (``resident``). A backend that writes or syncs under
+    #: the lock in its ops (blockdev's slot writes) leaves it False.
+    INLINE = False
+
     def __init__(
         self,
         clock: Clock,
@@ -107,6 +124,8 @@ class Engine(Backend):
         self._waiters = 0
         self._watchers: tuple[Callable[[str | None], None], ...] = ()
         self._publishing = threading.Lock()  # _finish: gated topics' visible
+        # per thread: the Pending list of begin_inline, collecting what its ops would wait for
+        self._inline = threading.local()
 
     # -- lookups ---------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -157,8 +176,8 @@ class Engine(Backend):
         if entered is not None:
             # RTR-8: entering copied records into a topic whose reads wait for durability
             # (dead letters forwarded back, say): they become readable before the op runs,
-            # so it sees what the model's op sees
-            self._finish(*entered)
+            # so it sees what the model's op sees (so this wait is never deferred: inline too)
+            self._finish(*entered, last=False)
             with self.lock:
                 done = self._body(self._get(ref), now, op, durable)
         result, refused, ticket, touched = done
@@ -189,11 +208,19 @@ class Engine(Backend):
         ticket = self.journal.end_op(wait) if self.journal is not None else None
         return ticket, touched
 
-    def _finish(self, ticket: object | None, touched: list[tuple[EngineTopic, int]]) -> None:
+    def _finish(
+        self, ticket: object | None, touched: list[tuple[EngineTopic, int]], *, last: bool = True
+    ) -> None:
         """Outside the lock: wait until the op is durable, then make its appends readable
         (fsync topics gate reads on durability; an op may append to several topics, e.g.
         dead-lettering). Readable up to this op's own last seq, never further: a later op of
-        another thread may not be durable yet (ops of a topic become durable in seq order)."""
+        another thread may not be durable yet (ops of a topic become durable in seq order).
+        Inside ``begin_inline`` the op's last wait (``last``) is handed to the caller instead."""
+        if last and (ticket is not None or touched):
+            later = getattr(self._inline, "later", None)
+            if later is not None:
+                later.append((ticket, touched))
+                return
         if ticket is not None:
             assert self.journal is not None
             self.journal.wait(ticket)
@@ -209,6 +236,52 @@ class Engine(Backend):
                 with self.lock:
                     for t, _ in touched:
                         self._notify(t.name)
+
+    # -- callers that must not block (the service's event loop) -----------------------------
+    def begin_inline(self, name: str | None, after: int | None = None) -> list[Pending] | None:
+        """Let this thread run ops without blocking, until ``end_inline`` (always call it when
+        this returned a list). None when an op of topic ``name`` (a read after ``after``) might
+        block here: the backend is not ``INLINE``, another thread holds the store lock now, or
+        the op may read a sealed chunk (``resident``); run it on another thread then. Else the
+        store lock is held until ``end_inline`` (ops take it again, re-entrantly, so none
+        waits for it), and each op's last wait for durability is appended to the returned list
+        instead of waited for: the caller passes it to ``finish``, on a thread that may block,
+        and reports an op's result (or its refusal) only once that returned, as the op would
+        have. A wait an op needs before its own effects (``_run``'s entering copies into an
+        ``fsync`` topic, RTR-8; a WAL op spanning shards, FileBackend) still waits here."""
+        if not self.INLINE or not self.lock.acquire(blocking=False):
+            return None
+        if not self.resident(name, after):
+            self.lock.release()
+            return None
+        later: list[Pending] = []
+        self._inline.later = later
+        return later
+
+    def end_inline(self) -> None:
+        self._inline.later = None
+        self.lock.release()
+
+    def resident(self, name: str | None, after: int | None = None) -> bool:
+        """Under the lock: whether an op of topic ``name`` reads only memory, never a payload
+        of a sealed chunk (file-backed: a page fault may read the disk). ``after``: the op
+        reads payloads after that seq (a read; 0 for a poll or a claim, which may read any);
+        None: it reads none of its own (an append, a state, an ack), though entering may
+        dead-letter one of its jobs (QUE-7). Routers read their sources inside any op (RTR-8),
+        so with routers every topic's chunks count."""
+        if self.routers and any(x.log.chunks for x in self.topics.values()):
+            return False
+        t = self.topics.get(name) if name is not None else None
+        if t is None or not t.log.chunks:
+            return True
+        if after is None:
+            return t.config.dead_letter is None
+        return after + 1 >= t.log.base
+
+    def finish(self, pending: Sequence[Pending]) -> None:
+        """Wait for what ``begin_inline`` collected, in order (a thread that may block)."""
+        for ticket, touched in pending:
+            self._finish(ticket, touched, last=False)
 
     def _bump(self, t: EngineTopic) -> None:
         t.version += 1
@@ -233,6 +306,8 @@ class Engine(Backend):
             return self._get(ref).version
 
     def wait(self, ref: TopicRef, since: int, timeout: float) -> None:
+        if getattr(self._inline, "later", None) is not None:
+            raise WouldBlock("a wait inside Engine.begin_inline")
         with self.changed:
             t = self.topics.get(ref.name)
             if t is None or t.tid != ref.incarnation or t.version != since or self.closed:
@@ -768,7 +843,7 @@ class Engine(Backend):
                 s.flushed_hwm = s.hwm
                 self.persist_progress(t, name, s)
             persisted = self._end_op(False)  # what persisting queued (blockdev: a slot write)
-        self._finish(*entered)
+        self._finish(*entered, last=False)
         self._finish(*persisted)
         if s is None:
             raise _no_sub(t, name)  # once what entering did is submitted

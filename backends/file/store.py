@@ -46,6 +46,12 @@ CAPABILITIES = registry.builtin_capabilities("file")
 
 
 class FileBackend(Engine):
+    # Ops do no I/O under the store lock (Engine.begin_inline) but these: reading sealed
+    # segments (mmap'd: ``resident``), progress files (flush_subscriber, unregister), topic
+    # and router creation and drops (they wait for their sync), refresh; and a WAL op spanning
+    # shards waits for its earlier parts under the lock (WalJournal.end_op).
+    INLINE = True
+
     def __init__(
         self, fs: FS, root: str, clock: Clock, options: StoreOptions, fopts: FileOptions
     ) -> None:
@@ -306,6 +312,17 @@ class FileBackend(Engine):
     @staticmethod
     def stream_key(shard: int) -> str:
         return "flat" if shard == 0 else f"{shard:02d}"
+
+    def resident(self, name: str | None, after: int | None = None) -> bool:
+        """Engine.resident, and no op that may span WAL shards (dead letters, router copies):
+        it waits under the lock for its earlier parts to be synced (WalJournal.end_op)."""
+        if len(self.shards) > 1 and self.routers:
+            return False
+        if len(self.shards) > 1 and name is not None:
+            t = self.topics.get(name)
+            if t is not None and t.config.dead_letter is not None:
+                return False
+        return super().resident(name, after)
 
     # -- the checkpoint's port (checkpoint.CheckpointPort) -------------------------------------
     def checkpoint_state(self) -> StoreState:

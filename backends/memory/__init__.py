@@ -27,6 +27,8 @@ CAPABILITIES = registry.builtin_capabilities("memory")
 
 
 class MemoryBackend(Engine):
+    INLINE = True  # nothing here touches a disk (Engine.begin_inline)
+
     def __init__(self, clock: Clock, options: StoreOptions, name: str | None) -> None:
         super().__init__(clock, options, CAPABILITIES)
         self.name = name

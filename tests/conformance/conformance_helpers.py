@@ -33,9 +33,12 @@ def load_mutants() -> ModuleType:
     return module
 
 
-def driver_factory(template: str, fs: str = "os", plugin: str | None = None) -> Any:
-    """A SutFactory starting tidelog's driver as a separate process."""
-    command = own_driver_command(template, fs, plugin)
+def driver_factory(
+    template: str, fs: str = "os", plugin: str | None = None, http: bool = False
+) -> Any:
+    """A SutFactory starting tidelog's driver as a separate process (with ``http``: its stores
+    served and driven over HTTP, CNF-24)."""
+    command = own_driver_command(template, fs, plugin, http)
     return lambda: RemoteSut(DriverProcess(command))
 
 

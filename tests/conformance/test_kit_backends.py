@@ -32,6 +32,18 @@ class TestMemoryBackend(BackendSuite):
         return f"memory://{name}"
 
 
+class TestHttpMemoryBackend(BackendSuite):
+    """The memory backend served by the service, every level through ``http://`` (SVC-58):
+    the remote store claims the served store's capabilities, so the same tests exist."""
+
+    capabilities = MEMORY
+    over_http = True
+    examples = 10
+
+    def store_uri(self, name: str) -> str:
+        return f"memory://{name}"
+
+
 class TestFileBackend(BackendSuite):
     capabilities = FILE
     fs_opener: ClassVar[FsOpener | None] = FS_OPENERS["file"]
@@ -55,11 +67,14 @@ class TestBlockdevBackend(BackendSuite):
 
 def test_collection_follows_capabilities() -> None:
     """CAP-2, CNF-10, CNF-11, CNF-12, CNF-33: subclasses of the BackendSuite base class (a URI
-    factory, capabilities, optionally an fs_opener onto the recording FS and a verify format)
+    factory, capabilities, optionally an fs_opener onto the recording FS, a verify format, or
+    the service and the remote backend in between: over_http)
     collect exactly the applicable tests: a level the capabilities exempt a backend from is not
     collected at all (the routers level only for a backend claiming routers), crash workloads
     only with an fs_opener on a crash-safe backend."""
     assert TestMemoryBackend.test_level_crash is None  # type: ignore[comparison-overlap]
+    assert TestHttpMemoryBackend.test_level_crash is None  # type: ignore[comparison-overlap]
+    assert callable(TestHttpMemoryBackend.test_level_routers) and TestHttpMemoryBackend.over_http
     assert TestBlockdevBackend.test_level_routers is None  # type: ignore[comparison-overlap]
     assert callable(TestMemoryBackend.test_level_routers)
     assert callable(TestFileBackend.test_level_routers)

@@ -20,6 +20,10 @@ MUTANTS = load_mutants().MUTANTS
 #: a mutant escapes (the nox `conformance` session measures the catch rate over
 #: TIDELOG_MUTANT_SEEDS seeds)
 EXAMPLES = {"crash": 500, "routers": 500}
+#: mutants whose catch needs a rare crash point (a crash inside a routed op, between its copies
+#: and its cursor): seen caught after 356 examples and missed within 500 on a loaded CI machine,
+#: where group commit cuts the WAL writes (the crash points) differently
+MUTANT_EXAMPLES = {"cursor-before-copies": 1500}
 DEFAULT_EXAMPLES = 250
 SEEDS = int(os.environ.get("TIDELOG_MUTANT_SEEDS", "1"))
 
@@ -50,7 +54,7 @@ def test_suite_catches_mutant(name: str) -> None:
         result = run_level(
             driver_factory(name, plugin=MUTANTS_FILE),
             mutant.level,
-            examples=EXAMPLES.get(mutant.level, DEFAULT_EXAMPLES),
+            examples=MUTANT_EXAMPLES.get(name, EXAMPLES.get(mutant.level, DEFAULT_EXAMPLES)),
             steps=40,
             seed=seed,
             shrink_seconds=5,

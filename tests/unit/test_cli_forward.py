@@ -168,8 +168,10 @@ def test_CLI_9_serve_on_a_busy_port_creates_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "code"),
     [
-        (("--host", "no-such-host.invalid"), "bad_argument"),
-        (("--host", "192.0.2.1"), "io_error"),  # TEST-NET-1: not an address of this host
+        # --no-auth: past SVC-3's refusal of an open writer on a network, to CLI-9's checks
+        (("--host", "no-such-host.invalid", "--no-auth"), "bad_argument"),
+        (("--host", "192.0.2.1", "--no-auth"), "io_error"),  # TEST-NET-1: not this host's
+        (("--host", "192.0.2.1"), "bad_option"),  # SVC-3: no tokens off loopback
         (("--topic-option", "durability=sometimes"), "bad_option"),
     ],
 )

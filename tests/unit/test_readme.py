@@ -1,5 +1,6 @@
 """The README's Python examples run as written (the ones that need neither Spark nor a
-receiver on the network: those are covered by tests/spark and tests/stateful/test_forward.py)."""
+receiver or a service on the network: those are covered by tests/spark,
+tests/stateful/test_forward.py and tests/service/test_readme_service.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
-_NEEDS_MORE = ("spark", "Forwarder(")
+_NEEDS_MORE = ("spark", "Forwarder(", "{PORT}")  # the last: tests/service/test_readme_service.py
 
 
 def _blocks() -> list[str]:

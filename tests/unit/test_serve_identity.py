@@ -257,11 +257,15 @@ def test_FWD_27_one_connection_per_client_id(rx: Receiver) -> None:
 
 
 def test_FWD_27_a_peer_gone_silent_is_found_by_keepalive(tmp_path: Path) -> None:
-    """FWD-27: a connection whose peer stopped answering (no pong: here the client stops
-    reading its socket) is closed by the receiver's keepalive, and the id can connect again."""
-    rx = Receiver.open(rx_uri(tmp_path), "events", ping_interval=0.1, ping_timeout=0.2).start()
+    """FWD-27: a connection whose peer sends nothing, not even a pong (here the client stops
+    reading its socket), is dropped by the receiver's keepalive once a ping found no answer
+    within half the ping interval -- not before 1.5 intervals after its last byte -- and the id
+    can connect again."""
+    interval = 1.0
+    rx = Receiver.open(rx_uri(tmp_path), "events", ping_interval=interval).start()
 
-    async def go() -> tuple[int, str]:
+    async def go() -> tuple[tuple[int, str], float]:
+        began = time.monotonic()
         silent = await dial(rx.port, "c", 0)
         silent.transport.pause_reading()  # reads nothing more: no pong is ever sent
         status, body = await upgrade_status(rx.port, "c", 0)
@@ -271,10 +275,32 @@ def test_FWD_27_a_peer_gone_silent_is_found_by_keepalive(tmp_path: Path) -> None
             await asyncio.sleep(0.05)
             status, body = await upgrade_status(rx.port, "c", 0)
         silent.transport.abort()
-        return status, body
+        return (status, body), time.monotonic() - began
 
     try:
-        assert asyncio.run(go()) == (101, "")
+        answer, took = asyncio.run(go())
+        assert answer == (101, "")
+        assert took >= 1.5 * interval
+    finally:
+        rx.stop()
+
+
+def test_FWD_27_keepalive_keeps_a_quiet_peer_that_answers(tmp_path: Path) -> None:
+    """FWD-27: a peer that sends no frame for many ping intervals but answers the pings (the
+    client's WebSocket layer does) keeps its connection: the same connection is answered
+    afterwards, and the id is still taken meanwhile."""
+    rx = Receiver.open(rx_uri(tmp_path), "events", ping_interval=0.1).start()
+
+    async def go() -> wire.Response:
+        async with await dial(rx.port, "c", 0) as quiet:
+            await asyncio.sleep(1.5)  # 15 intervals, each dropping the peer without a pong
+            status, body = await upgrade_status(rx.port, "c", 0)
+            assert status == 409 and "FWD-27" in body
+            return await deliver(quiet, [b"0"])
+
+    try:
+        assert asyncio.run(go()) == wire.Ok(0, {"events": 1})
+        assert rx.stats["connections"] == 1
     finally:
         rx.stop()
 

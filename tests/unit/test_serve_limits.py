@@ -1,4 +1,5 @@
-"""The receiver's memory bounds (spec/FORWARD.md FWD-25; CLI-9 for `serve`'s start-up).
+"""The receiver's memory bounds (spec/FORWARD.md FWD-25; CLI-9 for `serve`'s start-up, FWD-18
+and CLI-1 for its stop).
 
 In-process tests hold the receiver's appends back with a gate, so what it buffers meanwhile is
 deterministic. The flood tests start a receiver process (`tidelog serve`) and a flooding client
@@ -30,6 +31,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 import tidelog
+import tidelog.service.main as service_main
 from tidelog.cli import main
 from tidelog.errors import BadOption
 from tidelog.forward import Forwarder, Receiver, SenderError, budget, wire
@@ -156,16 +158,16 @@ def test_CLI_9_serve_checks_its_limits_before_the_store(tmp_path: Path) -> None:
 def test_CLI_9_serve_keeps_the_port_it_checked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """CLI-9 regression: between the address check and the receiver's start the port stays
-    taken (the receiver serves the very sockets the check bound), so no other process can get
-    it; it used to be released in between."""
+    """CLI-9 regression: between the address check and the service's start (the store opened,
+    the receiver made) the port stays taken (the service serves the very sockets the check
+    bound), so no other process can get it; it used to be released in between."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     probes: list[str] = []
-    real_open = Receiver.open.__func__  # type: ignore[attr-defined]
+    real_init = Receiver.__init__
 
-    def probing_open(cls: type[Receiver], *args: Any, **kwargs: Any) -> Receiver:
+    def probing_init(self: Receiver, *args: Any, **kwargs: Any) -> None:
         with socket.socket() as other:
             other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -174,10 +176,16 @@ def test_CLI_9_serve_keeps_the_port_it_checked(
                 probes.append("taken by another socket")
             except OSError:
                 probes.append("held")
-        return real_open(cls, *args, **kwargs)  # type: ignore[no-any-return]
+        real_init(self, *args, **kwargs)
 
-    monkeypatch.setattr(Receiver, "open", classmethod(probing_open))
-    monkeypatch.setattr(Receiver, "serve_forever", lambda self: self.stop())
+    def serve_once(store: Any, sockets: Any, *, on_ready: Any, **kwargs: Any) -> None:
+        on_ready(None)  # says where it listens, then stops at once
+        for sock in sockets:
+            sock.close()
+        store.close()
+
+    monkeypatch.setattr(Receiver, "__init__", probing_init)
+    monkeypatch.setattr(service_main, "run_service", serve_once)
     result = CliRunner().invoke(
         main, ["serve", "--uri", f"file://{tmp_path}/rx", "--topic", "events", "--port", str(port)]
     )
@@ -338,6 +346,79 @@ def test_FWD_25_a_message_above_the_connection_bound_is_refused(tmp_path: Path) 
     ]  # fmt: skip
 
 
+def test_FWD_25_a_message_of_max_frame_bytes_is_read_one_byte_more_is_1009(tmp_path: Path) -> None:
+    """FWD-25 regression: --max-frame-bytes is the largest message read: one of exactly that
+    length is stored, one byte more is closed with 1009 unread. (aiohttp refuses a message of
+    its max_msg_size already; passed --max-frame-bytes, it refused the largest one allowed.)"""
+    rx = Receiver.open(rx_uri(tmp_path / "rx"), "events", max_frame_bytes="64KiB").start()
+
+    async def send(size: int) -> wire.Response | int | None:
+        async with await dial(rx.port, f"size-{size}") as ws:
+            await ws.send(b"x" * size)
+            try:
+                return wire.decode(await asyncio.wait_for(ws.recv(), WAIT))
+            except ConnectionClosed:
+                return ws.close_code
+
+    try:
+        assert asyncio.run(send(64 * KIB)) == wire.Ok(0, {"events": 1})
+        assert asyncio.run(send(64 * KIB + 1)) == 1009
+    finally:
+        rx.stop()
+
+
+def layer_queues(rx: Receiver) -> list[tuple[int, int]]:
+    """Per connection, what aiohttp's WebSocket reader counts as queued (each parsed message's
+    length + 128) and the count above which it stops parsing and reading (FWD-25)."""
+    return [(c.ws._reader._size, c.ws._reader._limit) for c in list(rx._conns)]  # type: ignore[union-attr]
+
+
+def test_FWD_25_the_websocket_layer_stops_reading_at_its_mark(
+    gated: tuple[Receiver, threading.Event],
+) -> None:
+    """FWD-25: while the receiver waits for room on a connection (its appends held back), the
+    WebSocket layer parses and reads no further than FWD-25 derives: its queue of parsed
+    messages stops past 512 KiB counted, by at most the one message that crossed the mark, and
+    the rest stays in the socket. Once appends resume every frame is acknowledged."""
+    rx, gate = gated
+    frame = b"f" * (16 * KIB)
+    count = 200  # 3.1 MiB: beyond the 256 KiB the connection may hold and the layer's mark
+    mark = 512 * KIB
+
+    async def go() -> None:
+        ws = await dial(rx.port, "a")
+
+        async def send() -> None:
+            for _ in range(count):
+                await ws.send(frame)
+
+        sender = asyncio.create_task(send())
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(
+            None,
+            until,
+            lambda: any(size > limit for size, limit in layer_queues(rx)),
+            "the WebSocket layer's mark",
+        )
+        for _ in range(50):  # with megabytes more to read, nothing more is parsed
+            [(size, limit)] = layer_queues(rx)
+            assert limit == mark
+            assert size <= mark + len(frame) + 128
+            assert rx.held_bytes <= 256 * KIB
+            await asyncio.sleep(0.01)
+        gate.set()
+        await sender
+        last: wire.Response | None = None
+        while not (isinstance(last, wire.Ok) and last.sequence == count - 1):
+            last = wire.decode(await asyncio.wait_for(ws.recv(), WAIT))
+            assert not isinstance(last, wire.ErrorFrame), last
+        await ws.close()
+
+    asyncio.run(go())
+    until(lambda: not rx._conns, "the connection to end")
+    assert rx.held_bytes == 0 and rx.stats["stored"] == count
+
+
 def test_FWD_25_connections_above_the_limit_are_refused_with_503(tmp_path: Path) -> None:
     """FWD-25: with max_connections open, one more upgrade is HTTP 503; once one closes, a new
     one is accepted."""
@@ -372,10 +453,8 @@ FLOOD_CLIENT = textwrap.dedent(
     from websockets.asyncio.client import connect
     from tidelog.forward import wire
 
-    async def main(port, total, size):
-        n = total // size
-        frame = b"x" * size
-        headers = {wire.H_CLIENT_ID: "flood", wire.H_FSN_AT_ZERO: "0"}
+    async def one(port, n, frame, client):
+        headers = {wire.H_CLIENT_ID: client, wire.H_FSN_AT_ZERO: "0"}
         async with connect(f"ws://127.0.0.1:{port}/write/v4", additional_headers=headers,
                            proxy=None, compression=None, ping_interval=None) as ws:
             async def acks():
@@ -390,9 +469,14 @@ FLOOD_CLIENT = textwrap.dedent(
             for _ in range(n):
                 await ws.send(frame)
             await reader
-        print("acknowledged", n, flush=True)
 
-    asyncio.run(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
+    async def main(port, total, size, connections):
+        n = total // size // connections
+        frame = b"x" * size
+        await asyncio.gather(*(one(port, n, frame, f"flood-{i}") for i in range(connections)))
+        print("acknowledged", n * connections, flush=True)
+
+    asyncio.run(main(*map(int, sys.argv[1:5])))
     """
 )
 
@@ -407,6 +491,24 @@ SLOW_SERVE = textwrap.dedent(
         time.sleep(sum(map(len, batch)) / 100e6)
         return real(self, conn, first_wire, batch)
     Receiver._append = slow
+    from tidelog.cli import main
+    main(sys.argv[1:])
+    """
+)
+
+# A store that takes nothing until the test creates the file TIDELOG_TEST_GATE (at most 60 s),
+# waiting outside the receiver's append lock, so the receiver's event loop keeps reading.
+GATED_SERVE = textwrap.dedent(
+    """
+    import os, sys, time
+    from tidelog.forward.receiver import Receiver
+    real = Receiver._append
+    def gated(self, conn, first_wire, batch):
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.environ["TIDELOG_TEST_GATE"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return real(self, conn, first_wire, batch)
+    Receiver._append = gated
     from tidelog.cli import main
     main(sys.argv[1:])
     """
@@ -449,6 +551,7 @@ class Served:
         """SIGTERM (a clean stop) and the stats the receiver prints on exit."""
         self.proc.send_signal(signal.SIGTERM)
         _, err = self.proc.communicate(timeout=WAIT)
+        self.stderr = err
         stats = [line for line in err.splitlines() if line.startswith('{"receiver"')]
         assert stats, err
         return json.loads(stats[-1])["receiver"]  # type: ignore[no-any-return]
@@ -469,10 +572,10 @@ def served(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     started: list[Served] = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
-    def start(uri: str, *args: str, script: str | None = None) -> Served:
+    def start(uri: str, *args: str, script: str | None = None, **extra: str) -> Served:
         head = [sys.executable, "-c", script] if script else [sys.executable, "-m", "tidelog"]
         argv = [*head, "serve", "--uri", uri, "--topic", "events", "--port", "0", *args]
-        s = Served(argv, env)
+        s = Served(argv, {**env, **extra})
         started.append(s)
         return s
 
@@ -482,13 +585,52 @@ def served(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     shutil.rmtree(tmp_path / "rx", ignore_errors=True)  # hundreds of MB
 
 
-def flood(tmp_path: Path, port: int, sample: Callable[[], None]) -> None:
-    """Run the flooding client process to the end (every frame acknowledged), calling
-    ``sample`` every 10 ms meanwhile; it is killed by PID if it outlives the limit."""
+def test_FWD_18_sigterm_stops_serve_cleanly(tmp_path: Path, served: Callable[..., Served]) -> None:
+    """FWD-18, CLI-1 regression: SIGTERM ends `tidelog serve` with a clean stop: its connection
+    is closed with 1001, the final flush writes the de-dup checkpoint (the flush interval is too
+    long for any other), nothing is logged, status 0. It used to close the store under the
+    running receiver: on Python 3.11 the signal, taken inside Thread.join, made the receiver's
+    thread look ended (no close frame, "flush failed: ... is closed", no checkpoint)."""
+    uri = rx_uri(tmp_path / "rx")
+    rx = served(uri, "--flush-interval-ms", "600000")
+
+    async def go() -> int | None:
+        ws = await dial(rx.port, "c")
+        await ws.send(b"0")
+        assert wire.decode(await asyncio.wait_for(ws.recv(), WAIT)) == wire.Ok(0, {"events": 1})
+        stats = await asyncio.get_running_loop().run_in_executor(None, rx.terminate)
+        assert stats["stored"] == 1
+        await asyncio.wait_for(ws.wait_closed(), WAIT)
+        return ws.close_code
+
+    assert asyncio.run(go()) == 1001
+    assert rx.proc.returncode == 0
+    quiet = [
+        line
+        for line in rx.stderr.splitlines()
+        if not line.startswith('{"receiver"') and " INFO tidelog.service.access: " not in line
+    ]  # the stats line and SVC-55's request lines, nothing else (no warning, no error)
+    assert quiet == []
+    with tidelog.open(uri) as store:
+        index = list(store.topic("events.fwd-index", create=False).read())
+    assert json.loads(index[-1].payload) == {"through_seq": 1, "clients": {"c": 0}, "refused": {}}
+
+
+def flood(
+    tmp_path: Path,
+    port: int,
+    sample: Callable[[], None],
+    *,
+    frame: int = FLOOD_FRAME,
+    connections: int = 1,
+) -> None:
+    """Run the flooding client process to the end (``FLOOD_BYTES`` in ``frame``-byte
+    messages over ``connections`` connections, every frame acknowledged), calling ``sample``
+    every 10 ms meanwhile; it is killed by PID if it outlives the limit."""
     script = tmp_path / "flood.py"
     script.write_text(FLOOD_CLIENT)
     client = subprocess.Popen(
-        [sys.executable, str(script), str(port), str(FLOOD_BYTES), str(FLOOD_FRAME)],
+        [sys.executable, str(script), str(port), str(FLOOD_BYTES), str(frame), str(connections)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -561,4 +703,36 @@ def test_FWD_25_memory_is_returned_after_a_flood(
     assert after <= base + 128, f"RssAnon {base:.0f} MiB before the flood, {after:.0f} after"
     stats = rx.terminate()
     assert stats["stored"] == FLOOD_BYTES // FLOOD_FRAME
+    assert 0 < stats["peak_held_bytes"] <= 16 * MIB
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc")
+def test_FWD_25_many_connections_cost_what_the_websocket_layer_buffers(
+    tmp_path: Path, served: Callable[..., Served]
+) -> None:
+    """FWD-25: 8 connections flood 1 MiB messages at a receiver whose store takes nothing for
+    the first 3 s (then everything; in-memory, capped at 8 MiB): its anonymous memory grows by
+    no more than FWD-25's bound -- 16 MiB held + 8 x (4 x 1 MiB + 1 MiB) = 56 MiB -- plus the
+    store's 8 MiB and 32 MiB of slack, though the clients have 300 MiB to send."""
+    gate = tmp_path / "gate"
+    rx = served(
+        "memory://", *BOUNDS, "--topic-option", "cap_bytes=8MiB", "--topic-option",
+        "discard=old", script=GATED_SERVE, TIDELOG_TEST_GATE=str(gate),
+    )  # fmt: skip
+    base = rss_anon_mib(rx.proc.pid)
+    peak = [base]
+    began = time.monotonic()
+
+    def sample() -> None:
+        peak.append(rss_anon_mib(rx.proc.pid))
+        if time.monotonic() - began > 3:
+            gate.touch()
+
+    flood(tmp_path, rx.port, sample, frame=MIB, connections=8)
+    assert gate.exists()  # the flood ended after the store began taking
+    grown = max(peak) - base
+    assert grown <= 56 + 8 + 32, f"RssAnon grew from {base:.0f} to {max(peak):.0f} MiB"
+    stats = rx.terminate()
+    assert stats["stored"] == FLOOD_BYTES // MIB // 8 * 8
     assert 0 < stats["peak_held_bytes"] <= 16 * MIB

@@ -19,6 +19,10 @@ already queued is appended in one ``append_many``.
 Memory is bounded (FWD-25, ``budget.py``): a connection's reader takes a message only when it
 fits the per-connection and total bounds, else it waits and TCP pushes back on the sender. A
 client id cannot be hijacked by an FSN jump (FWD-26) and has at most one connection (FWD-27).
+
+The WebSocket layer is aiohttp's. ``start()`` serves the receiver's paths alone on a thread and
+loop of its own; ``add_routes`` puts them into another aiohttp application (``tidelog serve``'s
+HTTP API, one listener), whose loop then runs ``startup()`` and ``shutdown()``.
 """
 
 from __future__ import annotations
@@ -33,15 +37,11 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
-from websockets.protocol import State
+from aiohttp import WSCloseCode, WSMsgType, web
 
 import tidelog
 from tidelog.api import Store, Topic
-from tidelog.errors import Backpressure, TidelogError, TooLarge, TopicFull
+from tidelog.errors import Backpressure, BadOption, TidelogError, TooLarge, TopicFull
 
 from . import wire
 from .budget import MESSAGE_OVERHEAD, Account, ByteBudget, ServeLimits, return_free_memory
@@ -55,6 +55,7 @@ PATHS = ("/write/v4", "/api/v4/write")
 _WRITE_ERROR = 0x09
 _INTERNAL_ERROR = 0x06
 _TRIM_AFTER = 16 << 20  # bytes taken since the last return of free memory that warrant one
+_CLOSE_TIMEOUT = 1.0  # seconds a close waits for the peer's close frame
 #: The ``Receiver`` keyword arguments that are FWD-25 limits (validated before a store opens).
 LIMIT_OPTIONS = ("max_frame_bytes", "max_connection_bytes", "max_total_bytes", "max_connections")
 
@@ -74,7 +75,7 @@ class _Oversize:
 
 @dataclass(eq=False)
 class _Conn:
-    ws: ServerConnection
+    ws: web.WebSocketResponse
     client: str | None
     fsn_at_zero: int | None
     durable: bool
@@ -87,25 +88,19 @@ class _Conn:
     account: Account = field(default_factory=Account)  # its held bytes (FWD-25)
 
 
-@dataclass(eq=False)
-class _Claim:
-    """A client id's connection (FWD-27): from its upgrade until its handler is done."""
-
-    ws: ServerConnection
-    running: bool = False  # the handler started (and has not finished: then it is dropped)
-
-    def live(self) -> bool:
-        # A handshake that failed after the claim never reaches the handler: its connection
-        # closes, and the claim is stale.
-        return self.running or self.ws.state is not State.CLOSED
-
-
 def _charge(frames: Sequence[bytes]) -> int:
     return sum(len(f) for f in frames) + MESSAGE_OVERHEAD * len(frames)
 
 
+def _text(status: HTTPStatus, why: str) -> web.Response:
+    return web.Response(status=int(status), text=why + "\n")
+
+
 class Receiver:
-    """Serve one topic of ``store`` on ``host:port`` (0 = any free port; see ``port``)."""
+    """Serve one topic of ``store`` on ``host:port`` (0 = any free port; see ``port``).
+
+    ``ping_interval``: seconds without a byte from a peer before a ping; no answer within half
+    of it drops the connection (FWD-27). None: no keepalive."""
 
     def __init__(
         self,
@@ -121,8 +116,7 @@ class Receiver:
         max_total_bytes: int | str = 256 << 20,
         max_connections: int | str = 64,
         trust_fsn_jumps: bool = False,
-        ping_interval: float = 20.0,
-        ping_timeout: float = 20.0,
+        ping_interval: float | None = 20.0,
         sockets: Sequence[socket.socket] = (),
         topic_options: dict[str, Any] | None = None,
         tracer: Callable[[str, dict[str, Any]], None] | None = None,
@@ -134,6 +128,10 @@ class Receiver:
             max_total_bytes=max_total_bytes,
             max_connections=max_connections,
         )
+        if ping_interval is not None and not (
+            isinstance(ping_interval, int | float) and ping_interval > 0
+        ):
+            raise BadOption(f"option ping_interval={ping_interval!r}: must be above 0 (FWD-27)")
         self.store = store
         self.topic: Topic = store.topic(topic, **(topic_options or {}))
         self.table = topic
@@ -147,7 +145,6 @@ class Receiver:
         self.max_frame_bytes = self.limits.max_frame_bytes
         self.trust_fsn_jumps = trust_fsn_jumps
         self.ping_interval = ping_interval
-        self.ping_timeout = ping_timeout
         self.tracer = tracer
         self.owns_store = owns_store
         self.dedup = DedupIndex(store, self.topic)
@@ -159,8 +156,13 @@ class Receiver:
         }  # fmt: skip
         self._budget = ByteBudget(self.limits.max_connection_bytes, self.limits.max_total_bytes)
         self._conns: set[_Conn] = set()
-        self._claims: dict[str, _Claim] = {}
-        self._upgrading: set[ServerConnection] = set()
+        # One future per upgrade from its admission until its handler ends: counted against
+        # max_connections (FWD-25), awaited by shutdown().
+        self._live: set[asyncio.Future[None]] = set()
+        self._claims: dict[str, asyncio.Future[None]] = {}  # client id -> its upgrade (FWD-27)
+        self._accepting = False  # between startup() and shutdown()
+        self._stopping: asyncio.Event | None = None
+        self._flusher: asyncio.Task[None] | None = None
         self._warned: set[str] = set()
         self._taken_since_trim = 0  # bytes taken since the last returns of free memory began
         self._trims_due = 0
@@ -168,10 +170,12 @@ class Receiver:
         self._refused_tried: dict[str, int] = {}
         self._next_trim = 0.0
         self._append_lock = threading.Lock()
+        # start() / stop(): the receiver's own thread, loop and aiohttp runner
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._servers: list[Server] = []
+        self._stop_requested: asyncio.Event | None = None
         self._started = threading.Event()
+        self._finished = threading.Event()  # the thread's loop is closed
         self._start_error: BaseException | None = None
 
     @classmethod
@@ -186,7 +190,49 @@ class Receiver:
             store.close()
             raise
 
-    # -- lifecycle ---------------------------------------------------------------------------
+    # -- in another aiohttp application ------------------------------------------------------
+    def add_routes(self, app: web.Application) -> None:
+        """Serve the receiver's paths (``PATHS``) in ``app``, beside its own routes. The host
+        runs ``await startup()`` on its loop before serving (e.g. from ``app.on_startup``) and
+        ``await shutdown()`` when it stops (from ``app.on_shutdown``, or before
+        ``AppRunner.cleanup()``); the store stays the caller's to close, after ``shutdown()``."""
+        for path in PATHS:
+            app.router.add_get(path, self._handle, allow_head=False)
+
+    async def startup(self) -> None:
+        """Start taking upgrades and the flusher (group commit, FWD-18), on the loop that
+        serves the routes."""
+        if self._flusher is not None:
+            raise RuntimeError("the receiver is started already")
+        self._stopping = asyncio.Event()
+        self._flusher = asyncio.create_task(self._flush_loop())
+        self._accepting = True
+
+    async def shutdown(self, *, final_flush: bool = True) -> None:
+        """Refuse new upgrades (503), close every connection with 1001 and wait for their
+        handlers, stop the flusher between two flushes, then flush and checkpoint once more
+        unless ``final_flush`` is False (FWD-18, FWD-26). Call it no later than the host's
+        ``on_shutdown``: aiohttp waits for the handlers of open connections after that (up to
+        its shutdown timeout) and only this ends them. By then aiohttp parses nothing more on
+        them, so a close may wait its timeout (1 s) for a peer that keeps its TCP open."""
+        self._accepting = False
+        await asyncio.gather(
+            *(
+                c.ws.close(code=WSCloseCode.GOING_AWAY, message=b"receiver stopping")
+                for c in list(self._conns)
+            ),
+            return_exceptions=True,
+        )
+        while self._live:
+            await asyncio.wait(set(self._live))
+        if self._flusher is not None and self._stopping is not None:
+            self._stopping.set()
+            await self._flusher  # it stops between flushes: never cancelled inside a checkpoint
+            self._flusher = None
+        if final_flush:
+            await self._flush_once(final=True)
+
+    # -- on a thread of its own --------------------------------------------------------------
     def start(self) -> Receiver:
         """Listen on a background thread; returns once the socket is bound."""
         self._thread = threading.Thread(target=self._run, name="tidelog-serve", daemon=True)
@@ -201,54 +247,53 @@ class Receiver:
         self._loop = loop
         # The Runner cancels and awaits whatever tasks are left (a handshake cut short by the
         # stop) before closing the loop.
-        with asyncio.Runner(loop_factory=lambda: loop) as runner:
-            runner.run(self._serve())
+        try:
+            with asyncio.Runner(loop_factory=lambda: loop) as runner:
+                runner.run(self._serve())
+        finally:
+            self._finished.set()
 
     async def _serve(self) -> None:
-        self._stopping = asyncio.Event()
-        options: dict[str, Any] = {
-            "process_request": self._process_request,
-            "process_response": self._process_response,
-            "compression": None,
-            "max_size": self.limits.max_frame_bytes,  # larger: 1009 before the payload is read
-            # At most one complete message waits in the WebSocket layer before it stops
-            # reading the socket (FWD-25).
-            "max_queue": 1,
-            "ping_interval": self.ping_interval,  # finds peers gone without a close (FWD-27)
-            "ping_timeout": self.ping_timeout,
-            "close_timeout": 1.0,
-        }
+        self._stop_requested = asyncio.Event()
+        app = web.Application()
+        self.add_routes(app)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=_CLOSE_TIMEOUT)
         try:
-            if self._sockets:
-                for sock in self._sockets:
-                    self._servers.append(await serve(self._handler, sock=sock, **options))
-            else:
-                self._servers.append(await serve(self._handler, self.host, self.port, **options))
+            await runner.setup()
+            await self.startup()
+            sites: list[web.BaseSite] = (
+                [web.SockSite(runner, sock) for sock in self._sockets]
+                if self._sockets
+                else [web.TCPSite(runner, self.host, self.port)]
+            )
+            for site in sites:
+                await site.start()
         except BaseException as exc:
-            for server in self._servers:
-                server.close()
+            await self.shutdown(final_flush=False)
+            await runner.cleanup()
             self._close_sockets()
             self._start_error = exc
             self._started.set()
             return
-        self.port = self._servers[0].sockets[0].getsockname()[1]
-        flusher = asyncio.create_task(self._flusher())
+        self.port = runner.addresses[0][1]
         self._started.set()
-        await self._stopping.wait()
-        for server in self._servers:
-            server.close()
-        for server in self._servers:
-            await server.wait_closed()
-        await flusher  # it stops between flushes: never cancelled inside a checkpoint
-        if not self._abort:
-            await self._flush_once(final=True)
+        await self._stop_requested.wait()
+        for site in list(runner.sites):
+            await site.stop()  # no new connections
+        await self.shutdown(final_flush=not self._abort)
+        await runner.cleanup()
 
     def stop(self, *, abort: bool = False) -> None:
         """Stop serving (connections close with 1001); a final flush and checkpoint unless
         ``abort``. Closes the store if the receiver opened it."""
         self._abort = abort
-        if self._loop is not None and self._thread is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stopping.set)
+        # Not Thread.is_alive(): on Python 3.11 a KeyboardInterrupt (Ctrl-C, or SIGTERM in the
+        # CLI) taken inside Thread.join() makes it say False for a thread that still runs.
+        if self._loop is not None and self._thread is not None and not self._finished.is_set():
+            assert self._stop_requested is not None
+            with contextlib.suppress(RuntimeError):  # the loop closed just now
+                self._loop.call_soon_threadsafe(self._stop_requested.set)
+            self._finished.wait()
             self._thread.join()
         self._close_sockets()  # never handed to a server (not started), or closed already
         if self.owns_store:
@@ -279,8 +324,8 @@ class Receiver:
             self.start()
         assert self._thread is not None
         try:
-            while self._thread.is_alive():
-                self._thread.join(0.5)
+            while not self._finished.wait(0.5):
+                pass
         except KeyboardInterrupt:
             pass
         finally:
@@ -291,46 +336,44 @@ class Receiver:
             self.tracer(event, data)
 
     # -- handshake -----------------------------------------------------------------------------
-    def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
-        path = request.path.split("?", 1)[0]
-        if path not in PATHS:
-            return conn.respond(HTTPStatus.NOT_FOUND, f"no QWP endpoint at {path}\n")
+    def _admit(self, request: web.Request, token: asyncio.Future[None]) -> web.Response | None:
+        """The refusal of an upgrade, or None (then ``token`` counts against max_connections
+        and holds the client id, FWD-25, FWD-27). Synchronous, so two upgrades for one id are
+        checked one after the other."""
         raw = request.headers.get(wire.H_FSN_AT_ZERO)
         if raw is not None and not (raw.strip().isascii() and raw.strip().isdigit()):
-            return conn.respond(HTTPStatus.BAD_REQUEST, f"bad {wire.H_FSN_AT_ZERO}: {raw!r}\n")
+            return _text(HTTPStatus.BAD_REQUEST, f"bad {wire.H_FSN_AT_ZERO}: {raw!r}")
         client = request.headers.get(wire.H_CLIENT_ID)
         if client is not None and not 0 < len(client.encode("utf-8")) <= 200:
             # It becomes the TOP-11 producer id (at most 200 bytes).
-            return conn.respond(HTTPStatus.BAD_REQUEST, "client id must be 1..200 bytes\n")
+            return _text(HTTPStatus.BAD_REQUEST, "client id must be 1..200 bytes")
+        if not self._accepting:
+            return self._refuse(HTTPStatus.SERVICE_UNAVAILABLE, "receiver not serving")
         # Counted from the upgrade request: those whose handshake is under way, and those
         # whose handler runs (FWD-25).
-        self._upgrading = {c for c in self._upgrading if c.state is State.CONNECTING}
-        open_now = len(self._upgrading) + sum(len(s.all_connections) for s in self._servers)
-        if open_now >= self.limits.max_connections:
+        if len(self._live) >= self.limits.max_connections:
             return self._refuse(
-                conn,
                 HTTPStatus.SERVICE_UNAVAILABLE,
                 f"receiver busy: {self.limits.max_connections} connections open "
                 f"(max_connections, FWD-25)",
             )
         if client and raw is not None:
-            refusal = self._claim(conn, client, int(raw))
+            refusal = self._claim(client, int(raw))
             if refusal is not None:
-                return self._refuse(conn, HTTPStatus.CONFLICT, refusal)
-        self._upgrading.add(conn)
+                return self._refuse(HTTPStatus.CONFLICT, refusal)
+            self._claims[client] = token
+        self._live.add(token)
         return None
 
-    def _refuse(self, conn: ServerConnection, status: HTTPStatus, why: str) -> Response:
+    def _refuse(self, status: HTTPStatus, why: str) -> web.Response:
         self.stats["upgrades_refused"] += 1
         self._log_once(logging.WARNING, f"upgrade refused with HTTP {int(status)}: {why}")
         self._trace("refused", status=int(status), why=why)
-        return conn.respond(status, why + "\n")
+        return _text(status, why)
 
-    def _claim(self, conn: ServerConnection, client: str, fsn_at_zero: int) -> str | None:
-        """Take ``client`` for this connection, or say why not (FWD-26, FWD-27). On the event
-        loop, so two upgrades for one id are checked one after the other."""
-        held = self._claims.get(client)
-        if held is not None and held.live():
+    def _claim(self, client: str, fsn_at_zero: int) -> str | None:
+        """Why ``client`` cannot connect now, or None (FWD-26, FWD-27)."""
+        if client in self._claims:
             return (
                 f"client id {client!r} is connected already: a second connection is refused "
                 f"while the first is open (FWD-27)"
@@ -345,67 +388,87 @@ class Receiver:
                     f"{allowed} at most (FWD-26; a receiver started with --trust-fsn-jumps "
                     f"accepts jumps)"
                 )
-        self._claims[client] = _Claim(conn)
         return None
 
-    def _process_response(
-        self, conn: ServerConnection, request: Request, response: Response
-    ) -> Response | None:
-        if response.status_code != 101:
-            return None
-        headers: Headers = response.headers
-        headers[wire.H_VERSION] = str(wire.QWP_VERSION)
-        wants = request.headers.get(wire.H_REQUEST_DURABLE_ACK, "").lower() == "true"
-        if wants and self.durable_ack:
-            headers[wire.H_DURABLE_ACK] = "enabled"
-        client = request.headers.get(wire.H_CLIENT_ID)
-        if client:
-            headers[wire.H_LAST_FSN] = str(self.dedup.mark(client))
-        return None
+    def _socket(self) -> web.WebSocketResponse:
+        return web.WebSocketResponse(
+            timeout=_CLOSE_TIMEOUT,
+            # aiohttp refuses a message of max_msg_size bytes or more with 1009 before reading
+            # its payload; --max-frame-bytes is the largest one read (FWD-25).
+            max_msg_size=self.limits.max_frame_bytes + 1,
+            compress=False,
+            # A ping once nothing came for ping_interval; no byte within half of it drops the
+            # connection (FWD-27).
+            heartbeat=self.ping_interval,
+        )
 
     # -- one connection ------------------------------------------------------------------------
-    async def _handler(self, ws: ServerConnection) -> None:
-        request = ws.request
-        assert request is not None
-        client = request.headers.get(wire.H_CLIENT_ID) or None
-        raw = request.headers.get(wire.H_FSN_AT_ZERO)
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        ws = self._socket()
+        if not ws.can_prepare(request):
+            return _text(HTTPStatus.UPGRADE_REQUIRED, "a QWP endpoint: WebSocket upgrades only")
+        token: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        refusal = self._admit(request, token)
+        if refusal is not None:
+            return refusal
+        headers = request.headers
+        client = headers.get(wire.H_CLIENT_ID) or None
+        raw = headers.get(wire.H_FSN_AT_ZERO)
         fsn0 = int(raw) if raw is not None and client else None
-        wants = request.headers.get(wire.H_REQUEST_DURABLE_ACK, "").lower() == "true"
+        wants = headers.get(wire.H_REQUEST_DURABLE_ACK, "").lower() == "true"
+        ws.headers[wire.H_VERSION] = str(wire.QWP_VERSION)
+        if wants and self.durable_ack:
+            ws.headers[wire.H_DURABLE_ACK] = "enabled"
+        if client:
+            ws.headers[wire.H_LAST_FSN] = str(self.dedup.mark(client))
         conn = _Conn(ws, client, fsn0, wants and self.durable_ack)
-        claim = self._claims.get(client) if client and fsn0 is not None else None
-        if claim is not None and claim.ws is ws:
-            claim.running = True
-        else:
-            claim = None
-        self._conns.add(conn)
-        self.stats["connections"] += 1
-        self._trace("connect", client=client, fsn_at_zero=fsn0, durable=conn.durable)
+        try:
+            await ws.prepare(request)
+            if not self._accepting:  # shutdown() began during the handshake
+                await ws.close(code=WSCloseCode.GOING_AWAY, message=b"receiver stopping")
+                return ws
+            self._conns.add(conn)
+            self.stats["connections"] += 1
+            self._trace("connect", client=client, fsn_at_zero=fsn0, durable=conn.durable)
+            await self._connection(conn)
+            return ws
+        finally:
+            self._conns.discard(conn)
+            if client is not None and self._claims.get(client) is token:
+                del self._claims[client]
+            self._live.discard(token)
+            token.set_result(None)
+
+    async def _connection(self, conn: _Conn) -> None:
         reader = asyncio.create_task(self._reader(conn))
         try:
             await self._process(conn)
-        except ConnectionClosed:
-            pass
+        except ConnectionError:
+            pass  # the peer is gone; what it was not answered it sends again
         finally:
             reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await reader
             # What was taken and not appended (after a refusal, a closed connection) is freed.
             while not conn.queue.empty():
                 item = conn.queue.get_nowait()
                 if isinstance(item, bytes):
                     self._budget.release(conn.account, _charge([item]))
-            self._conns.discard(conn)
-            if claim is not None and client is not None and self._claims.get(client) is claim:
-                del self._claims[client]
 
     async def _reader(self, conn: _Conn) -> None:
         """Take messages off the socket while they fit the bounds (FWD-25): waiting for room
         reads nothing more, so the WebSocket layer stops reading and TCP pushes back."""
         try:
-            async for message in conn.ws:
-                if isinstance(message, str):
-                    await conn.ws.close(1003, "QWP frames are binary")
+            while True:
+                msg = await conn.ws.receive()
+                if msg.type is WSMsgType.TEXT:
+                    await conn.ws.close(
+                        code=WSCloseCode.UNSUPPORTED_DATA, message=b"QWP frames are binary"
+                    )
                     break
+                if msg.type is not WSMsgType.BINARY:
+                    break  # closed, closing or failed (1009, a lost peer, keepalive)
+                message: bytes = msg.data
                 if len(message) > self.limits.max_connection_bytes:
                     conn.queue.put_nowait(_Oversize(len(message)))
                     break  # nothing after it is stored (FWD-21)
@@ -474,7 +537,7 @@ class Receiver:
             replies.append(wire.encode_error(status, wseq, message))
             self.stats["rejected"] += 1
         for reply in replies:
-            await conn.ws.send(reply)
+            await conn.ws.send_bytes(reply)
         if results:
             conn.max_ok = max(conn.max_ok, *seqtxns)
             conn.min_ok = max(seqtxns) if conn.min_ok is None else conn.min_ok
@@ -487,7 +550,7 @@ class Receiver:
             # Nothing after a rejected frame is stored from this connection, so the client's
             # mark never passes a frame it does not hold (FWD-21); 1011 makes the sender
             # reconnect and replay from its first unacknowledged frame.
-            await conn.ws.close(1011, "frame rejected")
+            await conn.ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"frame rejected")
             return False
         return True
 
@@ -549,11 +612,13 @@ class Receiver:
         return seqs
 
     # -- durability ----------------------------------------------------------------------------
-    async def _flusher(self) -> None:
+    async def _flush_loop(self) -> None:
+        stopping = self._stopping
+        assert stopping is not None
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.flush_interval)
-            if self._stopping.is_set():
+                await asyncio.wait_for(stopping.wait(), self.flush_interval)
+            if stopping.is_set():
                 return
             await self._flush_once()
             await self._return_memory()
@@ -633,5 +698,5 @@ class Receiver:
         if conn.durable_sent >= min(conn.max_ok, self.durable_seq):
             return
         conn.durable_sent = self.durable_seq
-        with contextlib.suppress(ConnectionClosed):
-            await conn.ws.send(wire.encode_durable_ack({self.table: self.durable_seq}))
+        with contextlib.suppress(ConnectionError):
+            await conn.ws.send_bytes(wire.encode_durable_ack({self.table: self.durable_seq}))
