@@ -200,7 +200,10 @@ def test_disk_class_is_written_by_the_committer(tmp_path: Path) -> None:
         t.append(b"second")
         assert shard.ops_synced == synced < shard.ops  # acknowledged without waiting
         deadline = time.monotonic() + 5
-        while shard.ops_synced < shard.ops and time.monotonic() < deadline:
+        # the committer may place a SYNCED frame (WAL-16) after its sync: wait for that too
+        while (
+            shard.ops_synced < shard.ops or shard.synced < shard.submitted
+        ) and time.monotonic() < deadline:
             time.sleep(0.005)
         assert shard.ops_synced == shard.ops and shard.synced == shard.submitted
 
