@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import struct
 from array import array
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from itertools import accumulate, pairwise
 from typing import Any
@@ -45,6 +44,28 @@ def build_columns(
     """``build_parts`` with the .data joined: (.data, .idx) bytes (tests, vectors)."""
     parts, idx = build_parts(topic_id, first_seq, *columns, dead=dead)
     return b"".join(parts), idx
+
+
+def _frame_end(lens: array[int], i: int, b: int, guess: int) -> tuple[int, int]:
+    """(e, payload bytes of slots i..e-1): the run frame from slot ``i`` of a label run ending
+    at ``b`` ends before the first slot ``e`` in (i, b) at which its slots' ts, lengths and
+    payloads reach ``RUN_FRAME_BYTES`` (SEG-18), else at ``b``. Sought from ``guess`` (> i)
+    by steps of one slot: frames of similar records take no step, and no running total of
+    the lengths is made (a Python int per record)."""
+    limit, step = segfmt.RUN_FRAME_BYTES, _PER_RECORD
+    e = min(b, guess)
+    w = sum(lens[i:e]) + step * (e - i)  # the frame's measure if it ended before e
+    if w >= limit:
+        while e - 1 > i:
+            less = w - lens[e - 1] - step
+            if less < limit:
+                break
+            w, e = less, e - 1
+    else:
+        while e < b and w < limit:
+            w += lens[e] + step
+            e += 1
+    return e, w - step * (e - i)
 
 
 def build_parts(
@@ -87,11 +108,6 @@ def build_parts(
     runs = segfmt.label_runs(tags, nodes)
     if runs.nls and max(max(runs.nls), max(runs.tls)) > 0xFFFF:
         raise BadArgument("a tag or node longer than 65535 UTF-8 bytes cannot be sealed (SEG-8)")
-    pcum = array("Q", accumulate(lens, initial=0))  # payload bytes before slot i
-
-    def weight(e: int) -> int:  # SEG-18's measure of the slots before e: ts + length + payload
-        return pcum[e] + _PER_RECORD * e
-
     # the columns' bytes, sliced per frame without a copy (join reads any buffer)
     little_ts = memoryview(_little(ts_col)).cast("B")
     little_lens = memoryview(_little(lens)).cast("B")
@@ -106,15 +122,16 @@ def build_parts(
     offsets = array(segfmt._U32_CODE)
     pos = segfmt.HEADER_SIZE
     handed = 0  # .data bytes already handed to ``sink``
+    guess = 1  # where the next frame's end is sought first: the last frame's record count
     pack_head, digest = segfmt._RUN_HEAD.pack, xxhash.xxh3_64_intdigest
     for r, (a, b) in enumerate(pairwise([*runs.firsts, n])):
         label, nl, tl, flags = runs.labels[r], runs.nls[r], runs.tls[r], runs.flags[r]
         i = a
         while i < b:
-            e = bisect_left(range(n + 1), weight(i) + segfmt.RUN_FRAME_BYTES, i + 1, b, key=weight)
-            count = e - i
+            e, size = _frame_end(lens, i, b, i + guess)
+            count = guess = e - i
             header = segfmt.RUN_HEADER_SIZE + nl + tl + _PER_RECORD * count
-            frame_len = header + pcum[e] - pcum[i] + 8 - 4
+            frame_len = header + size + 8 - 4
             if pos + frame_len + 4 > segfmt.MAX_DATA_SIZE:  # u32 .idx offsets
                 raise TooLarge(f"segment would exceed {segfmt.MAX_DATA_SIZE} bytes")
             body = b"".join(
