@@ -257,9 +257,9 @@ def _capture(state: StoreState) -> _Capture:
                 k = next((i for i, p in enumerate(payloads) if p is not None), len(payloads))
             if k < len(payloads):
                 bundles = t.config.payload == "bundles"
-                tail = _Tail(
-                    t.tid, first + k, payloads[k:], tss[k:], tags[k:], nodes[k:], bundles, any_dead
-                )
+                if k:  # copies of the copies: only when a dead prefix is cut (under the lock)
+                    payloads, tss, tags, nodes = payloads[k:], tss[k:], tags[k:], nodes[k:]
+                tail = _Tail(t.tid, first + k, payloads, tss, tags, nodes, bundles, any_dead)
                 tails.append(tail)
                 if any_dead:
                     dead += ranges(
