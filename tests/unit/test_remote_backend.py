@@ -501,11 +501,18 @@ def test_SVC_60_gives_up_after_retry_ms_with_the_last_error() -> None:
     raised at once, never repeated."""
     script = [answer(200, _topic_answer())] + [answer(429, _throttled(100))] * 20
     with fake_service(script) as fake, tidelog.open(fake.url, retry_ms=350) as store:
+        # the client's clock is virtual: only its sleeps move it, so a loaded machine's late
+        # wake-ups cannot push a repeat past retry_ms
+        now = [0.0]
+        client = store._backend.client  # type: ignore[attr-defined]
+        client._monotonic = lambda: now[0]
+        client._sleep = lambda s: now.__setitem__(0, now[0] + s)
         t = store.topic("t0", create=False)
         with pytest.raises(Throttled) as info:
             t.append(b"x")
         assert info.value.retry_after_ms == 100
         assert len(fake.requests) == 1 + 4  # at 0, 100, 200, 300 ms; 400 is past 350
+        assert now[0] == pytest.approx(0.3)
     busy = {"error": {"code": "busy", "message": "b"}}
     script = [answer(200, _topic_answer()), answer(503, busy)]
     with fake_service(script) as fake, tidelog.open(fake.url, retry_ms=0) as store:
