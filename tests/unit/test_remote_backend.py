@@ -157,6 +157,21 @@ def test_SVC_58_the_token_is_sent_as_a_bearer_header(monkeypatch: pytest.MonkeyP
         store.topics()
 
 
+def test_SVC_58_SVC_45_no_throttle_sends_the_override_header() -> None:
+    """SVC-58, SVC-45: with `no_throttle=true` every request carries `X-Tidelog-No-Throttle: 1`
+    (the override the append endpoints read); without it, none does; a value that is not a
+    boolean is bad_option before anything is sent."""
+    with fake_service([answer(200, {"topics": []})] * 2) as fake:
+        with tidelog.open(fake.url, no_throttle="true") as store:
+            store.topics()
+        with tidelog.open(fake.url) as store:
+            store.topics()
+        seen = [r.headers.get("X-Tidelog-No-Throttle") for r in fake.requests]
+        with pytest.raises(BadOption, match="no_throttle"):
+            tidelog.open(fake.url, no_throttle="sometimes")
+    assert seen == ["1", None]  # the call of each store (the fake does not keep GET /v0)
+
+
 def test_SVC_58_a_server_that_is_not_the_api_is_an_io_error() -> None:
     """SVC-58, SVC-4: an answer to GET /v0 without "api": "v0" is io_error at open."""
     with fake_service(hello={"api": "v9"}) as fake, pytest.raises(StorageError, match="v0"):
