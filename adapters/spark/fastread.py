@@ -31,7 +31,7 @@ from tidelog.backends.file.qchunk import QsegChunk
 
 from .columns import log_schema
 
-__all__ = ["available", "chunk_ranges", "read_chunk", "is_qseg_chunk"]
+__all__ = ["available", "chunk_ranges", "read_chunk", "is_qseg_chunk", "tail_span", "read_tail"]
 
 _HEADER = RECORD_HEADER_SIZE  # record frame header (FORMATS SEG-2)
 _OVERHEAD = _HEADER + 8  # header + XXH3-64 trailer
@@ -248,3 +248,62 @@ def _batch(
     if len(schema) == 7:
         columns.append(pa.nulls(n, pa.int64()))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+# -- the unsealed tail --------------------------------------------------------------------------
+def tail_span(log: Any, lo: int, hi: int) -> tuple[int, int] | None:
+    """Tail slot indexes ``(i0, i1)`` (inclusive) serving seqs ``lo..hi`` of a view's log, or
+    None when some of those seqs are not the tail's (a chunk still covers them): then the
+    public read serves them. Seqs below the tail's first live slot are removed (dead slots or
+    dropped chunks above ``evict_floor``: the caller starts at the floor), read silently."""
+    for chunk in reversed(log.chunks):
+        if chunk.first_seq <= hi:
+            if chunk.first_seq + chunk.count - 1 >= lo:
+                return None  # a chunk the sealed path did not take
+            break
+    base = log.base
+    return max(lo - base, log._first, 0), min(hi, log.visible) - base
+
+
+def read_tail(
+    topic: str, tail: tuple[int, list[Any], list[Any], list[Any], list[Any]],
+    batch_records: int, tombstone_rows: bool,
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """Tail slots (``(first_seq, payloads, tss, tags, nodes)``, copied from the log: None
+    payloads are dead slots, skipped) as ``log_schema`` batches: one C-level conversion per
+    column and batch, none per record in Python."""
+    first, payloads, tss, tags, nodes = tail
+    schema = log_schema(tombstone_rows)
+    for a in range(0, len(payloads), batch_records):
+        b = min(a + batch_records, len(payloads))
+        body = pa.array(payloads[a:b], pa.binary())
+        if isinstance(body, pa.ChunkedArray):  # past int32 offsets: halve the batch
+            mid = a + (b - a) // 2
+            part = (first, payloads[a:mid], tss[a:mid], tags[a:mid], nodes[a:mid])
+            yield from read_tail(topic, part, batch_records, tombstone_rows)
+            part = (first + mid - a, payloads[mid:b], tss[mid:b], tags[mid:b], nodes[mid:b])
+            yield from read_tail(topic, part, batch_records, tombstone_rows)
+            continue
+        n = b - a
+        columns = [
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.array(np.arange(first + a, first + b, dtype=np.int64)),
+            pa.array(np.array(tss[a:b], np.int64) * 1000, schema.field("ts").type),
+            _tail_labels(tags[a:b]),
+            _tail_labels(nodes[a:b]),
+            body,
+        ]
+        if tombstone_rows:
+            columns.append(pa.nulls(n, pa.int64()))
+        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+        if body.null_count:  # dead slots: removed records read silently (TMB-4)
+            batch = batch.filter(body.is_valid())
+        yield batch
+
+
+def _tail_labels(values: list[str | None]) -> pa.Array:
+    """A tag or node column; the common case, one value for the whole batch, without a
+    conversion per row."""
+    if values and values.count(values[0]) == len(values):
+        return pa.repeat(pa.scalar(values[0], pa.string()), len(values))
+    return pa.array(values, pa.string())

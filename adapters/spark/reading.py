@@ -224,8 +224,40 @@ def read_log(
     for chunk, i0, i1 in runs:
         yield from fastread.read_chunk(opts.topic, chunk, i0, i1, opts.batch_records, rows)
     if resume <= hi:
+        tail, resume = _tail(opts, resume, hi)
+        if tail is not None:
+            yield from fastread.read_tail(opts.topic, tail, opts.batch_records, rows)
+    if resume <= hi:
         for items in _items(opts, resume, hi, opts.batch_records, fresh=False):
             yield log_batch(opts.topic, items, rows)
+
+
+def _tail(opts: SourceOptions, lo: int, hi: int) -> tuple[Any, int]:
+    """The unsealed tail's slots serving ``lo..hi`` (copied under the view's lock: list slices,
+    references only) and the first seq they do not cover; (None, lo) where the public read must
+    serve the range (SPK-3: the same records, column by column)."""
+    if opts.from_ts is not None or opts.to_ts is not None or not fastread.available():
+        return None, lo
+    store = view(opts.root, fresh=False)
+    state = store.topic(opts.topic, create=False).state()  # applies lazy TTL first (RET-4)
+    backend = hooks(store, FileBackend)
+    with backend.lock:
+        engine_topic = backend.topics.get(opts.topic)
+        if engine_topic is None or lo < state.evict_floor:
+            return None, lo
+        log = engine_topic.log
+        if any(a <= hi and b >= lo for a, b in log.losses):
+            return None, lo
+        span = fastread.tail_span(log, lo, hi)
+        if span is None:
+            return None, lo
+        i0, i1 = span
+        end = log.base + i1  # the last seq served (a view behind hi leaves the rest short)
+        if i1 < i0:
+            return None, max(lo, end + 1)
+        a, b = i0, i1 + 1
+        tail = (log.base + a, log.payloads[a:b], log.tss[a:b], log.tags[a:b], log.nodes[a:b])
+    return tail, end + 1
 
 
 def read_slot(
