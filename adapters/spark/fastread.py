@@ -6,14 +6,16 @@ operations only: the records are verified as a read verifies them (spec/FORMATS-
 one XXH3-64 per ~64 KiB block of the mapped ``.data``, or frame by frame where that is cheaper
 or a block fails), seqs, timestamps and payload positions come from the index columns, tags and
 nodes from its label runs (SEG-11), and the payload bytes are gathered straight out of the
-segment's mmap. Anything else (the unsealed tail, tombstones, ts filters, a backend without
-``SegChunk``s) goes through the public read path, which stays the reference: a test compares
-the two on the same stores.
+segment's mmap. The unsealed tail, which a read-only view replays into per-column lists
+(``TopicLog.payloads``, ``tss``, ``tags``, ``nodes``), becomes Arrow columns from slices of
+those lists. Anything else (tombstones, ts filters, a backend without ``SegChunk``s) goes
+through the public read path, which stays the reference: tests compare the two on the same
+stores.
 
-This module reads the file backend's in-memory structures (``TopicLog.chunks``, ``SegChunk``'s
-index, label runs and dead map) of a read-only view that only this process refreshes, reached
-through the ``topics`` hook (REG-5); it serves only the chunk classes it imports from the file
-backend and leaves any other chunk to the public read.
+This module reads the file backend's in-memory structures (``TopicLog.chunks`` and its tail
+lists, ``SegChunk``'s index, label runs and dead map) of a read-only view that only this process
+refreshes, reached through the ``topics`` hook (REG-5); it serves only the chunk classes it
+imports from the file backend and leaves any other chunk to the public read.
 """
 
 from __future__ import annotations
