@@ -34,11 +34,8 @@ def build_store(root: str, rows: int, payload: int, tail: bool) -> tidelog.Store
     """The store; with ``tail`` its owner, left open (nothing sealed), else None (closed)."""
     chunk = 10_000
     # tail: no checkpoint before the scans (so none seals the records) and no close
-    store = tidelog.open(
-        f"file://{root}",
-        segment_max_records=500_000,
-        **({"checkpoint_bytes": "64GiB"} if tail else {}),
-    )
+    held = "&checkpoint_bytes=64GiB" if tail else ""
+    store = tidelog.open(f"file://{root}?segment_max_records=500000{held}")
     t = store.topic("bench", durability="disk", trim="none")
     data = os.urandom(payload * chunk)
     for start in range(0, rows, chunk):
@@ -53,9 +50,9 @@ def build_store(root: str, rows: int, payload: int, tail: bool) -> tidelog.Store
 
 def sealed_share(root: str) -> float:
     """The share of the topic's records a read-only view finds in sealed segments."""
-    log = hooks(reading.view(root), EngineTopics).topics["bench"].log
-    sealed = sum(c.count for c in log.chunks)
-    return sealed / max(log.head, 1)
+    store = reading.view(root)
+    sealed = sum(c.count for c in hooks(store, EngineTopics).topics["bench"].log.chunks)
+    return sealed / max(store.topic("bench").state().head_seq, 1)
 
 
 def open_view(root: str) -> float:
