@@ -104,7 +104,7 @@ def trim_report(
         )
         if f.spare_files:
             text += (
-                f"; the trims during the run retired {_plural(f.spare_files, 'file')}, kept as "
+                f"; {_plural(f.spare_files, 'full WAL file')} retired during the run stay as "
                 f"spares ({human(f.spare)}) that the next WAL files reuse instead of growing "
                 "the disk (option wal_recycle=0 deletes them)"
             )

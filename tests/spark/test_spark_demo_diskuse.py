@@ -46,7 +46,7 @@ def test_demo_trim_report_says_what_the_trim_freed_and_why_not() -> None:
         "spare WAL files (retired, kept for reuse), 0 B in 0 segments, 4.0 KiB other"
     )
     assert rows["trim freed"].startswith("nothing on disk: the 500 records the final ack")
-    assert "retired 2 files, kept as spares (8.0 MiB)" in rows["trim freed"]
+    assert "2 full WAL files retired during the run stay as spares (8.0 MiB)" in rows["trim freed"]
     small = Footprint(wal=300 << 10, wal_files=1, other=4096)
     assert "spare" not in dict(trim_report(small, small, 3, 4 * MIB))["trim freed"]
     before = Footprint(wal=2 * MIB, wal_files=2, segments=3 * MIB, segment_files=3)
