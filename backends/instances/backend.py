@@ -350,19 +350,19 @@ class InstancesBackend(Backend):
     def describe(self) -> dict[str, object]:
         self.refresh()
         topics = self.list_topics()
-        per: list[dict[str, object]] = []
+        per: dict[str, dict[str, object]] = {}
         for i in range(self.n):
             directory = shared.instance_dir(self.root, i)
             backend = self.own if i == self.slot else self.views.get(i)
-            entry: dict[str, object] = {
-                "instance": i,
-                "mine": i == self.slot,
-                "holder_pid": dirlock.holder(self.fs, directory),
-                "topics": {},
-            }
+            topic_facts: dict[str, object] = {}
             if backend is not None:
-                entry["topics"] = {name: self._topic_facts(backend, name) for name in topics}
-            per.append(entry)
+                topic_facts = {name: self._topic_facts(backend, name) for name in topics}
+            per[str(i)] = {
+                "mine": i == self.slot,
+                # LOCK-2: diagnostic only, the last holder's once it closed
+                "lock_pid": dirlock.holder(self.fs, directory),
+                "topics": {k: v for k, v in topic_facts.items() if v is not None},
+            }
         return {
             "backend": "file",
             "root": self.root,

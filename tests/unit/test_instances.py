@@ -328,7 +328,7 @@ def test_INST_9_caps_are_divided_and_never_overshoot(tmp_path: Path, opened: lis
     rj.append_many([b"1", b"2"])
     with pytest.raises(TopicFull):
         rj.append(b"3")
-    facts = a.describe()["per_instance"][0]["topics"]["rej"]
+    facts = a.describe()["per_instance"]["0"]["topics"]["rej"]
     assert facts["count"] == 2 and facts["cap_fraction"] == 1.0
 
 
@@ -370,9 +370,9 @@ def test_INST_10_capabilities_and_the_own_instance(tmp_path: Path, opened: list)
     got = [e.item for e in merged(tb).read().items]
     assert all(isinstance(r, Record) for r in got) and len(got) == 3
     per = a.describe()["per_instance"]
-    assert [p["mine"] for p in per] == [True, False]
-    assert per[1]["holder_pid"] == str(os.getpid())
-    assert per[0]["topics"]["t"]["head_seq"] == 2
+    assert [per[i]["mine"] for i in ("0", "1")] == [True, False]
+    assert per["1"]["lock_pid"] == str(os.getpid())
+    assert per["0"]["topics"]["t"]["head_seq"] == 2
 
 
 def test_INST_10_merged_needs_an_instances_store(tmp_path: Path) -> None:
