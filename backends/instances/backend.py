@@ -18,6 +18,7 @@ from tidelog.backend import Backend, Capabilities, StoreOptions, TopicRef
 from tidelog.clock import Clock
 from tidelog.config import DURABILITY_CLASSES, TopicConfig
 from tidelog.errors import (
+    ERROR_CODES,
     BadOption,
     Closed,
     Corrupt,
@@ -37,8 +38,10 @@ from tidelog.model.instances import (
 )
 from tidelog.records import Item, TopicState
 
+from ..file import requests
 from ..file.format import snapshot as snapfmt
 from ..file.options import FileOptions
+from ..file.progressfiles import read_progress
 from ..file.store import FileBackend
 from . import shared
 from .merge import merge
@@ -62,6 +65,14 @@ CAPABILITIES = Capabilities(
 def _has_snapshot(fs: FS, directory: str) -> bool:
     meta = os.path.join(directory, "meta")
     return fs.is_dir(meta) and any(snapfmt.parse_file_name(n) is not None for n in fs.listdir(meta))
+
+
+def _outcome(result: dict[str, Any], fine: tuple[str, ...]) -> None:
+    """An XPR-2 outcome: ok, or an error code the caller expects, else raised with its code."""
+    if result.get("ok") or result.get("code") in fine:
+        return
+    cls = ERROR_CODES.get(str(result.get("code")), StorageError)
+    raise cls(f"{result.get('message')} (an XPR-2 request, INST-15)")
 
 
 class InstancesBackend(Backend):
@@ -205,6 +216,12 @@ class InstancesBackend(Backend):
         config = self._config(name, stored)
         config.check_matches(name, options)
         ref = own.open_topic(name, share_config(name, config, self.n).to_dict(), True)
+        with io_errors(f"reading the subscribers of topic {name!r} in {self.root}"):
+            subs = shared.read_subscribers(self.fs, self.root, name)
+        have = own.subscribers(ref)
+        for sub, start in subs.items():  # INST-15: registered here once the topic is here
+            if sub not in have:
+                own.subscribe(ref, sub, start)
         with self.lock:
             self.configs[name] = config
         return ref
@@ -318,20 +335,98 @@ class InstancesBackend(Backend):
     def merged_read(self, name: str, cursor: str | None, limit: int) -> tuple[list[Entry], str]:
         positions = parse_cursor(cursor, self.n)
         self.refresh()
-        streams: list[list[Item]] = []
-        for i in range(self.n):
-            backend = self.own if i == self.slot else self.views.get(i)
-            if backend is None:
-                streams.append([])
-                continue
-            try:
-                ref = backend.open_topic(name, {}, False)
-            except NoSuchTopic:
-                streams.append([])
-                continue
-            streams.append(backend.read(ref, positions[i], limit, None))
-        entries = merge(streams, positions, limit)
+        entries = merge(self._streams(name, positions, limit), positions, limit)
         return entries, cursor_text(positions)
+
+    def _backend(self, i: int) -> FileBackend | None:
+        return self.own if i == self.slot else self.views.get(i)
+
+    def _ref(self, i: int, name: str) -> tuple[FileBackend, TopicRef] | None:
+        backend = self._backend(i)
+        if backend is None:
+            return None
+        try:
+            return backend, backend.open_topic(name, {}, False)
+        except NoSuchTopic:
+            return None
+
+    def _streams(self, name: str, positions: Sequence[int | None], limit: int) -> list[list[Item]]:
+        """Each instance's items after its position (None: it contributes nothing)."""
+        streams: list[list[Item]] = []
+        for i, after in enumerate(positions):
+            found = None if after is None else self._ref(i, name)
+            if found is None or after is None:
+                streams.append([])
+                continue
+            backend, ref = found
+            streams.append(backend.read(ref, after, limit, None))
+        return streams
+
+    # -- merged subscribers (INST-15..INST-17) ----------------------------------------------
+    def sub_register(self, name: str, sub: str, start: str) -> str:
+        """INST-15: the shared record first, then every instance; returns the stored start."""
+        self._check_open()
+        with io_errors(f"registering subscriber {sub!r} of {name!r} in {self.root}"):
+            with shared.shared_lock(self.fs, self.root):
+                stored = shared.read_subscribers(self.fs, self.root, name)
+                if sub not in stored:
+                    shared.write_subscriber(self.fs, self.root, name, sub, start)
+                    stored[sub] = start
+            start = stored[sub]
+            for i in range(self.n):
+                if i == self.slot:
+                    found = self._ref(i, name)
+                    if found is not None:
+                        found[0].subscribe(found[1], sub, start)
+                        found[0].flush_subscriber(found[1], sub)
+                    continue
+                directory = shared.instance_dir(self.root, i)
+                if _has_snapshot(self.fs, directory):
+                    body = {"op": "subscribe", "topic": name, "subscriber": sub, "start": start}
+                    _outcome(requests.call(directory, body), ("no_such_topic",))
+        return start
+
+    def sub_hwms(self, name: str, sub: str) -> list[int | None]:
+        """Each instance's hwm of ``sub`` (None where it is not registered), views refreshed."""
+        self.refresh()
+        out: list[int | None] = []
+        for i in range(self.n):
+            found = self._ref(i, name)
+            if found is None:
+                out.append(None)
+                continue
+            backend, ref = found
+            hwm = backend.hwm(ref, sub) if sub in backend.subscribers(ref) else None
+            if i != self.slot:
+                # a view replays the WAL, not progress files (PRG-9): read the file as well,
+                # so a commit another process made durable shows
+                with io_errors(f"reading the progress of {sub!r} in instance {i}"):
+                    written = read_progress(
+                        self.fs, shared.instance_dir(self.root, i), ref.incarnation, sub
+                    )
+                if written is not None:
+                    hwm = max(hwm or 0, written.hwm)
+            out.append(hwm)
+        return out
+
+    def sub_commit(self, name: str, sub: str, start: str, positions: Sequence[int]) -> None:
+        """INST-17: commit each position, durably, in its instance."""
+        self._check_open()
+        for i, seq in enumerate(positions):
+            if seq <= 0:
+                continue
+            if i == self.slot:
+                found = self._ref(i, name)
+                if found is None or sub not in found[0].subscribers(found[1]):
+                    continue
+                backend, ref = found
+                backend.commit(ref, sub, min(seq, backend.state(ref).head_seq))
+                backend.flush_subscriber(ref, sub)
+                continue
+            directory = shared.instance_dir(self.root, i)
+            body = {"op": "commit", "topic": name, "subscriber": sub, "seq": seq, "start": start}
+            with io_errors(f"committing subscriber {sub!r} of {name!r} in {directory}"):
+                _outcome(requests.call(directory, body), ("no_such_topic",))
 
     def merged_wait(self, name: str, cursor: str | None, limit: int, wait_ms: int) -> Any:
         """CON-3 for the merged read: an empty result is retried until ``wait_ms`` pass

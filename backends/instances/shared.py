@@ -32,16 +32,22 @@ __all__ = [
     "read_config",
     "write_config",
     "list_configs",
+    "SUBSCRIBERS_DIR",
+    "read_subscribers",
+    "write_subscriber",
 ]
 
 IDENTITY = "instances.json"
 CONFIG_DIR = "config"
 INSTANCES_DIR = "instances"
+SUBSCRIBERS_DIR = "subscribers"
 SHARED_LOCK = ".shared.lock"
 #: how long a change of the shared part waits for another process's change (a few file writes)
 LOCK_WAIT_S = 30.0
 
-ROOT_ENTRIES = frozenset({IDENTITY, IDENTITY + ".tmp", CONFIG_DIR, INSTANCES_DIR, SHARED_LOCK})
+ROOT_ENTRIES = frozenset(
+    {IDENTITY, IDENTITY + ".tmp", CONFIG_DIR, INSTANCES_DIR, SHARED_LOCK, SUBSCRIBERS_DIR}
+)
 
 
 def is_instances_root(fs: FS, root: str) -> bool:
@@ -151,3 +157,29 @@ def list_configs(fs: FS, root: str) -> list[str]:
     if not fs.is_dir(directory):
         return []
     return sorted(n[:-5] for n in fs.listdir(directory) if n.endswith(".json"))
+
+
+def _subscribers_dir(root: str, topic: str) -> str:
+    return os.path.join(root, SUBSCRIBERS_DIR, topic)
+
+
+def read_subscribers(fs: FS, root: str, topic: str) -> dict[str, str]:
+    """The merged subscribers of ``topic``: name -> start (INST-15)."""
+    directory = _subscribers_dir(root, topic)
+    if not fs.is_dir(directory):
+        return {}
+    out: dict[str, str] = {}
+    for entry in sorted(fs.listdir(directory)):
+        if entry.endswith(".json"):
+            body = _load(fs, os.path.join(directory, entry), "a subscriber")
+            start = body.get("start")
+            if start not in ("earliest", "latest"):
+                raise Corrupt(f"{directory}/{entry}: no valid start (INST-15)")
+            out[entry[:-5]] = start
+    return out
+
+
+def write_subscriber(fs: FS, root: str, topic: str, name: str, start: str) -> None:
+    directory = _subscribers_dir(root, topic)
+    make_dirs(fs, directory)
+    replace_file(fs, os.path.join(directory, name + ".json"), _canonical({"start": start}))

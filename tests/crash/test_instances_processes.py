@@ -163,6 +163,7 @@ def test_INST_3_a_killed_writers_slot_is_taken_over_with_its_records(tmp_path: P
     go = tmp_path / "go"
     go.touch()
     doomed = Writer(uri, "doomed", 0, go)
+    doomed.wait_ready()  # slot 0: the lowest free one the heir takes once both are gone
     steady = Writer(uri, "steady", 400, go)
     try:
         doomed.wait_for(100)
@@ -186,3 +187,34 @@ def test_INST_3_a_killed_writers_slot_is_taken_over_with_its_records(tmp_path: P
     assert not invented
     heir_seqs = [q for q, _ in heir.acked()]
     assert heir_seqs[0] > max(q for q, _ in lost_acks)  # seqs never reused (TOP-1)
+
+
+def test_INST_16_INST_17_a_consumer_commits_beside_writer_processes(tmp_path: Path) -> None:
+    """INST-15..INST-17: while two writer processes append, a consumer (a read-only store,
+    no slot) polls the merged subscriber and commits each batch (requests the writers apply);
+    it sees every acknowledged record once, and a new handle afterwards gets nothing."""
+    uri = f"file://{tmp_path / 's'}?instances=2"
+    go = tmp_path / "go"
+    writers = [Writer(uri, "w0", 300, go), Writer(uri, "w1", 300, go)]
+    try:
+        for w in writers:
+            w.wait_ready()
+        with tidelog.open(uri, readonly=True) as view:
+            sub = merged(view.topic("events", create=False)).subscribe("c")
+            go.touch()
+            seen: list[str] = []
+            deadline = time.monotonic() + 120
+            while len(seen) < 600 and time.monotonic() < deadline:
+                items, cursor = sub.poll(50, wait_ms=200)
+                seen += [e.item.payload.decode() for e in items]
+                if items:
+                    sub.commit(cursor)
+            for w in writers:
+                w.finish()
+            expected = {p for w in writers for _, p in w.acked()}
+            assert sorted(seen) == sorted(expected) and len(seen) == 600
+            again = merged(view.topic("events", create=False)).subscribe("c")
+            assert again.poll(100).items == []
+    finally:
+        for w in writers:
+            w.kill()

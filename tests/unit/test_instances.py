@@ -1,15 +1,16 @@
 """Several writer processes on one file:// store (spec/INSTANCES.md), in one test process:
-every open takes its own slot, as separate processes do (tests/crash/test_instances_sigkill.py
+every open takes its own slot, as separate processes do (tests/crash/test_instances_processes.py
 runs them as processes)."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
+import instances_helpers
 import pytest
+from instances_helpers import open_in
 
 import tidelog
 from tidelog import FakeClock
@@ -30,19 +31,11 @@ from tidelog.hooks import Abandon, hooks
 from tidelog.model.instances import cursor_text, parse_cursor
 from tidelog.records import Record, Tombstone
 
-
-@pytest.fixture
-def opened() -> Iterator[list[tidelog.Store]]:
-    stores: list[tidelog.Store] = []
-    yield stores
-    for s in stores:
-        s.close()
+opened = instances_helpers.opened  # the fixture
 
 
 def _open(stores: list[tidelog.Store], root: Path, query: str = "instances=3", **kw: object):
-    store = tidelog.open(f"file://{root}?{query}", **kw)
-    stores.append(store)
-    return store
+    return open_in(stores, root, query, **kw)
 
 
 def _all(topic: tidelog.Topic, cursor: str | None = None, limit: int = 2) -> list[Entry]:
