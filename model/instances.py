@@ -1,6 +1,7 @@
 """The model of a store of several instances (spec/INSTANCES.md): one ``ModelStore`` per
 instance, the shared topic config (INST-5), slots (INST-3), the merged read and its cursor
-(INST-7, INST-8) and the caps divided per instance (INST-9).
+(INST-7, INST-8), the caps divided per instance (INST-9) and the merged subscribers
+(INST-15..INST-17: one SUB subscriber per instance).
 
 The cursor codec and the cap shares are pure functions the ``file://`` layer uses too, so the
 text a reader stores and the share a config gets cannot drift apart; the merge is written here
@@ -101,6 +102,21 @@ def share_options(options: StoreOptions, n: int) -> StoreOptions:
     return replace(options, max_bytes=options.max_bytes // n)
 
 
+def _merge(streams: list[list[Item]], positions: list[int], limit: int) -> list[Entry]:
+    """INST-7 as written: take the smallest head key until ``limit`` or every stream is
+    empty; ``positions`` move to each instance's last item taken (INST-8)."""
+    out: list[Entry] = []
+    while len(out) < limit:
+        heads = [(merge_key(i, s[0]), i) for i, s in enumerate(streams) if s]
+        if not heads:
+            break
+        _, i = min(heads)
+        item = streams[i].pop(0)
+        out.append(Entry(i, item))
+        positions[i] = item.gap_to if isinstance(item, Tombstone) else item.seq
+    return out
+
+
 class InstancesModel:
     """``n`` instances, each a ``ModelStore``; slots held by "processes" (INST-3)."""
 
@@ -109,6 +125,7 @@ class InstancesModel:
         self.options = share_options(options or StoreOptions(), n)
         self.stores = [ModelStore(clock, self.options) for _ in range(n)]
         self.configs: dict[str, TopicConfig] = {}  # the shared part (INST-5)
+        self.subscribers: dict[str, dict[str, str]] = {}  # topic -> name -> start (INST-15)
         self.held: set[int] = set()
 
     # -- slots (INST-3) ---------------------------------------------------------------------
@@ -138,7 +155,19 @@ class InstancesModel:
         else:
             config.check_matches(name, options)
             share = share_config(name, config, self.n)
-        return self.stores[instance].open_topic(name, share.to_dict(), True)
+        store = self.stores[instance]
+        ref = store.open_topic(name, share.to_dict(), True)
+        self._register(instance, name)
+        return ref
+
+    def _register(self, instance: int, topic: str) -> None:
+        """INST-15: the topic's merged subscribers missing in this instance, with their start."""
+        store, ref = self.stores[instance], self._ref(instance, topic)
+        if ref is None:
+            return
+        for name, start in sorted(self.subscribers.get(topic, {}).items()):
+            if name not in store.subscribers(ref):
+                store.subscribe(ref, name, start)
 
     def topics(self) -> list[str]:
         return sorted(self.configs)
@@ -163,16 +192,48 @@ class InstancesModel:
         for i, store in enumerate(self.stores):
             ref = self._ref(i, name)
             streams.append([] if ref is None else store.read(ref, positions[i], limit, None))
-        out: list[Entry] = []
-        while len(out) < limit:
-            heads = [(merge_key(i, s[0]), i) for i, s in enumerate(streams) if s]
-            if not heads:
-                break
-            _, i = min(heads)
-            item = streams[i].pop(0)
-            out.append(Entry(i, item))
-            positions[i] = item.gap_to if isinstance(item, Tombstone) else item.seq
-        return out, cursor_text(positions)
+        return _merge(streams, positions, limit), cursor_text(positions)
+
+    # -- merged subscribers (INST-15..INST-17) -------------------------------------------------
+    def subscribe(self, topic: str, name: str, start: str) -> str:
+        """Registers ``name`` in every instance holding ``topic``; returns the stored start."""
+        stored = self.subscribers.setdefault(topic, {}).setdefault(name, start)
+        for i in range(self.n):
+            self._register(i, topic)
+        return stored
+
+    def hwms(self, topic: str, name: str) -> list[int | None]:
+        out: list[int | None] = []
+        for i, store in enumerate(self.stores):
+            ref = self._ref(i, topic)
+            registered = ref is not None and name in store.subscribers(ref)
+            out.append(store.hwm(ref, name) if ref is not None and registered else None)
+        return out
+
+    def poll(
+        self, topic: str, name: str, session: list[int], limit: int
+    ) -> tuple[list[Entry], str]:
+        """INST-16: the merged read of the registered instances from max(session, hwm);
+        ``session`` moves in place."""
+        hwms = self.hwms(topic, name)
+        streams: list[list[Item]] = []
+        for i, store in enumerate(self.stores):
+            hwm = hwms[i]
+            ref = self._ref(i, topic)
+            if hwm is None or ref is None:
+                streams.append([])
+                continue
+            session[i] = max(session[i], hwm)
+            streams.append(store.read(ref, session[i], limit, None))
+        return _merge(streams, session, limit), cursor_text(session)
+
+    def commit(self, topic: str, name: str, positions: Sequence[int]) -> None:
+        """INST-17: SUB-3's commit of each position in its instance."""
+        for i, seq in enumerate(positions):
+            store, ref = self.stores[i], self._ref(i, topic)
+            if seq <= 0 or ref is None or name not in store.subscribers(ref):
+                continue
+            store.commit(ref, name, min(seq, store.state(ref).head_seq))
 
     def records(self, name: str) -> list[tuple[int, Record]]:
         """Every live record of every instance (for exactly-once checks)."""

@@ -222,6 +222,7 @@ class InstancesBackend(Backend):
         for sub, start in subs.items():  # INST-15: registered here once the topic is here
             if sub not in have:
                 own.subscribe(ref, sub, start)
+                own.flush_subscriber(ref, sub)  # its progress file: other processes see it
         with self.lock:
             self.configs[name] = config
         return ref

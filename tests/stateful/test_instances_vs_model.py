@@ -1,7 +1,8 @@
 """A store of three instances against the model of instances (spec/INSTANCES.md): stores
 opened and closed (slots, INST-3), killed and taken over, topics created from any instance
 (INST-5, INST-9), appends in every instance, merged reads from writers and from a read-only
-store (INST-4, INST-7) with cursors kept and re-read (INST-8). Tiny WAL files, checkpoints and
+store (INST-4, INST-7) with cursors kept and re-read (INST-8), a merged subscriber registered,
+polled and committed (INST-15..INST-17). Tiny WAL files, checkpoints and
 segments make replay and sealed reads happen within a few steps."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import tidelog
 from tidelog import FakeClock
-from tidelog.backends.instances import merged
+from tidelog.backends.instances import MergedSubscriber, merged
 from tidelog.errors import TidelogError
 from tidelog.hooks import Abandon, hooks
 from tidelog.model.instances import InstancesModel
@@ -42,7 +43,7 @@ class _Pick:
 
 
 class InstancesMachine(RuleBasedStateMachine):
-    """INST-3, INST-4, INST-5, INST-7, INST-8, INST-9 against tidelog.model.instances."""
+    """INST-3..INST-5, INST-7..INST-9, INST-15..INST-17 against tidelog.model.instances."""
 
     @initialize()
     def start(self) -> None:
@@ -57,6 +58,9 @@ class InstancesMachine(RuleBasedStateMachine):
             self._open()
         self.create_topic(_Pick(0), "a", False)
         self.view = tidelog.open(self.uri, readonly=True, clock=self.clock)
+        self.subs: dict[str, tuple[MergedSubscriber, list[int]]] = {}  # topic -> real, model
+        self.polled: dict[str, list[str]] = {}
+        self.subscribe(_Pick(self.view), "a", "earliest")
 
     def teardown(self) -> None:
         for store in list(getattr(self, "stores", {}).values()):
@@ -156,6 +160,45 @@ class InstancesMachine(RuleBasedStateMachine):
         self._same(real.cursor, text)
         if len(self.cursors) < 8:
             self.cursors.append(text)
+
+    # -- merged subscribers (INST-15..INST-17) ---------------------------------------------
+    @rule(data=st.data(), name=NAMES, start=st.sampled_from(["earliest", "latest"]))
+    def subscribe(self, data: st.DataObject | _Pick, name: str, start: str) -> None:
+        """Registered from the view or a writer; then a new handle on the view (which lives as
+        long as the test), with fresh session positions."""
+        if name not in self.model.configs:
+            return
+        stores = [self.view, *(self.stores[k] for k in sorted(self.stores))]
+        store = data.draw(st.sampled_from(stores))
+        merged(store.topic(name, create=False)).subscribe("s", start)
+        self.model.subscribe(name, "s", start)
+        real = merged(self.view.topic(name, create=False)).subscribe("s")
+        self.subs[name] = (real, [0] * N)
+        self._same(real.hwm, self._hwm(name))
+
+    def _hwm(self, name: str) -> str:
+        return ".".join(str(h or 0) for h in self.model.hwms(name, "s"))
+
+    @precondition(lambda self: self.subs)
+    @rule(data=st.data(), limit=st.integers(1, 8))
+    def poll(self, data: st.DataObject, limit: int) -> None:
+        name = data.draw(st.sampled_from(sorted(self.subs)))
+        real, session = self.subs[name]
+        got = real.poll(limit)
+        items, text = self.model.poll(name, "s", session, limit)
+        self._same(got.items, items)
+        self._same(got.cursor, text)
+        self.polled.setdefault(name, []).append(text)
+
+    @precondition(lambda self: self.polled)
+    @rule(data=st.data())
+    def commit(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.polled)))
+        cursor = data.draw(st.sampled_from(self.polled[name]))
+        real, _ = self.subs[name]
+        real.commit(cursor)
+        self.model.commit(name, "s", [int(p) for p in cursor.split(".")])
+        self._same(real.hwm, self._hwm(name))
 
     @invariant()
     def every_record_once(self) -> None:
