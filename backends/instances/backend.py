@@ -6,6 +6,7 @@ touches the WAL or segments: each instance is a complete ``file://`` store.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -141,6 +142,7 @@ class InstancesBackend(Backend):
         holders: list[str] = []
         for i in range(self.n):
             directory = shared.instance_dir(self.root, i)
+            self._ensure_dir(directory)
             try:
                 self.own = FileBackend(self.fs, directory, self.clock, self.options, fopts)
             except Locked:
@@ -152,6 +154,18 @@ class InstancesBackend(Backend):
             f"every one of the {self.n} instance slots of {self.root} is held "
             f"({', '.join(holders)}); INST-3"
         )
+
+    def _ensure_dir(self, directory: str) -> None:
+        """INST-2: an instance directory is made under ``.shared.lock``, so openers racing for
+        a new slot never see it half made (a check that finds it missing, then an existing
+        entry, was a URI-8 refusal); one made meanwhile by anyone is fine."""
+        if self.fs.is_dir(directory):
+            return
+        with shared.shared_lock(self.fs, self.root):
+            if not self.fs.is_dir(directory):
+                with contextlib.suppress(FileExistsError):
+                    self.fs.mkdir(directory)
+                self.fs.fsync_dir(os.path.dirname(directory))
 
     def _open_views(self) -> None:
         """A view of every other instance that has a snapshot and none yet (INST-4)."""

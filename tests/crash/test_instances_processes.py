@@ -218,3 +218,50 @@ def test_INST_16_INST_17_a_consumer_commits_beside_writer_processes(tmp_path: Pa
     finally:
         for w in writers:
             w.kill()
+
+
+#: argv: uri, go-file. Waits for ``go``, then opens the store (taking a slot), appends one
+#: record and prints its slot.
+OPENER = textwrap.dedent(
+    """
+    import os, sys, time
+    deadline = time.monotonic() + 60
+    while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    import tidelog
+    with tidelog.open(sys.argv[1]) as store:
+        store.topic("t").append(b"x")
+        print(store.describe()["slot"], flush=True)
+    """
+)
+
+
+def test_INST_3_processes_opening_a_new_store_at_once_each_get_a_slot(tmp_path: Path) -> None:
+    """INST-2, INST-3: eight processes released at once on a store that does not exist yet
+    (its shared part and every instance directory created by whoever comes first) all open
+    it, each in its own slot; five rounds, each on a new store."""
+    import tidelog as tl  # noqa: F401 - imported first, so the children's start is all I/O
+
+    for round_ in range(5):
+        root = tmp_path / f"s{round_}"
+        go = tmp_path / f"go{round_}"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPENER, f"file://{root}?instances=8", str(go)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(8)
+        ]
+        try:
+            time.sleep(1.0)  # every child imported and waiting
+            go.touch()
+            outs = [p.communicate(timeout=120) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(timeout=30)
+        assert [p.returncode for p in procs] == [0] * 8, [err[-1500:] for _, err in outs]
+        assert all(0 <= int(out) < 8 for out, _ in outs)

@@ -14,7 +14,8 @@ from instances_helpers import open_in
 
 import tidelog
 from tidelog import FakeClock
-from tidelog.backends.instances import Entry, merged
+from tidelog.api import Store
+from tidelog.backends.instances import Entry, merged, open_instances
 from tidelog.errors import (
     BadArgument,
     BadOption,
@@ -27,6 +28,7 @@ from tidelog.errors import (
     TopicFull,
 )
 from tidelog.forward import Forwarder
+from tidelog.fsio import OsFS
 from tidelog.hooks import Abandon, hooks
 from tidelog.model.instances import cursor_text, parse_cursor
 from tidelog.records import Record, Tombstone
@@ -399,3 +401,38 @@ def test_INST_12_the_forwarder_and_spark_refuse_instances(tmp_path: Path, opened
 
     with pytest.raises(BadOption, match="INST-1"):
         reading.view(str(tmp_path))
+
+
+class _RacingFS(OsFS):
+    """An OsFS on which another process creates ``target`` right after the first check that
+    finds it missing: what two openers of a new store racing for one slot see."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.target = target
+        self.raced = False
+
+    def is_dir(self, path: str) -> bool:
+        answer = super().is_dir(path)
+        if path == self.target and not answer and not self.raced:
+            self.raced = True
+            os.mkdir(path)  # the other opener, between this check and the next step
+        return answer
+
+
+def test_INST_2_an_instance_directory_made_meanwhile_is_no_refusal(tmp_path: Path) -> None:
+    """INST-2, INST-3: an instance directory another opener creates between this opener's
+    check and its use is taken as it is (it was a URI-8 bad_uri, seen with eight processes
+    opening a new store at once)."""
+    tidelog.open(f"file://{tmp_path}?instances=2").close()  # the shared part exists
+    target = os.path.join(tmp_path, "instances", "1")
+    fs = _RacingFS(target)
+    holder = tidelog.open(f"file://{tmp_path}?instances=2")  # slot 0
+    try:
+        store = Store(open_instances(fs, str(tmp_path), FakeClock(), {"instances": 2}), "x")
+        try:
+            assert fs.raced and store.describe()["slot"] == 1
+        finally:
+            store.close()
+    finally:
+        holder.close()
