@@ -21,6 +21,7 @@ from tidelog.config import DURABILITY_CLASSES, TopicConfig
 from tidelog.errors import (
     ERROR_CODES,
     BadOption,
+    BadURI,
     Closed,
     Corrupt,
     Locked,
@@ -109,7 +110,7 @@ class InstancesBackend(Backend):
                 self._open_views()
             return
         with io_errors(f"opening the instances of {root}"):
-            creation = storedir.prepare(fs, root, shared.LAYOUT, fopts.create)
+            creation = self._prepare_root()
             fresh = not creation.was_store and not fs.listdir(root)
             try:
                 with shared.shared_lock(fs, root):
@@ -126,6 +127,18 @@ class InstancesBackend(Backend):
                 creation.owned = fresh
                 creation.undo()  # URI-8: a failed creation leaves nothing behind
                 raise
+
+    def _prepare_root(self) -> storedir.Creation:
+        """URI-8's check and creation of the root. Workers started together open a new store
+        at once: when another one made the root between this one's check and its mkdir, the
+        check is made again (it is a directory now), not refused."""
+        fs, root = self.fs, self.root
+        try:
+            return storedir.prepare(fs, root, shared.LAYOUT, self.fopts.create)
+        except (BadURI, StorageError):
+            if not fs.is_dir(root):
+                raise
+            return storedir.prepare(fs, root, shared.LAYOUT, self.fopts.create)
 
     def _check_count(self, stored: int, count: int | None) -> int:
         if count is not None and count != stored:

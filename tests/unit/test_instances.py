@@ -436,3 +436,15 @@ def test_INST_2_an_instance_directory_made_meanwhile_is_no_refusal(tmp_path: Pat
             store.close()
     finally:
         holder.close()
+
+
+def test_INST_2_a_root_made_meanwhile_is_no_refusal(tmp_path: Path) -> None:
+    """INST-2, URI-8: the root another opener of a new store creates between this opener's
+    check and its mkdir is opened as it is, not refused as "exists and is not a directory"."""
+    root = os.path.join(tmp_path, "new")
+    fs = _RacingFS(root)
+    store = Store(open_instances(fs, root, FakeClock(), {"instances": 2}), "x")
+    try:
+        assert fs.raced and store.describe()["slot"] == 0
+    finally:
+        store.close()
