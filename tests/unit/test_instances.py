@@ -392,15 +392,22 @@ def test_INST_11_other_schemes_refuse_instances(tmp_path: Path) -> None:
 
 def test_INST_12_the_forwarder_and_spark_refuse_instances(tmp_path: Path, opened: list) -> None:
     """INST-12: Forwarder.for_topic refuses a topic of an instances store with bad_option;
-    the Spark source's view (file://<root>, readonly) gets INST-1's bad_option."""
+    the Spark source's view (file://<root>, readonly) gets INST-1's bad_option, and so does
+    an XPR-2 request to the root (the sink's ingest, the source's commit), nothing written."""
     a = _open(opened, tmp_path, "instances=2")
     t = a.topic("t")
     with pytest.raises(BadOption, match="INST-12"):
         Forwarder.for_topic("tcp::addr=127.0.0.1:9;", t)
     from tidelog.adapters.spark import reading
+    from tidelog.backends.file import requests
 
     with pytest.raises(BadOption, match="INST-1"):
         reading.view(str(tmp_path))
+    before = sorted(os.listdir(tmp_path))
+    body = {"op": "commit", "topic": "t", "subscriber": "s", "seq": 1}
+    with pytest.raises(BadOption, match="INST-1"):
+        requests.call(str(tmp_path), body)
+    assert sorted(os.listdir(tmp_path)) == before  # no requests/ written into the root
 
 
 class _RacingFS(OsFS):
