@@ -12,7 +12,9 @@ import os
 import socket
 from dataclasses import dataclass
 
+from tidelog.backends.instances.shared import refuse_plain_open
 from tidelog.errors import StorageError, TidelogError
+from tidelog.fsio import OsFS
 
 __all__ = [
     "Planned",
@@ -70,6 +72,8 @@ def check_visible(root: str, planned: Planned | None) -> None:
     plan a task reads for (None: the planner itself, on the driver)."""
     if os.path.isdir(os.path.join(root, "meta")):
         return
+    # a root of several instances is visible: opening it refuses it, saying why (INST-12)
+    refuse_plain_open(OsFS(), root)
     what = "does not exist" if not os.path.isdir(root) else "holds no tidelog store (no meta/)"
     if planned is None:
         raise StoreNotVisible(f"{root} {what} on driver host {host()}: no store to read")
