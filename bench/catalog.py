@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import cases, forward_cases, limits, peers, router_cases, service_cases
+from . import cases, forward_cases, instance_cases, limits, peers, router_cases, service_cases
 from .measure import Ctx, Metrics
 
 __all__ = ["Case", "CASES", "SIZES"]
@@ -43,6 +43,20 @@ _FWD_DUR = (
     "as plain, but acked = request_durable_ack=on: the receiver's group commit synced it "
     "(survives power loss of the receiver)"
 )
+
+
+def _instance_cases() -> list[Case]:
+    """N processes of fsync appends or append_many(1000), one instance each, and one process
+    (the figure the others are compared with, ``instance_cases.targets``)."""
+    out: list[Case] = []
+    for cid, n, batch in instance_cases.CASES:
+        what = "append" if batch == 1 else f"append_many({batch})"
+        out.append(Case(cid, f"tidelog file://?instances={n} fsync {what}, {n} process(es)",
+                        "tidelog", P(instance_cases.instances_append, procs=n, batch=batch),
+                        "durable", "single" if batch == 1 else "batch",
+                        limit="raw_overwrite" if batch == 1 else "raw_joined", guarantee=_DUR,
+                        sizes=(100,)))  # fmt: skip
+    return out
 
 
 def _router_cases() -> list[Case]:
@@ -197,6 +211,8 @@ CASES: list[Case] = [
     Case("tl_sub_ack", "tidelog subscriber poll(1000) + ack(seq) per record", "tidelog",
          cases.subscriber_ack, "buffered", "consume", limit="mmap_read",
          guarantee="progress file at least once (DUR-9)"),
+    # -- several writer processes (spec/INSTANCES.md): N processes, one instance each ---------
+    *_instance_cases(),
     # -- routers (spec RTR): each beside the same appends without routers (its baseline) -------
     *_router_cases(),
     # -- the service (service_cases.py): tidelog serve beside NATS JetStream and Redis Streams -----

@@ -9,7 +9,7 @@ import os
 import statistics
 from typing import Any
 
-from . import service_report
+from . import instance_cases, service_report
 from .catalog import CASES, Case
 
 __all__ = ["summarise", "table", "write", "TARGETS"]
@@ -202,6 +202,7 @@ TARGETS = [
     ("device_bytes_steady", "the same, store in steady state (recycled WAL files, WAL-15)"),
     ("blockdev_wa", "blockdev write amplification <= 1.05 for page-filling records"),
     *service_report.TARGETS,
+    *instance_cases.TARGETS,
 ]
 
 
@@ -268,7 +269,7 @@ def _targets(rows: list[dict[str, Any]], iso: dict[str, Any]) -> list[dict[str, 
         if r["id"] == "tl_blockdev_fsync_many" and r["size"] not in (100, 4096):
             wa = _med(r, "write_amplification")
     add("blockdev_wa", wa, 1.05, "device bytes / payload bytes (BDEV-19 counters)", le=True)
-    return out + service_report.targets(rows)
+    return out + service_report.targets(rows) + instance_cases.targets(rows)
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -326,6 +327,7 @@ def table(summary: dict[str, Any]) -> str:
     lines += _forwarding(summary["rows"])
     lines += _routers(summary["rows"])
     lines += service_report.section(summary["rows"])
+    lines += instance_cases.section(summary["rows"])
     iso = summary["isolated"]
     if iso:
         lines += ["", "## recovery and memory (fresh processes)", ""]

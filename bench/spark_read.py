@@ -2,12 +2,16 @@
 rows, measured side by side in one run (not a test; prints a table).
 
     python bench/spark_read.py [--rows 2000000] [--payload 100] [--runs 5] [--master local[2]]
+                               [--tail]
 
 The store is built first (one topic, ``--rows`` records of ``--payload`` random bytes, closed so
-every record sits in sealed segments), then Spark copies the tidelog DataFrame to Parquet once,
-then both are scanned ``--runs`` times each, alternating, with the ``noop`` sink (every column is
-materialised, nothing is written). Also reported: the adapter's Python-side read alone, on one
-core, without Spark (the ceiling for one executor). Rates are medians with min–max over the runs.
+every record sits in sealed segments; with ``--tail`` the owner stays open with checkpoints held
+off, so every record is still only in the WAL: the unsealed tail that streaming reads of fresh
+data meet, which read-only views replay into memory), then Spark copies the tidelog DataFrame
+to Parquet once, then both are scanned ``--runs`` times each, alternating, with the ``noop`` sink
+(every column is materialised, nothing is written). Also reported: the adapter's Python-side
+read alone, on one core, without Spark (the ceiling for one executor). Rates are medians with
+min–max over the runs.
 """
 
 from __future__ import annotations
@@ -23,18 +27,32 @@ import tidelog
 from tidelog.adapters.spark import reading, source
 from tidelog.adapters.spark.demo import spark_session
 from tidelog.adapters.spark.options import parse_options
+from tidelog.hooks import EngineTopics, hooks
 
 
-def build_store(root: str, rows: int, payload: int) -> float:
-    t0 = time.perf_counter()
+def build_store(root: str, rows: int, payload: int, tail: bool) -> tidelog.Store | None:
+    """The store; with ``tail`` its owner, left open (nothing sealed), else None (closed)."""
     chunk = 10_000
-    with tidelog.open(f"file://{root}", segment_max_records=500_000) as store:
-        t = store.topic("bench", durability="disk", trim="none")
-        data = os.urandom(payload * chunk)
-        for start in range(0, rows, chunk):
-            n = min(chunk, rows - start)
-            t.append_many([data[i * payload : (i + 1) * payload] for i in range(n)], tag="b")
-    return time.perf_counter() - t0
+    # tail: no checkpoint before the scans (so none seals the records) and no close
+    held = "&checkpoint_bytes=64GiB" if tail else ""
+    store = tidelog.open(f"file://{root}?segment_max_records=500000{held}")
+    t = store.topic("bench", durability="disk", trim="none")
+    data = os.urandom(payload * chunk)
+    for start in range(0, rows, chunk):
+        n = min(chunk, rows - start)
+        t.append_many([data[i * payload : (i + 1) * payload] for i in range(n)], tag="b")
+    if not tail:
+        store.close()
+        return None
+    store.flush()
+    return store
+
+
+def sealed_share(root: str) -> float:
+    """The share of the topic's records a read-only view finds in sealed segments."""
+    store = reading.view(root)
+    sealed = sum(c.count for c in hooks(store, EngineTopics).topics["bench"].log.chunks)
+    return sealed / max(store.topic("bench").state().head_seq, 1)
 
 
 def open_view(root: str) -> float:
@@ -77,6 +95,7 @@ def main() -> None:
         help="default: the source's default sizing (partitionBytes, 128 MiB of payload per task)",
     )
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
+    ap.add_argument("--tail", action="store_true", help="read the unsealed tail (see above)")
     args = ap.parse_args()
 
     work = args.dir or tempfile.mkdtemp(prefix="tidelog-spark-bench-")
@@ -84,8 +103,11 @@ def main() -> None:
     shutil.rmtree(root, ignore_errors=True)
     shutil.rmtree(parquet, ignore_errors=True)
     print(f"building {args.rows:,} records x {args.payload} B in {root} ...", flush=True)
-    print(f"  store built in {build_store(root, args.rows, args.payload):.1f} s")
+    t0 = time.perf_counter()
+    owner = build_store(root, args.rows, args.payload, args.tail)
+    print(f"  store built in {time.perf_counter() - t0:.1f} s")
     print(f"  read-only view opened in {open_view(root):.2f} s (once per executor worker)")
+    print(f"  {sealed_share(root):.0%} of the records in sealed segments, the rest in the WAL")
     extra = (
         {} if args.partition_records is None else {"partitionRecords": str(args.partition_records)}
     )
@@ -96,6 +118,12 @@ def main() -> None:
     python_side(root, args.rows, extra)  # warm-up
     py = [python_side(root, args.rows, extra) for _ in range(args.runs)]
     print(f"  adapter read without Spark (1 core), rows/s: {rates(args.rows, py)}")
+    # fromTs=0 keeps every record but takes the public read path (Topic.read per record, SPK-3):
+    # what every read of the unsealed tail took before its columnar path
+    public = {**extra, "fromTs": "0"}
+    if args.tail:
+        py = [python_side(root, args.rows, public) for _ in range(max(1, args.runs // 2))]
+        print(f"  ... through Topic.read (fromTs=0), rows/s: {rates(args.rows, py)}")
 
     spark = spark_session(args.master, app="tidelog-spark-read-bench")
     try:
@@ -106,6 +134,9 @@ def main() -> None:
         pq = spark.read.parquet(parquet)
         assert pq.count() == args.rows
         scans = {"tidelog": tl, "parquet": pq}
+        if args.tail:
+            reader = spark.read.format("tidelog").option("topic", "bench").options(**public)
+            scans["public"] = reader.load(root)
         times: dict[str, list[float]] = {k: [] for k in scans}
         for df in scans.values():  # warm-up, not counted: workers open their views
             for _ in range(2):
@@ -123,14 +154,17 @@ def main() -> None:
         for name, ts in times.items():
             runs = " ".join(f"{t:.2f}" for t in ts)
             print(f"  {name:<9} {rates(args.rows, ts):>36}   {runs}")
-        ratios = [p / t for p, t in zip(times["parquet"], times["tidelog"], strict=True)]
-        ratio = statistics.median(times["parquet"]) / statistics.median(times["tidelog"])
-        print(
-            f"  tidelog / parquet: {ratio:.2f} (medians); per alternating pair "
-            f"{min(ratios):.2f}–{max(ratios):.2f}"
-        )
+        for name in [n for n in scans if n != "parquet"]:
+            ratios = [p / t for p, t in zip(times["parquet"], times[name], strict=True)]
+            ratio = statistics.median(times["parquet"]) / statistics.median(times[name])
+            print(
+                f"  {name} / parquet: {ratio:.2f} (medians); per alternating pair "
+                f"{min(ratios):.2f}–{max(ratios):.2f}"
+            )
     finally:
         spark.stop()
+        if owner is not None:
+            owner.close()
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import tidelog
 from tidelog import _cli_format as fmt
-from tidelog import cli_append
+from tidelog import cli_append, cli_instances
 from tidelog.api import Store, Subscriber, Topic
 from tidelog.cli_group import (
     EXIT_ERROR,
@@ -40,7 +40,7 @@ from tidelog.cli_group import (
 )
 from tidelog.cli_open import file_location, has_read_only_view, open_read_only
 from tidelog.config import DURABILITY_CLASSES
-from tidelog.errors import Backpressure
+from tidelog.errors import Backpressure, BadArgument
 from tidelog.options import parse_size
 from tidelog.records import Item, Record, Tombstone
 
@@ -91,6 +91,9 @@ def _inspect_report(store: Store, only: str | None, view: bool) -> dict[str, Any
             if isinstance(raw, Mapping)
             else {}
         )
+        if cli_instances.is_instances(store):  # INST-13: per instance
+            topics[name] = cli_instances.topic_report(store, name)
+            continue
         topics[name] = _topic_report(store.topic(name, create=False), extras)
     caps = store.capabilities
     return {
@@ -215,6 +218,10 @@ def _print_seqs(seqs: list[int], _bytes: int) -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object per line; payloads in base64."
 )
+@click.option(
+    "--cursor",
+    help="A store of several instances: resume the merged read from this cursor (INST-8).",
+)
 def tail_cmd(
     uri: str,
     topic: str,
@@ -223,6 +230,7 @@ def tail_cmd(
     follow: bool,
     interval: float,
     as_json: bool,
+    cursor: str | None,
 ) -> None:
     """Print records and tombstones (TMB-1: lost ranges are shown, never skipped).
 
@@ -240,6 +248,19 @@ def tail_cmd(
     )
     with open_read_only(uri) as store:
         handle = store.topic(topic, create=False)
+        if cli_instances.is_instances(store):  # INST-14: the merged read
+            shown: Callable[[Any], str] = (
+                (lambda e: json.dumps(cli_instances.entry_json(e)))
+                if as_json
+                else cli_instances.entry_line
+            )
+            with contextlib.suppress(KeyboardInterrupt), sigterm_as_interrupt():
+                cli_instances.tail_merged(
+                    store, handle, cursor, after, limit, follow, interval, shown
+                )
+            return
+        if cursor is not None:
+            raise BadArgument("--cursor is for a store of several instances (INST-14)")
         if not follow:
             _tail(store, handle, after, limit, follow, interval, show)
             return

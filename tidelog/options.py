@@ -130,6 +130,11 @@ def validate_options(
     out: dict[str, Any] = {}
     for key, raw in options.items():
         parser = spec.get(key)
+        if parser is None and key == "instances":
+            raise BadOption(
+                f"option instances={raw!r}: several writer instances are a file:// option; "
+                f"{where} has one writer by construction (INST-11)"
+            )
         if parser is None:
             known = ", ".join(sorted(spec)) or "(none)"
             raise BadOption(f"unknown option {key!r} for {where}; known options: {known}")

@@ -34,11 +34,13 @@ from tidelog.bundle import RecordBundle
 from tidelog.errors import NotAvailable
 
 from .checkpoint import acknowledge_checkpoint
+from .diskuse import footprint, trim_report
 
 __all__ = ["DemoConfig", "DemoResult", "run", "make_bundle", "READINGS_DDL", "spark_session"]
 
 TOPIC = "telemetry"
 SUBSCRIBER = "spark-demo"
+WAL_FILE_BYTES = 4 << 20  # small WAL files: trimmed data leaves the disk a file at a time
 #: slot 0 as the DataFrame sees it: `_seq` (the bundle's seq) + the union of both schema variants
 READINGS_DDL = (
     "_seq long, sensor int, bundle long, row int, event_time timestamp, "
@@ -108,24 +110,6 @@ def make_bundle(rng: Any, sensor: int, bundle: int, rows: int, drift: bool) -> A
             }
         )
     return RecordBundle(slots)
-
-
-def _disk_bytes(path: str) -> int:
-    """Bytes allocated on disk under ``path`` (what ``du`` counts)."""
-    total = 0
-    for base, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(FileNotFoundError):
-                total += os.stat(os.path.join(base, name)).st_blocks * 512
-    return total
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def spark_session(master: str, app: str = "tidelog-demo", **conf: str) -> Any:
@@ -254,9 +238,10 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
     shutil.rmtree(out, ignore_errors=True)
     t_start = time.perf_counter()
     # progress_flush_ms: requests from Spark are applied within ~20 ms; small WAL files so that
-    # trimmed data leaves the disk at the next checkpoint (whole WAL files are retired).
+    # trimmed data leaves a file at a time, once the file is full and checkpointed (it may stay
+    # as a spare for reuse, WAL-15: the report says so).
     store = tidelog.open(
-        f"file://{data}", progress_flush_ms=20, wal_file_bytes="4MiB", prealloc="none"
+        f"file://{data}", progress_flush_ms=20, wal_file_bytes=WAL_FILE_BYTES, prealloc="none"
     )
     spark = None
     try:
@@ -315,14 +300,13 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
         # The source's commit lags one micro-batch (SPK-10): acknowledge what the checkpoint
         # shows the sink committed, then let the close-time checkpoint reclaim the space.
         store.flush()
-        bytes_before = _disk_bytes(data)
+        disk_before = footprint(data)
         sealed = len(glob.glob(os.path.join(data, "topics", "*", "seg-*.qseg")))
         live_before = topic.state().count
         hwm = acknowledge_checkpoint(store, TOPIC, SUBSCRIBER, checkpoint)
         state = topic.state()
         store.close()  # its checkpoint drops the trimmed segments and retires old WAL files
-        bytes_after = _disk_bytes(data)
-        wal_after = _disk_bytes(os.path.join(data, "wal"))
+        disk_after = footprint(data)
 
         table = spark.read.parquet(parquet).toArrow()
         problems = _verify(table, cfg, producers.quotas, head)
@@ -347,11 +331,7 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
             ("micro-batches", f"{len(batches)} (maxRecordsPerTrigger={cfg.max_per_trigger})"),
             ("live records", f"{live_before:,} before the final ack -> {state.count} after"),
             ("sealed segments", f"{sealed} Quiver .qseg file(s) on disk before the final ack"),
-            (
-                "bytes on disk",
-                f"{_human(bytes_before)} before trim -> {_human(bytes_after)} after "
-                f"({_human(wal_after)} of it the active WAL file, retired once it fills)",
-            ),
+            *trim_report(disk_before, disk_after, live_before - state.count, WAL_FILE_BYTES),
             ("rate in", f"{head / t_in:,.0f} bundles/s = {rows_in / t_in:,.0f} rows/s (fsync)"),
             (
                 "rate out",

@@ -6,14 +6,16 @@ operations only: the records are verified as a read verifies them (spec/FORMATS-
 one XXH3-64 per ~64 KiB block of the mapped ``.data``, or frame by frame where that is cheaper
 or a block fails), seqs, timestamps and payload positions come from the index columns, tags and
 nodes from its label runs (SEG-11), and the payload bytes are gathered straight out of the
-segment's mmap. Anything else (the unsealed tail, tombstones, ts filters, a backend without
-``SegChunk``s) goes through the public read path, which stays the reference: a test compares
-the two on the same stores.
+segment's mmap. The unsealed tail, which a read-only view replays into per-column lists
+(``TopicLog.payloads``, ``tss``, ``tags``, ``nodes``), becomes Arrow columns from slices of
+those lists. Anything else (tombstones, ts filters, a backend without ``SegChunk``s) goes
+through the public read path, which stays the reference: tests compare the two on the same
+stores.
 
-This module reads the file backend's in-memory structures (``TopicLog.chunks``, ``SegChunk``'s
-index, label runs and dead map) of a read-only view that only this process refreshes, reached
-through the ``topics`` hook (REG-5); it serves only the chunk classes it imports from the file
-backend and leaves any other chunk to the public read.
+This module reads the file backend's in-memory structures (``TopicLog.chunks`` and its tail
+lists, ``SegChunk``'s index, label runs and dead map) of a read-only view that only this process
+refreshes, reached through the ``topics`` hook (REG-5); it serves only the chunk classes it
+imports from the file backend and leaves any other chunk to the public read.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from tidelog.backends.file.qchunk import QsegChunk
 
 from .columns import log_schema
 
-__all__ = ["available", "chunk_ranges", "read_chunk", "is_qseg_chunk"]
+__all__ = ["available", "chunk_ranges", "read_chunk", "is_qseg_chunk", "tail_span", "read_tail"]
 
 _HEADER = RECORD_HEADER_SIZE  # record frame header (FORMATS SEG-2)
 _OVERHEAD = _HEADER + 8  # header + XXH3-64 trailer
@@ -248,3 +250,62 @@ def _batch(
     if len(schema) == 7:
         columns.append(pa.nulls(n, pa.int64()))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+# -- the unsealed tail --------------------------------------------------------------------------
+def tail_span(log: Any, lo: int, hi: int) -> tuple[int, int] | None:
+    """Tail slot indexes ``(i0, i1)`` (inclusive) serving seqs ``lo..hi`` of a view's log, or
+    None when some of those seqs are not the tail's (a chunk still covers them): then the
+    public read serves them. Seqs below the tail's first live slot are removed (dead slots or
+    dropped chunks above ``evict_floor``: the caller starts at the floor), read silently."""
+    for chunk in reversed(log.chunks):
+        if chunk.first_seq <= hi:
+            if chunk.first_seq + chunk.count - 1 >= lo:
+                return None  # a chunk the sealed path did not take
+            break
+    base = log.base
+    return max(lo - base, log._first, 0), min(hi, log.visible) - base
+
+
+def read_tail(
+    topic: str, tail: tuple[int, list[Any], list[Any], list[Any], list[Any]],
+    batch_records: int, tombstone_rows: bool,
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """Tail slots (``(first_seq, payloads, tss, tags, nodes)``, copied from the log: None
+    payloads are dead slots, skipped) as ``log_schema`` batches: one C-level conversion per
+    column and batch, none per record in Python."""
+    first, payloads, tss, tags, nodes = tail
+    schema = log_schema(tombstone_rows)
+    for a in range(0, len(payloads), batch_records):
+        b = min(a + batch_records, len(payloads))
+        body = pa.array(payloads[a:b], pa.binary())
+        if isinstance(body, pa.ChunkedArray):  # past int32 offsets: halve the batch
+            mid = a + (b - a) // 2
+            part = (first, payloads[a:mid], tss[a:mid], tags[a:mid], nodes[a:mid])
+            yield from read_tail(topic, part, batch_records, tombstone_rows)
+            part = (first + mid - a, payloads[mid:b], tss[mid:b], tags[mid:b], nodes[mid:b])
+            yield from read_tail(topic, part, batch_records, tombstone_rows)
+            continue
+        n = b - a
+        columns = [
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.array(np.arange(first + a, first + b, dtype=np.int64)),
+            pa.array(np.array(tss[a:b], np.int64) * 1000, schema.field("ts").type),
+            _tail_labels(tags[a:b]),
+            _tail_labels(nodes[a:b]),
+            body,
+        ]
+        if tombstone_rows:
+            columns.append(pa.nulls(n, pa.int64()))
+        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+        if body.null_count:  # dead slots: removed records read silently (TMB-4)
+            batch = batch.filter(body.is_valid())
+        yield batch
+
+
+def _tail_labels(values: list[str | None]) -> pa.Array:
+    """A tag or node column; the common case, one value for the whole batch, without a
+    conversion per row."""
+    if values and values.count(values[0]) == len(values):
+        return pa.repeat(pa.scalar(values[0], pa.string()), len(values))
+    return pa.array(values, pa.string())

@@ -39,6 +39,7 @@ KNOWN_OPTIONS = {
     "producerid",
     "requesttimeout",
     "samplebundles",
+    "freshnesstimeoutms",
 }
 #: Options Spark itself passes to every sink/source; ignored here.
 _SPARK_OPTIONS = {"checkpointlocation", "queryname"}
@@ -65,6 +66,7 @@ class SourceOptions:
     producer_id: str | None = None
     request_timeout: float = 120.0
     sample_bundles: int = 1000
+    freshness_timeout_ms: int = 10_000  # how long a task waits for its view to reach its plan
     topic_config: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -136,6 +138,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         "batchrecords": ("batch_records", 1),
         "maxrecordspertrigger": ("max_records_per_trigger", 1),
         "samplebundles": ("sample_bundles", 1),
+        "freshnesstimeoutms": ("freshness_timeout_ms", 0),
     }
     for key, (name, minimum) in ints.items():
         if key in opts:

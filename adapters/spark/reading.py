@@ -9,6 +9,7 @@ view is a cache, not state: every task reads only what its partition names.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 
 import tidelog
 from tidelog.api import Store, Topic
+from tidelog.backends.file.store import FileBackend
 from tidelog.bundle import decode_bundle
 from tidelog.errors import TidelogError
 from tidelog.hooks import EngineTopics, hooks
@@ -29,6 +31,7 @@ from .columns import (
     slot_batch,
     slot_schema,
 )
+from .guard import Planned, StaleView, another_store, behind, check_visible
 from .options import SourceOptions
 
 __all__ = ["view", "topic", "read_log", "read_slot", "seq_bounds", "infer_slot_columns", "split"]
@@ -37,11 +40,14 @@ _views: dict[str, Store] = {}
 _views_lock = threading.Lock()
 
 
-def view(root: str, *, fresh: bool = True) -> Store:
-    """This process's read-only view of the store at ``root`` (opened once, refreshed)."""
+def view(root: str, *, fresh: bool = True, planned: Planned | None = None) -> Store:
+    """This process's read-only view of the store at ``root`` (opened once, refreshed).
+    ``planned``: the plan of the task asking (None on the driver), for SPK-16's message when
+    this host has no store there."""
     with _views_lock:
         store = _views.get(root)
         if store is None or store.closed:
+            check_visible(root, planned)
             store = tidelog.open(f"file://{root}", readonly=True)
             _views[root] = store
         elif fresh:
@@ -49,8 +55,64 @@ def view(root: str, *, fresh: bool = True) -> Store:
         return store
 
 
+def _forget(root: str) -> None:
+    with _views_lock:
+        store = _views.pop(root, None)
+    if store is not None:
+        store.close()
+
+
 def topic(opts: SourceOptions, *, fresh: bool = True) -> Topic:
     return view(opts.root, fresh=fresh).topic(opts.topic, create=False)
+
+
+def _identity(store: Store, name: str) -> tuple[str, int | None, int]:
+    """(store_id, the topic's incarnation or None when the view lacks it, its head_seq)."""
+    backend = hooks(store, FileBackend)  # the adapter reads file:// stores only (SPK-2)
+    engine_topic = backend.topics.get(name)
+    if engine_topic is None:
+        return backend.store_id.hex(), None, 0
+    head = store.topic(name, create=False).state().head_seq
+    return backend.store_id.hex(), engine_topic.tid, head
+
+
+def plan(opts: SourceOptions) -> Planned:
+    """What the driver's partitions carry (SPK-14), from its freshly refreshed view."""
+    store = topic(opts).store  # refreshed; no_such_topic naming it when missing
+    store_id, incarnation, head = _identity(store, opts.topic)
+    assert incarnation is not None
+    return Planned(store_id, incarnation, head)
+
+
+def await_plan(opts: SourceOptions, planned: Planned, hi: int) -> None:
+    """Block until this process's view is the planned store and topic with head_seq >= ``hi``
+    (refreshing every 50 ms), or raise ``StaleView`` after ``freshnessTimeoutMs`` (SPK-14)."""
+    start = time.monotonic()
+    deadline = start + opts.freshness_timeout_ms / 1000
+    reopened = False
+    while True:
+        store_id, incarnation, head = _identity(view(opts.root, planned=planned), opts.topic)
+        if store_id != planned.store_id:
+            if not reopened:  # the cached view may be of a store since replaced: look again
+                _forget(opts.root)
+                reopened = True
+                continue
+            raise another_store(opts.root, planned, store_id)
+        if incarnation is not None and incarnation > planned.incarnation:
+            raise StaleView(
+                f"topic {opts.topic!r} of {opts.root} was dropped and re-created since the "
+                f"driver planned this read (incarnation {incarnation}, the plan's "
+                f"{planned.incarnation}): its records are gone"
+            )
+        if incarnation == planned.incarnation and head >= hi:
+            return
+        now = time.monotonic()
+        if now >= deadline:
+            why = "" if incarnation is not None else "; the view has no such topic"
+            if incarnation is not None and incarnation < planned.incarnation:
+                why = f"; the view has an earlier incarnation of the topic ({incarnation})"
+            raise behind(opts.root, opts.topic, head, hi, int((now - start) * 1000), why)
+        time.sleep(min(0.05, deadline - now))
 
 
 def split(lo: int, hi: int, size: int) -> list[tuple[int, int]]:
@@ -86,7 +148,11 @@ def _items(
     while cursor < hi:
         got = t.read(after=cursor, limit=min(limit, hi - cursor))
         if not got:
-            return  # past head_seq (TOP-8)
+            # past head_seq (TOP-8): complete only if the view reaches hi, else short (SPK-15)
+            head = t.state().head_seq
+            if head < hi:
+                raise behind(opts.root, opts.topic, head, hi, None, f"; read up to {cursor}")
+            return
         out: list[Any] = []
         done = False
         for item in got:
@@ -138,24 +204,69 @@ def _sealed_runs(
     return fastread.chunk_ranges(log, lo, hi, accept)
 
 
-def read_log(opts: SourceOptions, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+def _open_task(opts: SourceOptions, hi: int, planned: Planned | None) -> None:
+    """Refresh this process's view once per task; a planned task first waits for its plan
+    (SPK-14)."""
+    if planned is None:
+        topic(opts)
+    else:
+        await_plan(opts, planned, hi)
+
+
+def read_log(
+    opts: SourceOptions, lo: int, hi: int, planned: Planned | None = None
+) -> Iterator[pa.RecordBatch]:
     """Seqs ``lo..hi`` as ``log_schema`` batches (the Arrow fast path, SPK-3): sealed
     segments column by column (fastread), the rest through ``Topic.read``."""
     rows = opts.tombstones == "rows"
-    topic(opts)  # refresh this process's view once per task
+    _open_task(opts, hi, planned)
     runs, resume = _sealed_runs(opts, lo, hi)
     for chunk, i0, i1 in runs:
         yield from fastread.read_chunk(opts.topic, chunk, i0, i1, opts.batch_records, rows)
+    if resume <= hi:
+        tail, resume = _tail(opts, resume, hi)
+        if tail is not None:
+            yield from fastread.read_tail(opts.topic, tail, opts.batch_records, rows)
     if resume <= hi:
         for items in _items(opts, resume, hi, opts.batch_records, fresh=False):
             yield log_batch(opts.topic, items, rows)
 
 
-def read_slot(opts: SourceOptions, lo: int, hi: int, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+def _tail(opts: SourceOptions, lo: int, hi: int) -> tuple[Any, int]:
+    """The unsealed tail's slots serving ``lo..hi`` (copied under the view's lock: list slices,
+    references only) and the first seq they do not cover; (None, lo) where the public read must
+    serve the range (SPK-3: the same records, column by column)."""
+    if opts.from_ts is not None or opts.to_ts is not None or not fastread.available():
+        return None, lo
+    store = view(opts.root, fresh=False)
+    state = store.topic(opts.topic, create=False).state()  # applies lazy TTL first (RET-4)
+    backend = hooks(store, FileBackend)
+    with backend.lock:
+        engine_topic = backend.topics.get(opts.topic)
+        if engine_topic is None or lo < state.evict_floor:
+            return None, lo
+        log = engine_topic.log
+        if any(a <= hi and b >= lo for a, b in log.losses):
+            return None, lo
+        span = fastread.tail_span(log, lo, hi)
+        if span is None:
+            return None, lo
+        i0, i1 = span
+        end = log.base + i1  # the last seq served (a view behind hi leaves the rest short)
+        if i1 < i0:
+            return None, max(lo, end + 1)
+        a, b = i0, i1 + 1
+        tail = (log.base + a, log.payloads[a:b], log.tss[a:b], log.tags[a:b], log.nodes[a:b])
+    return tail, end + 1
+
+
+def read_slot(
+    opts: SourceOptions, lo: int, hi: int, target: pa.Schema, planned: Planned | None = None
+) -> Iterator[pa.RecordBatch]:
     """Slot ``opts.slot`` of every bundle in ``lo..hi``, shaped to ``target`` (SPK-5). Sealed
     Quiver segments hand their bundles over zero-copy from the mapped file (QSEG-11); the rest
     is decoded from the records ``Topic.read`` returns."""
-    topic(opts)  # refresh this process's view once per task
+    _open_task(opts, hi, planned)
     runs, resume = _sealed_runs(opts, lo, hi, fastread.is_qseg_chunk)
     sealed = ((c.first_seq + i, c.bundle(i)) for c, i0, i1 in runs for i in range(i0, i1 + 1))
     yield from _slot_batches(opts, target, sealed)

@@ -1,4 +1,4 @@
-"""The ``tidelog`` PySpark data source (spec/BUNDLES.md SPK-1..SPK-12). Imports pyspark:
+"""The ``tidelog`` PySpark data source (spec/BUNDLES.md SPK-1..SPK-16). Imports pyspark:
 reach it through ``tidelog.adapters.spark.register(spark)``, which imports it lazily.
 
 Where each piece runs (SPK-2, SPK-9) decides how it reaches the store:
@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from tidelog.errors import BadArgument, BadOption
 
-from . import reading, staging
+from . import guard, reading, staging
 from .columns import SEQ_COLUMN, log_ddl, log_schema, slot_schema
 from .options import SourceOptions, parse_options
 
@@ -54,12 +54,13 @@ QUERY_ID_KEY = "sql.streaming.queryId"  # local property Spark sets on every str
 
 
 class SeqRange(InputPartition):
-    """Seqs ``lo..hi`` inclusive: one task (SPK-3)."""
+    """Seqs ``lo..hi`` inclusive: one task (SPK-3), and what it was planned from (SPK-14)."""
 
-    def __init__(self, lo: int, hi: int) -> None:
+    def __init__(self, lo: int, hi: int, planned: guard.Planned | None = None) -> None:
         super().__init__((lo, hi))
         self.lo = lo
         self.hi = hi
+        self.planned = planned
 
 
 @dataclass
@@ -85,15 +86,21 @@ def _check_log_schema(schema: StructType, opts: SourceOptions) -> None:
         )
 
 
-def _read(opts: SourceOptions, target: pa.Schema, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+def _read(opts: SourceOptions, target: pa.Schema, part: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(part, SeqRange):
+        return iter(())  # Spark's stand-in when partitions() planned none: nothing to read
+    planned = getattr(part, "planned", None)  # a partition pickled by an older adapter has none
     if opts.slot is None:
-        return reading.read_log(opts, lo, hi)
-    return reading.read_slot(opts, lo, hi, target)
+        return reading.read_log(opts, part.lo, part.hi, planned)
+    return reading.read_slot(opts, part.lo, part.hi, target, planned)
 
 
 def _partitions(opts: SourceOptions, lo: int, hi: int) -> list[SeqRange]:
+    if lo > hi:
+        return []
+    planned = reading.plan(opts)
     size = opts.partition_records or _records_per_task(opts)
-    return [SeqRange(a, b) for a, b in reading.split(lo, hi, size)]
+    return [SeqRange(a, b, planned) for a, b in reading.split(lo, hi, size)]
 
 
 def _records_per_task(opts: SourceOptions) -> int:
@@ -162,8 +169,7 @@ class TidelogReader(DataSourceReader):
         return _partitions(self.opts, lo, hi)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SeqRange)
-        return _read(self.opts, self.target, partition.lo, partition.hi)
+        return _read(self.opts, self.target, partition)
 
 
 # -- streaming read --------------------------------------------------------------------------------
@@ -243,8 +249,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"seq": self._head()}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        lo, hi = int(start["seq"]) + 1, int(end["seq"])
-        return _partitions(self.opts, lo, hi) if lo <= hi else []
+        return _partitions(self.opts, int(start["seq"]) + 1, int(end["seq"]))
 
     def commit(self, end: dict[str, int]) -> None:
         # Spark calls this for batch N-1 while planning batch N (SPK-10): everything up
@@ -266,8 +271,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # executor side -------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SeqRange)
-        return _read(self.opts, self.target, partition.lo, partition.hi)
+        return _read(self.opts, self.target, partition)
 
 
 # -- batch write -----------------------------------------------------------------------------------
@@ -276,6 +280,7 @@ class _Attempt:
     pickled to ship it to its tasks (so a writer Spark plans but never runs, or a commit-side
     copy, creates nothing); tasks only create files inside it (staging.stage)."""
 
+    opts: SourceOptions
     _parent: str
     _prefix: str
     _directory: str | None
@@ -288,7 +293,15 @@ class _Attempt:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_directory"] = self._attempt()
+        # where a task that finds no attempt looks to tell an abort from a host that does not
+        # see the driver's directory (SPK-16): the staging directory's parent, the driver's host
+        anchor = os.path.dirname(self.opts.staging.rstrip(os.sep))
+        state.setdefault("_origin", (anchor, guard.host()))
         return state
+
+    def _stage(self, iterator: Iterator[pa.RecordBatch]) -> tuple[str, int]:
+        origin = self.__dict__.get("_origin")
+        return staging.stage(self._attempt(), iterator, self.opts.slot, origin)
 
 
 class TidelogWriter(_Attempt, DataSourceArrowWriter):
@@ -301,7 +314,7 @@ class TidelogWriter(_Attempt, DataSourceArrowWriter):
         self._parent, self._prefix, self._directory = opts.staging, f"job-{self.job_id}", None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
-        path, rows = staging.stage(self._attempt(), iterator, self.opts.slot)
+        path, rows = self._stage(iterator)
         return StagedFile(path, rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -346,7 +359,7 @@ class TidelogStreamWriter(_Attempt, DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
         ctx = TaskContext.get()
         query_id = ctx.getLocalProperty(QUERY_ID_KEY) if ctx is not None else None
-        path, rows = staging.stage(self._attempt(), iterator, self.opts.slot)
+        path, rows = self._stage(iterator)
         return StagedFile(path, rows, query_id)
 
     def _producer(self, messages: list[Any], batch_id: int) -> tuple[str, int]:

@@ -27,9 +27,10 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from tidelog.backends.file import requests
-from tidelog.errors import ERROR_CODES, StorageError, TidelogError
+from tidelog.errors import ERROR_CODES, TidelogError
 
 from .columns import staged_table
+from .guard import StagingGone, missing_attempt
 from .options import SourceOptions
 
 __all__ = [
@@ -45,11 +46,6 @@ __all__ = [
 _DEAD = ".dead-"  # prefix of an attempt directory being removed
 
 
-class StagingGone(StorageError):
-    """A task found its attempt directory gone: the write was aborted (or already committed)
-    while the task ran. The task fails; its rows were never visible (SPK-7)."""
-
-
 def new_attempt(parent: str, prefix: str) -> str:
     """Create and return a fresh attempt directory ``parent/<prefix>-<uuid>`` (driver side)."""
     path = os.path.join(parent, f"{prefix}-{uuid.uuid4().hex}")
@@ -63,18 +59,24 @@ def new_attempt(parent: str, prefix: str) -> str:
     return path
 
 
-def stage(directory: str, batches: Iterator[pa.RecordBatch], slot: int | None) -> tuple[str, int]:
+def stage(
+    directory: str,
+    batches: Iterator[pa.RecordBatch],
+    slot: int | None,
+    origin: tuple[str, str | None] | None = None,
+) -> tuple[str, int]:
     """Write a task's batches to a new staged file in the attempt ``directory``; returns
     (path, rows), or ("", 0) when the task had no rows. The file is fsynced: the owner may apply
     the request after this machine rebooted. A task never creates the directory: if it is gone
-    the attempt was aborted, and the task fails with ``StagingGone``."""
+    the attempt was aborted (``StagingGone``), or this host does not see it (``StoreNotVisible``,
+    SPK-16; ``origin``: the staging directory's parent and the host of the driver that created
+    the attempt)."""
     path = os.path.join(directory, f"part-{uuid.uuid4().hex}.arrow")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileNotFoundError:
-        raise StagingGone(
-            f"staging directory {directory} is gone: the write job was aborted (SPK-7)"
-        ) from None
+        anchor, driver_host = origin or (os.path.dirname(os.path.dirname(directory)), None)
+        raise missing_attempt(directory, anchor, driver_host) from None
     rows = 0
     try:
         with open(fd, "wb") as f:

@@ -10,6 +10,8 @@ import shutil
 from collections.abc import Mapping
 
 from tidelog.api import Store
+from tidelog.backend import Backend
+from tidelog.backends.instances.shared import refuse_plain_open
 from tidelog.clock import Clock, SystemClock
 from tidelog.fsio import FS, OsFS
 from tidelog.uri import URI, store_path
@@ -20,10 +22,15 @@ from .store import CAPABILITIES, FileBackend
 __all__ = ["FileBackend", "FileOptions", "open_backend", "open_store", "dispose", "CAPABILITIES"]
 
 
-def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> FileBackend:
+def open_backend(uri: URI, options: Mapping[str, object], clock: Clock) -> Backend:
     root = store_path(uri, "file:///var/lib/app/buf or file://./buf")  # URI-7
+    if "instances" in options:  # several writer processes (spec/INSTANCES.md)
+        from tidelog.backends.instances import open_instances
+
+        return open_instances(None, root, clock, options)
     store_options, file_options = parse_file_options(options)
     fs = OsFS(mmap=file_options.mmap)
+    refuse_plain_open(fs, root)  # INST-1: never one instance read as the whole store
     return FileBackend(fs, root, clock, store_options, file_options)
 
 

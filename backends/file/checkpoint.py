@@ -69,6 +69,7 @@ class StoreState:
     dropped: Sequence[EngineTopic]  # topics dropped since the last checkpoint
     segment_max: tuple[int, int]  # segment_max_records, segment_max_bytes (SEG-7)
     routers: Mapping[str, RouterConfig] = field(default_factory=dict)  # RTR-1, by name
+    cold: Mapping[int, Sequence[int]] = field(default_factory=dict)  # tid -> cold (TIER-5)
 
 
 class CheckpointPort(Protocol):
@@ -286,6 +287,7 @@ def _capture(state: StoreState) -> _Capture:
                 ],
                 "producers": dict(sorted(t.producers.items())),
                 **_routers(state, t),
+                **({"cold": list(state.cold[t.tid])} if state.cold.get(t.tid) else {}),
                 "queue": {
                     "cursor": jobs.claim_cursor,
                     "next_lease_id": jobs.next_lease_id,
@@ -297,7 +299,8 @@ def _capture(state: StoreState) -> _Capture:
         )
     positions = dict(state.wal)
     body = {
-        "version": 2 if state.routers else 1,  # SNAP-3: older readers do not know routers
+        # SNAP-3: older readers do not know routers (2), cold segments (3, TIER-5)
+        "version": 3 if any(state.cold.values()) else 2 if state.routers else 1,
         "store_id": state.store_id.hex(),
         "next_topic_id": state.incarnations + 1,
         "incarnations": state.incarnations,

@@ -232,7 +232,12 @@ class SegChunk(DeadSlots):
             self.close()
             raise
         self._init_dead()
-        runs = self.runs
+        self._measure()
+
+    def _measure(self) -> None:
+        """``nbytes``: the payload bytes of the segment, from its index and label runs alone
+        (a cold chunk, coldchunk.py, measures itself before its ``.data`` is fetched)."""
+        index, runs = self.index, self.runs
         if self.by_run:  # per frame: header, labels, checksum; per record: ts and length
             label_bytes = 0
             if any(runs.nls) or any(runs.tls):  # mostly none: no per-frame work at open

@@ -286,6 +286,11 @@ class WalJournal:
         self._control(t, FrameType.ROUTER, {"op": "drop", "name": name})
         self._sync.add(self.shard_of(t.tid))
 
+    def tiered(self, t: EngineTopic, firsts: Sequence[int]) -> None:
+        """TIER-5: these sealed segments of ``t`` are in the cold tier now (the flip)."""
+        self._control(t, FrameType.TIER, {"op": "cold", "segments": list(firsts)})
+        self._sync.add(self.shard_of(t.tid))
+
     # -- ending an op ----------------------------------------------------------------------
     def end_op(self, wait: bool) -> list[tuple[WalShard, int]] | None:
         if not self._ops:

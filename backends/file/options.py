@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tidelog.backend import COMMON_OPTIONS, StoreOptions
+from tidelog.errors import BadOption
 from tidelog.options import (
     MAX_WAIT_MS,
     parse_bool,
@@ -36,6 +37,12 @@ class FileOptions:
     background: bool = True  # false: no maintenance thread (deterministic I/O for crash tests)
     readonly: bool = False  # a read-only view: no lock, never writes (XPR-1)
     mmap: bool = True  # false: files are read by pread, never mapped (FLT-9)
+    # the cold tier (spec/TIERING.md TIER-1): None = none, nothing relocates
+    cold: str | None = None
+    hot_retain_segments: int = 4
+    hot_retain_bytes: int = 0
+    cold_grace_ms: int = 600_000
+    cold_cache_segments: int = 4
 
 
 # The ranges and why: spec/SPEC.md URI-6.
@@ -54,7 +61,19 @@ _FILE_OPTIONS = {
     "background": parse_bool,
     "readonly": parse_bool,
     "mmap": parse_bool,
+    "cold": lambda k, v: _parse_cold(k, v),
+    "hot_retain_segments": lambda k, v: parse_int(k, v, minimum=0, maximum=(1 << 63) - 1),
+    "hot_retain_bytes": lambda k, v: parse_size(k, v, minimum=0, maximum=(1 << 63) - 1),
+    "cold_grace_ms": lambda k, v: parse_int(k, v, minimum=0, maximum=1 << 62),
+    "cold_cache_segments": lambda k, v: parse_int(k, v, minimum=1, maximum=1024),
 }
+
+
+def _parse_cold(key: str, value: object) -> str:
+    """TIER-1: a path or URL; whether it opens is checked when the store opens it."""
+    if not isinstance(value, str) or not value:
+        raise BadOption(f"{key}={value!r}: a local directory or a URL pyarrow.fs opens (TIER-1)")
+    return value
 
 
 def parse_file_options(options: Mapping[str, object]) -> tuple[StoreOptions, FileOptions]:

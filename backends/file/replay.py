@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["Replay", "open_chunk"]
 
 _RECORDS = (int(FrameType.APPEND), int(FrameType.APPEND_BATCH))
-SNAPSHOT_VERSIONS = (1, 2)  # SNAP-3: 2 adds the routers of each topic
+SNAPSHOT_VERSIONS = (1, 2, 3)  # SNAP-3: 2 adds the routers of each topic, 3 "cold" (TIER-5)
 _APPEND = int(FrameType.APPEND)
 _MARKS = (int(FrameType.CHECKPOINT), int(FrameType.SYNCED))  # frames without an effect
 
@@ -72,11 +72,17 @@ class Replay:
             )
         b = self.engine
         b.incarnations = int(body.get("incarnations", 0))
+        tiers = getattr(b, "tiers", None)  # TIER-6: each segment from the tier holding it
         for entry in body["topics"]:
             t = b.apply_create(entry["name"], TopicConfig(**entry["config"]), int(entry["id"]))
             log = t.log
+            if tiers is not None:
+                tiers.mark_cold(t.tid, entry.get("cold", ()))
             for first in entry["segments"]:
-                log.add_chunk(open_chunk(self.fs, self.root, t.tid, int(first)))
+                if tiers is not None:
+                    log.add_chunk(tiers.open_chunk(t.tid, int(first)))
+                else:
+                    log.add_chunk(open_chunk(self.fs, self.root, t.tid, int(first)))
             for lo, hi in entry["dead"]:
                 for c in log.chunks:
                     c.mark_dead(lo, hi)  # type: ignore[attr-defined]
@@ -324,6 +330,10 @@ class Replay:
             self._apply_router(t, f)
         elif kind == FrameType.LOSS:
             b.apply_loss(t, int(f.body["lo"]), f.seq)
+        elif kind == FrameType.TIER:  # TIER-5: the flip (the chunk is wherever it survives)
+            tiers = getattr(b, "tiers", None)
+            if tiers is not None:
+                tiers.mark_cold(tid, f.body["segments"])
 
     def _apply_router(self, t: EngineTopic, f: walfmt.Frame) -> None:
         """A ROUTER frame of dest ``t`` (WAL-8, RTR-10)."""
@@ -352,7 +362,8 @@ def open_chunk(fs: FS, root: str, tid: int, first: int) -> SegChunk | QsegChunk:
         h = fs.open_read(idx_path)
     except FileNotFoundError:
         raise Corrupt(
-            f"{idx_path}: missing, yet the snapshot lists segment {first} (SEG)"
+            f"{idx_path}: missing, yet the snapshot lists segment {first} (SEG; a store with "
+            "a cold tier opens with cold=<URL>, TIER-6)"
         ) from None
     try:
         # mapped: the index keeps a view of its entries (read_index); closing the handle

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from tidelog.backends.instances.shared import refuse_plain_open
 from tidelog.errors import Locked, StorageError
 from tidelog.fsio import FS, OsFS, make_dirs, replace_file
 
@@ -98,6 +99,7 @@ def call(
     """Submit a request and wait for its outcome. If no process owns the store, become the
     owner briefly: opening it applies pending requests (XPR-3)."""
     fs = OsFS()
+    refuse_plain_open(fs, root)  # INST-12: never a request into a store of several instances
     rid = submit(fs, root, body)
     deadline = time.monotonic() + timeout
     delay = 0.005

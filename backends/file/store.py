@@ -37,6 +37,9 @@ from .options import FileOptions
 from .progressfiles import remove_progress, write_progress
 from .recovery import RecoveryPlan, WalPlan, list_streams, plan_recovery, plan_wal
 from .replay import Replay
+from .segstore import open_segment_store
+from .tierpass import tier_pass
+from .tiers import Tiers
 from .wal import WalOptions, WalShard
 
 __all__ = ["FileBackend", "CAPABILITIES"]
@@ -78,6 +81,10 @@ class FileBackend(Engine):
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self._lock_handle: Handle | None = None
+        self.tiers: Tiers | None = None  # the cold tier (spec/TIERING.md), if configured
+        if fopts.cold is not None:
+            store = open_segment_store(fopts.cold, fs)
+            self.tiers = Tiers(fs, root, store, fopts)
         self._open()
 
     # -- opening -----------------------------------------------------------------------------
@@ -123,6 +130,8 @@ class FileBackend(Engine):
         try:
             if plan.snapshot is None:
                 self.store_id = os.urandom(16)
+                if self.tiers is not None:
+                    self.tiers.store_id = self.store_id.hex()
                 body: dict[str, Any] = {
                     "version": 1,
                     "store_id": self.store_id.hex(),
@@ -148,6 +157,8 @@ class FileBackend(Engine):
         if plan.snapshot is not None:
             self.snapshot_n, body = plan.snapshot
             self.store_id = bytes.fromhex(body["store_id"])
+            if self.tiers is not None:
+                self.tiers.store_id = body["store_id"]
             replay.rebuild(body)
         self._replay_wal(replay, plan.wal)
 
@@ -345,7 +356,16 @@ class FileBackend(Engine):
             dropped=dropped,
             segment_max=(fo.segment_max_records, fo.segment_max_bytes),
             routers=dict(self.routers),
+            cold=self._cold_state(),
         )
+
+    def _cold_state(self) -> dict[int, list[int]]:
+        """Under the lock: each topic's cold segments (the snapshot's ``"cold"``, TIER-5)."""
+        tiers = self.tiers
+        if tiers is None:
+            return {}
+        tiers.prune(self.by_id)
+        return {tid: cold for tid, t in self.by_id.items() if (cold := tiers.cold_of(t))}
 
     def sync_wal(self) -> None:
         for shard in self.shards:
@@ -512,6 +532,8 @@ class FileBackend(Engine):
                 if submitted - self._wal_at_checkpoint >= self.fopts.checkpoint_bytes:
                     self._wal_at_checkpoint = submitted
                     self._checkpoint()
+                if self.tiers is not None:
+                    self._tier()
             except OSError as exc:  # StorageError too: poisoned (FLT-3: surfaced at next op)
                 self.poison(storage_error(exc, f"maintenance of {self.root}"))
             except TidelogError as exc:
@@ -522,7 +544,23 @@ class FileBackend(Engine):
         here on)."""
         self._check_open()
         self._wal_at_checkpoint = sum(s.submitted for s in self.shards)
-        return self._checkpoint()
+        n = self._checkpoint()
+        if self.tiers is not None:
+            self._tier()
+        return n
+
+    def _tier(self) -> None:
+        """A tiering pass (spec/TIERING.md): relocation (TIER-5), then the manifest (TIER-9)
+        and the collection (TIER-10). Serialised with checkpoints; a failure poisons the store
+        like a checkpoint's (FLT-6): a flip may or may not be durable."""
+        tiers = self.tiers
+        assert tiers is not None
+        with self.checkpoint_lock:
+            self._check_open()
+            try:
+                tier_pass(self, tiers)
+            except OSError as exc:  # StorageError too: the cold tier failed (TIER-2)
+                raise self.poison(storage_error(exc, f"tiering of {self.root}")) from None
 
     def _checkpoint(self) -> int:
         """One checkpoint (checkpoint.py); returns the new snapshot number. A poisoned store
@@ -547,6 +585,32 @@ class FileBackend(Engine):
         with self.lock:
             self.closed = True
         self._release()
+
+    # -- cold reads (TIER-8) ------------------------------------------------------------------
+    def read(self, ref: Any, after: int, limit: int, exclude_node: str | None) -> Any:
+        tiers = self.tiers
+        if tiers is None:
+            return super().read(ref, after, limit, exclude_node)
+        return tiers.around(
+            self.lock,
+            lambda: tiers.cold_ahead(self._get(ref).log, after, limit, exclude_node),
+            lambda: super(FileBackend, self).read(ref, after, limit, exclude_node),
+        )
+
+    def poll(self, ref: Any, name: str, limit: int) -> Any:
+        tiers = self.tiers
+        if tiers is None:
+            return super().poll(ref, name, limit)
+
+        def ahead() -> list[Any]:
+            t = self._get(ref)
+            s = t.progress.subs.get(name)
+            after = max(s.cursor, s.hwm) if s is not None else t.log.head
+            return tiers.cold_ahead(t.log, after, limit, None)
+
+        return tiers.around(
+            self.lock, ahead, lambda: super(FileBackend, self).poll(ref, name, limit)
+        )
 
     # -- closing -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -128,6 +128,8 @@ class Client:
         }
         if options.token is not None:
             self._headers["Authorization"] = f"Bearer {options.token}"
+        if options.no_throttle:  # read by the append endpoints only (SVC-45)
+            self._headers["X-Tidelog-No-Throttle"] = "1"
 
     # -- connections --------------------------------------------------------------------------
     def _slot(self) -> _Slot:

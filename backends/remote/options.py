@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from tidelog.errors import BadOption, BadURI
-from tidelog.options import MAX_WAIT_MS, parse_int, validate_options
+from tidelog.options import MAX_WAIT_MS, parse_bool, parse_int, validate_options
 from tidelog.uri import URI
 
 __all__ = ["RemoteOptions", "Address", "parse_address", "parse_remote_options", "TOKEN_ENV"]
@@ -43,6 +43,7 @@ class RemoteOptions:
     token: str | None = None
     timeout_ms: int = 30_000
     retry_ms: int = 10_000
+    no_throttle: bool = False
 
 
 def parse_address(uri: URI) -> Address:
@@ -82,6 +83,7 @@ _SPEC = {
     # URI-6: both are waits (at most an hour)
     "timeout_ms": lambda k, v: parse_int(k, v, minimum=1, maximum=MAX_WAIT_MS),
     "retry_ms": lambda k, v: parse_int(k, v, minimum=0, maximum=MAX_WAIT_MS),
+    "no_throttle": parse_bool,  # SVC-45's override on this client's appends
 }
 
 

@@ -302,13 +302,25 @@ def _tables(opts: Any, lo: int, hi: int) -> pa.Table:
     return pa.Table.from_batches(batches, schema=log_schema(opts.tombstones == "rows"))
 
 
+def _columnar(opts: Any, lo: int, hi: int, monkeypatch: pytest.MonkeyPatch) -> pa.Table:
+    """``lo..hi`` read by the columnar paths, checked equal to the public read path's."""
+    from tidelog.adapters.spark import fastread
+
+    fast = _tables(opts, lo, hi)
+    with monkeypatch.context() as m:
+        m.setattr(fastread, "available", lambda: False)
+        slow = _tables(opts, lo, hi)
+    assert fast.equals(slow), (opts, lo, hi)
+    return fast
+
+
 def test_SPK_3_columnar_segment_reads_equal_the_public_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SPK-3: the columnar reader of sealed segments returns exactly what Topic.read returns:
     labels (None, UTF-8, inline and out-of-line lengths), empty and large payloads, dead
     slots inside segments (deleted, trimmed: silent), dropped segments, and the unsealed tail."""
-    from tidelog.adapters.spark import fastread, reading
+    from tidelog.adapters.spark import reading
 
     root = tmp_path / "s"
     writer = tidelog.open(f"file://{root}?segment_max_records=7&background=false")
@@ -321,21 +333,57 @@ def test_SPK_3_columnar_segment_reads_equal_the_public_read(
     sub = t.subscribe("s", start="earliest")
     sub.commit(30)  # trim="acked": silent removals
     hooks(writer, Checkpoint).checkpoint()
-    t.append_many([b"tail"] * 5, tag="tail")  # unsealed: read through Topic.read
+    t.append_many([b"tail"] * 5, tag="tail")  # unsealed: the tail's own columnar path
     assert len(hooks(writer, EngineTopics).topics["ev"].log.chunks) >= 3
     try:
         for rows in ("fail", "rows"):
             opts = parse_options({"path": str(root), "topic": "ev", "tombstones": rows})
             for lo, hi in [(1, 65), (10, 65), (31, 40), (33, 33), (44, 62), (60, 65)]:
-                fast = _tables(opts, lo, hi)
-                with monkeypatch.context() as m:
-                    m.setattr(fastread, "available", lambda: False)
-                    slow = _tables(opts, lo, hi)
-                assert fast.equals(slow), (rows, lo, hi)
+                fast = _columnar(opts, lo, hi, monkeypatch)
                 public = reading.topic(opts).read(after=lo - 1, limit=1000)
                 assert fast.num_rows == len([r for r in public if r[0] <= hi])
             runs, resume = reading._sealed_runs(opts, 10, 65)
-            assert len(runs) >= 3 and resume == 61  # sealed runs served columnar, tail public
+            assert len(runs) >= 3 and resume == 61  # sealed runs columnar; the tail is not a run
+    finally:
+        writer.close()
+
+
+def test_SPK_3_columnar_reads_of_the_unsealed_tail_equal_the_public_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPK-3: the unsealed tail (records only in the WAL, which a read-only view replays into
+    memory) is read column by column too, and returns exactly what Topic.read returns: mixed
+    labels, empty payloads, several ts, dead slots (deleted at the start, middle and end;
+    trimmed), ranges across the sealed segments and the tail, every batch size; a view whose
+    head is below the range's end still fails rather than return short (SPK-15)."""
+    from tidelog.adapters.spark import reading
+    from tidelog.adapters.spark.guard import StaleView
+    from tidelog.clock import FakeClock
+
+    root = tmp_path / "s"
+    clock = FakeClock(1_700_000_000_000)
+    writer = tidelog.open(f"file://{root}?segment_max_records=16&background=false", clock=clock)
+    t = writer.topic("ev")
+    try:
+        t.append_many([b"sealed-%d" % i for i in range(40)], tag="s")
+        hooks(writer, Checkpoint).checkpoint()  # 1..40 in segments; the rest stays in the WAL
+        for i in range(60):
+            tag, node = _label(i)
+            t.append(bytes([i % 256]) * (i * 7 % 40), tag=tag, node=node)
+            clock.advance(3)
+        t.append_many([b"run-%d" % i for i in range(30)], tag="r", node="n")
+        t.append_many([b""] * 10)
+        t.delete(tag="t")  # dead slots all over the tail
+        t.delete(before_seq=45)  # and at its start
+        assert len(hooks(writer, EngineTopics).topics["ev"].log.chunks) >= 2
+        for batch in ("7", "65536"):
+            opts = parse_options({"path": str(root), "topic": "ev", "batchRecords": batch})
+            for lo, hi in [(1, 140), (30, 50), (41, 140), (45, 45), (100, 139), (131, 140)]:
+                _columnar(opts, lo, hi, monkeypatch)
+            tail, resume = reading._tail(opts, 41, 140)
+            assert tail is not None and resume == 141  # served column by column
+        with pytest.raises(StaleView, match="its head 140, the plan's end 150"):
+            list(reading.read_log(opts, 100, 150))
     finally:
         writer.close()
 
@@ -345,7 +393,6 @@ def test_SPK_3_columnar_reads_of_fixed_size_runs_equal_the_public_read(
 ) -> None:
     """SPK-3, SEG-11, SEG-12: runs of equal-size frames (payloads gathered at one stride) and
     batches that cross label runs, dead slots and size changes read exactly as Topic.read."""
-    from tidelog.adapters.spark import fastread
 
     root = tmp_path / "s"
     with tidelog.open(f"file://{root}?segment_max_records=500") as store:
@@ -358,11 +405,7 @@ def test_SPK_3_columnar_reads_of_fixed_size_runs_equal_the_public_read(
     for batch in ("7", "128", "65536"):
         opts = parse_options({"path": str(root), "topic": "ev", "batchRecords": batch})
         for lo, hi in [(1, 750), (290, 310), (449, 455), (600, 750), (701, 750)]:
-            fast = _tables(opts, lo, hi)
-            with monkeypatch.context() as m:
-                m.setattr(fastread, "available", lambda: False)
-                slow = _tables(opts, lo, hi)
-            assert fast.equals(slow), (batch, lo, hi)
+            _columnar(opts, lo, hi, monkeypatch)
 
 
 def test_SPK_3_columnar_reads_verify_every_frame(tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ TABLES: dict[str, dict[str, Callable[[str, Any], Any]]] = {
     "sf": SF_OPTIONS,
     "topic": TOPIC_OPTIONS,
 }
-NAMES = {("blockdev", "topic"), ("topic", "dead_letter")}  # names, not numbers (URI-4)
+# names, not numbers (URI-4); a cold tier's URL (TIERING.md TIER-1)
+NAMES = {("blockdev", "topic"), ("topic", "dead_letter"), ("file", "cold")}
 EVERY_OPTION = [(t, k) for t, table in TABLES.items() for k in table if (t, k) not in NAMES]
 
 # spec/SPEC.md URI-6, row by row: (table, key, largest accepted, smallest refused above it)
@@ -48,6 +49,10 @@ RANGES = [
     ("file", "segment_max_records", (1 << 32) - 1, 1 << 32),
     ("file", "segment_max_bytes", (1 << 32) - 1, 1 << 32),
     ("file", "progress_flush_ms", 3_600_000, 3_600_001),
+    ("file", "hot_retain_segments", (1 << 63) - 1, 1 << 63),
+    ("file", "hot_retain_bytes", (1 << 63) - 1, 1 << 63),
+    ("file", "cold_grace_ms", 1 << 62, (1 << 62) + 1),
+    ("file", "cold_cache_segments", 1024, 1025),
     ("blockdev", "size", 4096 + 65534 * (16 << 20), 4096 + 65534 * (16 << 20) + 1),
     ("blockdev", "page_size", 16 << 20, (16 << 20) + 512),
     ("blockdev", "meta_every", 65534, 65535),

@@ -19,12 +19,13 @@ def _blocks() -> list[str]:
 
 
 def test_the_runnable_readme_examples_are_the_expected_ones() -> None:
-    """Three examples run here: the core API on memory://, bundles on file://, blockdev on an
-    image. A new example changes this count on purpose (and runs below)."""
-    assert len(_blocks()) == 3
+    """Four examples run here: the core API on memory://, several writer instances on
+    file://, bundles on file://, blockdev on an image. A new example changes this count on
+    purpose (and runs below)."""
+    assert len(_blocks()) == 4
 
 
-@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("index", range(4))
 def test_readme_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # file://./buf and blockdev://./ring.img land here
     code = _blocks()[index]

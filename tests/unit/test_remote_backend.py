@@ -157,6 +157,21 @@ def test_SVC_58_the_token_is_sent_as_a_bearer_header(monkeypatch: pytest.MonkeyP
         store.topics()
 
 
+def test_SVC_58_SVC_45_no_throttle_sends_the_override_header() -> None:
+    """SVC-58, SVC-45: with `no_throttle=true` every request carries `X-Tidelog-No-Throttle: 1`
+    (the override the append endpoints read); without it, none does; a value that is not a
+    boolean is bad_option before anything is sent."""
+    with fake_service([answer(200, {"topics": []})] * 2) as fake:
+        with tidelog.open(fake.url, no_throttle="true") as store:
+            store.topics()
+        with tidelog.open(fake.url) as store:
+            store.topics()
+        seen = [r.headers.get("X-Tidelog-No-Throttle") for r in fake.requests]
+        with pytest.raises(BadOption, match="no_throttle"):
+            tidelog.open(fake.url, no_throttle="sometimes")
+    assert seen == ["1", None]  # the call of each store (the fake does not keep GET /v0)
+
+
 def test_SVC_58_a_server_that_is_not_the_api_is_an_io_error() -> None:
     """SVC-58, SVC-4: an answer to GET /v0 without "api": "v0" is io_error at open."""
     with fake_service(hello={"api": "v9"}) as fake, pytest.raises(StorageError, match="v0"):
@@ -501,11 +516,18 @@ def test_SVC_60_gives_up_after_retry_ms_with_the_last_error() -> None:
     raised at once, never repeated."""
     script = [answer(200, _topic_answer())] + [answer(429, _throttled(100))] * 20
     with fake_service(script) as fake, tidelog.open(fake.url, retry_ms=350) as store:
+        # the client's clock is virtual: only its sleeps move it, so a loaded machine's late
+        # wake-ups cannot push a repeat past retry_ms
+        now = [0.0]
+        client = store._backend.client  # type: ignore[attr-defined]
+        client._monotonic = lambda: now[0]
+        client._sleep = lambda s: now.__setitem__(0, now[0] + s)
         t = store.topic("t0", create=False)
         with pytest.raises(Throttled) as info:
             t.append(b"x")
         assert info.value.retry_after_ms == 100
         assert len(fake.requests) == 1 + 4  # at 0, 100, 200, 300 ms; 400 is past 350
+        assert now[0] == pytest.approx(0.3)
     busy = {"error": {"code": "busy", "message": "b"}}
     script = [answer(200, _topic_answer()), answer(503, busy)]
     with fake_service(script) as fake, tidelog.open(fake.url, retry_ms=0) as store:

@@ -20,10 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 from tidelog.api import Topic
+from tidelog.backends.instances.backend import InstancesBackend
 from tidelog.backends.sf.slot import Slot
 from tidelog.clock import Clock
-from tidelog.errors import NotAvailable
+from tidelog.errors import BadOption, NotAvailable
 from tidelog.fsio import FS
+from tidelog.hooks import offers
 
 from .conf import SenderConfig, parse_conf
 from .errors import ErrorHandler, ErrorInbox, SenderError, SenderFailed
@@ -111,6 +113,11 @@ class Forwarder:
         **kwargs: Any,
     ) -> Forwarder:
         """Drain a tidelog topic through the durable subscriber ``subscriber`` (FWD-22)."""
+        if offers(topic.store, InstancesBackend):
+            raise BadOption(
+                f"topic {topic.name!r} is in a store of several instances: the forwarder "
+                "drains one log by seq and does not read across instances yet (INST-12)"
+            )
         source = TopicSource(topic, subscriber, start=start)
         try:
             return cls(conf, source=source, **kwargs)

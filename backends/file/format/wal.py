@@ -117,6 +117,7 @@ class FrameType(IntEnum):
     APPEND_BATCH = 16
     FILE_END = 17
     SYNCED = 18
+    TIER = 19  # segments in the cold tier (spec/TIERING.md TIER-5)
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)

@@ -1,0 +1,513 @@
+"""A store of several instances (spec/INSTANCES.md): this process's own instance is a
+``FileBackend`` writer taken from the first free slot (INST-3); every other instance is read
+through a read-only view (XPR-1) refreshed before each merged read (INST-7). Nothing here
+touches the WAL or segments: each instance is a complete ``file://`` store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from tidelog import dirlock, storedir
+from tidelog.backend import Backend, Capabilities, StoreOptions, TopicRef
+from tidelog.clock import Clock
+from tidelog.config import DURABILITY_CLASSES, TopicConfig
+from tidelog.errors import (
+    ERROR_CODES,
+    BadOption,
+    BadURI,
+    Closed,
+    Corrupt,
+    Locked,
+    NoSuchTopic,
+    NotAvailable,
+    ReadOnly,
+    StorageError,
+)
+from tidelog.fsio import FS, io_errors, make_dirs
+from tidelog.model.instances import (
+    Entry,
+    cursor_text,
+    parse_cursor,
+    share_config,
+    share_options,
+)
+from tidelog.records import Item, TopicState
+
+from ..file import requests
+from ..file.format import snapshot as snapfmt
+from ..file.options import FileOptions
+from ..file.progressfiles import read_progress
+from ..file.store import FileBackend
+from . import shared
+from .merge import merge
+
+__all__ = ["InstancesBackend", "CAPABILITIES"]
+
+#: INST-10: what needs writes into instances other processes own is not claimed
+CAPABILITIES = Capabilities(
+    persistent=True,
+    crash_safe=True,
+    deletes=False,
+    subscribers=False,
+    queue=False,
+    multi_topic=True,
+    exact_progress=True,
+    routers=False,
+    durability=frozenset(DURABILITY_CLASSES),
+)
+
+
+def _has_snapshot(fs: FS, directory: str) -> bool:
+    meta = os.path.join(directory, "meta")
+    return fs.is_dir(meta) and any(snapfmt.parse_file_name(n) is not None for n in fs.listdir(meta))
+
+
+def _outcome(result: dict[str, Any], fine: tuple[str, ...]) -> None:
+    """An XPR-2 outcome: ok, or an error code the caller expects, else raised with its code."""
+    if result.get("ok") or result.get("code") in fine:
+        return
+    cls = ERROR_CODES.get(str(result.get("code")), StorageError)
+    raise cls(f"{result.get('message')} (an XPR-2 request, INST-15)")
+
+
+class InstancesBackend(Backend):
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self,
+        fs: FS,
+        root: str,
+        clock: Clock,
+        count: int | None,
+        options: StoreOptions,
+        fopts: FileOptions,
+    ) -> None:
+        self.fs, self.root, self.clock, self.fopts = fs, root, clock, fopts
+        self.readonly = fopts.readonly
+        self.closed = False
+        self.lock = threading.Lock()  # the views and the config cache
+        self.own: FileBackend | None = None
+        self.slot: int | None = None
+        self.views: dict[int, FileBackend] = {}
+        self.configs: dict[str, TopicConfig] = {}
+        if fs.is_dir(os.path.join(root, "meta")):
+            raise BadOption(
+                f"{root} is a single-instance store: open it without the instances option (INST-1)"
+            )
+        if self.readonly:
+            with io_errors(f"opening the instances of {root} read-only"):
+                if not shared.is_instances_root(fs, root):
+                    raise StorageError(f"{root} is not a tidelog instances store (INST-4)")
+                self.n = self._check_count(shared.read_identity(fs, root)["instances"], count)
+                self.options = share_options(options, self.n)
+                self._open_views()
+            return
+        with io_errors(f"opening the instances of {root}"):
+            creation = self._prepare_root()
+            fresh = not creation.was_store and not fs.listdir(root)
+            try:
+                with shared.shared_lock(fs, root):
+                    if shared.is_instances_root(fs, root):
+                        n = shared.read_identity(fs, root)["instances"]
+                        self.n = self._check_count(n, count)
+                        self.options = share_options(options, self.n)
+                    else:  # checked before the identity is written (URI-2)
+                        self.n = count if count is not None else (os.cpu_count() or 1)
+                        self.options = share_options(options, self.n)
+                        shared.write_identity(fs, root, self.n)
+                self._take_slot()
+            except BaseException:
+                creation.owned = fresh
+                creation.undo()  # URI-8: a failed creation leaves nothing behind
+                raise
+
+    def _prepare_root(self) -> storedir.Creation:
+        """URI-8's check and creation of the root. Workers started together open a new store
+        at once: when another one made the root between this one's check and its mkdir, the
+        check is made again (it is a directory now), not refused."""
+        fs, root = self.fs, self.root
+        try:
+            return storedir.prepare(fs, root, shared.LAYOUT, self.fopts.create)
+        except (BadURI, StorageError):
+            if not fs.is_dir(root):
+                raise
+            return storedir.prepare(fs, root, shared.LAYOUT, self.fopts.create)
+
+    def _check_count(self, stored: int, count: int | None) -> int:
+        if count is not None and count != stored:
+            raise BadOption(
+                f"option instances={count}: the store at {self.root} has {stored} instances, "
+                f"fixed at creation (pass instances={stored} or auto; INST-1)"
+            )
+        return stored
+
+    # -- slots (INST-3) and views (INST-4) --------------------------------------------------
+    def _take_slot(self) -> None:
+        make_dirs(self.fs, os.path.join(self.root, shared.INSTANCES_DIR))
+        fopts = replace(self.fopts, create="true")
+        holders: list[str] = []
+        for i in range(self.n):
+            directory = shared.instance_dir(self.root, i)
+            self._ensure_dir(directory)
+            try:
+                self.own = FileBackend(self.fs, directory, self.clock, self.options, fopts)
+            except Locked:
+                holders.append(f"{i}: pid {dirlock.holder(self.fs, directory) or 'unknown'}")
+                continue
+            self.slot = i
+            return
+        raise Locked(
+            f"every one of the {self.n} instance slots of {self.root} is held "
+            f"({', '.join(holders)}); INST-3"
+        )
+
+    def _ensure_dir(self, directory: str) -> None:
+        """INST-2: an instance directory is made under ``.shared.lock``, so openers racing for
+        a new slot never see it half made (a check that finds it missing, then an existing
+        entry, was a URI-8 refusal); one made meanwhile by anyone is fine."""
+        if self.fs.is_dir(directory):
+            return
+        with shared.shared_lock(self.fs, self.root):
+            if not self.fs.is_dir(directory):
+                with contextlib.suppress(FileExistsError):
+                    self.fs.mkdir(directory)
+                self.fs.fsync_dir(os.path.dirname(directory))
+
+    def _open_views(self) -> None:
+        """A view of every other instance that has a snapshot and none yet (INST-4)."""
+        view_opts = replace(self.fopts, readonly=True, background=False, create="false")
+        for i in range(self.n):
+            if i == self.slot or i in self.views:
+                continue
+            directory = shared.instance_dir(self.root, i)
+            if not _has_snapshot(self.fs, directory):
+                continue
+            try:
+                self.views[i] = FileBackend(self.fs, directory, self.clock, self.options, view_opts)
+            except StorageError:
+                continue  # raced with its creation: the next refresh opens it
+
+    def refresh(self) -> None:
+        """INST-4: every view catches up, and instances created since get one."""
+        with self.lock:
+            self._check_open()
+            for view in self.views.values():
+                view.refresh()
+            with io_errors(f"refreshing the instances of {self.root}"):
+                self._open_views()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise Closed(f"store {self.root} is closed")
+
+    def _writer(self) -> FileBackend:
+        self._check_open()
+        if self.own is None:
+            raise ReadOnly("this instances store was opened read-only (readonly=true, INST-4)")
+        return self.own
+
+    # -- topics (INST-5, INST-6) ------------------------------------------------------------
+    def open_topic(self, name: str, options: Mapping[str, object], create: bool) -> TopicRef:
+        self._check_open()
+        with io_errors(f"reading the config of topic {name!r} in {self.root}"):
+            stored = shared.read_config(self.fs, self.root, name)
+        if self.readonly:
+            if stored is None:
+                if create:
+                    raise ReadOnly(f"cannot create topic {name!r}: the store is read-only")
+                raise NoSuchTopic(f"topic {name!r} does not exist")
+            config = self._config(name, stored)
+            config.check_matches(name, options)
+            return TopicRef(name, 0)
+        own = self._writer()
+        if stored is None:
+            if not create:
+                raise NoSuchTopic(f"topic {name!r} does not exist")
+            with (
+                io_errors(f"creating topic {name!r} in {self.root}"),
+                shared.shared_lock(self.fs, self.root),
+            ):
+                stored = shared.read_config(self.fs, self.root, name)
+                if stored is None:  # the first to take the lock decides (INST-5)
+                    config = TopicConfig.from_options(name, options)
+                    share_config(name, config, self.n)  # refused before anything is written
+                    shared.write_config(self.fs, self.root, name, config.to_dict())
+                    stored = config.to_dict()
+        config = self._config(name, stored)
+        config.check_matches(name, options)
+        ref = own.open_topic(name, share_config(name, config, self.n).to_dict(), True)
+        with io_errors(f"reading the subscribers of topic {name!r} in {self.root}"):
+            subs = shared.read_subscribers(self.fs, self.root, name)
+        have = own.subscribers(ref)
+        for sub, start in subs.items():  # INST-15: registered here once the topic is here
+            if sub not in have:
+                own.subscribe(ref, sub, start)
+                own.flush_subscriber(ref, sub)  # its progress file: other processes see it
+        with self.lock:
+            self.configs[name] = config
+        return ref
+
+    def _config(self, name: str, stored: dict[str, Any]) -> TopicConfig:
+        try:
+            return TopicConfig(**stored)
+        except TypeError:
+            raise Corrupt(f"{self.root}: the shared config of topic {name!r} is not one") from None
+
+    def topic_config(self, ref: TopicRef) -> TopicConfig:
+        """The topic's shared config (its caps undivided, INST-9)."""
+        self._check_open()
+        with self.lock:
+            config = self.configs.get(ref.name)
+        if config is None:
+            with io_errors(f"reading the config of topic {ref.name!r}"):
+                stored = shared.read_config(self.fs, self.root, ref.name)
+            if stored is None:
+                raise NoSuchTopic(f"topic {ref.name!r} does not exist")
+            config = self._config(ref.name, stored)
+        return config
+
+    def list_topics(self) -> list[str]:
+        self._check_open()
+        with io_errors(f"listing the topics of {self.root}"):
+            return shared.list_configs(self.fs, self.root)
+
+    def drop_topic(self, name: str) -> None:
+        self._check_open()
+        raise NotAvailable(
+            f"drop_topic({name!r}): a topic of an instances store lives in every instance; "
+            "dropping it needs every instance's writer and is not supported (INST-6)"
+        )
+
+    # -- the own instance (INST-10) ---------------------------------------------------------
+    def append(
+        self,
+        ref: TopicRef,
+        payloads: Sequence[bytes],
+        tag: str | None,
+        node: str | None,
+        producer: tuple[str, int] | None = None,
+    ) -> list[int]:
+        return self._writer().append(ref, payloads, tag, node, producer)
+
+    def lane(self, ref: TopicRef) -> Callable[[bytes], int | None] | None:
+        """The own instance's lane (INST-10): it checks that instance's store is open on every
+        call, which close() closes right after this one (an append racing it is flushed)."""
+        own = self.own
+        return None if own is None or self.closed else own.lane(ref)
+
+    def append_records(
+        self,
+        ref: TopicRef,
+        records: Sequence[tuple[bytes, str | None, str | None]],
+        producer: tuple[str, int] | None = None,
+    ) -> list[int]:
+        return self._writer().append_records(ref, records, producer)
+
+    def read(self, ref: TopicRef, after: int, limit: int, exclude_node: str | None) -> list[Item]:
+        self._check_open()
+        raise NotAvailable(
+            f"topic {ref.name!r} of an instances store: a seq names a record only within its "
+            "instance; read the whole topic with tidelog.backends.instances.merged(topic) "
+            "(INST-7, INST-10)"
+        )
+
+    def state(self, ref: TopicRef) -> TopicState:
+        """The own instance's state of the topic (INST-10)."""
+        self._check_open()
+        if self.own is None:
+            raise NotAvailable(
+                f"topic {ref.name!r}: a read-only instances store has no own instance; "
+                "describe() has every instance's state (INST-10)"
+            )
+        return self.own.state(ref)
+
+    def changes(self, ref: TopicRef) -> int:
+        return 0 if self.own is None else self.own.changes(ref)
+
+    def flush(self) -> None:
+        self._check_open()
+        if self.own is not None:
+            self.own.flush()
+
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            views, self.views = list(self.views.values()), {}
+        first: BaseException | None = None
+        for backend in [*views, *([self.own] if self.own is not None else [])]:
+            try:
+                backend.close()
+            except BaseException as exc:  # close every one (FLT-4), then raise the first
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def abandon(self) -> None:
+        """The process dies now: the own instance is left as a kill leaves it (crash tests)."""
+        with self.lock:
+            self.closed = True
+            views, self.views = list(self.views.values()), {}
+        for view in views:
+            view.close()
+        if self.own is not None:
+            self.own.abandon()
+
+    # -- the merged read (INST-7, INST-8) ---------------------------------------------------
+    def merged_read(self, name: str, cursor: str | None, limit: int) -> tuple[list[Entry], str]:
+        positions = parse_cursor(cursor, self.n)
+        self.refresh()
+        entries = merge(self._streams(name, positions, limit), positions, limit)
+        return entries, cursor_text(positions)
+
+    def _backend(self, i: int) -> FileBackend | None:
+        return self.own if i == self.slot else self.views.get(i)
+
+    def _ref(self, i: int, name: str) -> tuple[FileBackend, TopicRef] | None:
+        backend = self._backend(i)
+        if backend is None:
+            return None
+        try:
+            return backend, backend.open_topic(name, {}, False)
+        except NoSuchTopic:
+            return None
+
+    def _streams(self, name: str, positions: Sequence[int | None], limit: int) -> list[list[Item]]:
+        """Each instance's items after its position (None: it contributes nothing)."""
+        streams: list[list[Item]] = []
+        for i, after in enumerate(positions):
+            found = None if after is None else self._ref(i, name)
+            if found is None or after is None:
+                streams.append([])
+                continue
+            backend, ref = found
+            streams.append(backend.read(ref, after, limit, None))
+        return streams
+
+    # -- merged subscribers (INST-15..INST-17) ----------------------------------------------
+    def sub_register(self, name: str, sub: str, start: str) -> str:
+        """INST-15: the shared record first, then every instance; returns the stored start."""
+        self._check_open()
+        with io_errors(f"registering subscriber {sub!r} of {name!r} in {self.root}"):
+            with shared.shared_lock(self.fs, self.root):
+                stored = shared.read_subscribers(self.fs, self.root, name)
+                if sub not in stored:
+                    shared.write_subscriber(self.fs, self.root, name, sub, start)
+                    stored[sub] = start
+            start = stored[sub]
+            for i in range(self.n):
+                if i == self.slot:
+                    found = self._ref(i, name)
+                    if found is not None:
+                        found[0].subscribe(found[1], sub, start)
+                        found[0].flush_subscriber(found[1], sub)
+                    continue
+                directory = shared.instance_dir(self.root, i)
+                if _has_snapshot(self.fs, directory):
+                    body = {"op": "subscribe", "topic": name, "subscriber": sub, "start": start}
+                    _outcome(requests.call(directory, body), ("no_such_topic",))
+        return start
+
+    def sub_hwms(self, name: str, sub: str) -> list[int | None]:
+        """Each instance's hwm of ``sub`` (None where it is not registered), views refreshed."""
+        self.refresh()
+        out: list[int | None] = []
+        for i in range(self.n):
+            found = self._ref(i, name)
+            if found is None:
+                out.append(None)
+                continue
+            backend, ref = found
+            hwm = backend.hwm(ref, sub) if sub in backend.subscribers(ref) else None
+            if i != self.slot:
+                # a view replays the WAL, not progress files (PRG-9): read the file as well,
+                # so a commit another process made durable shows
+                with io_errors(f"reading the progress of {sub!r} in instance {i}"):
+                    written = read_progress(
+                        self.fs, shared.instance_dir(self.root, i), ref.incarnation, sub
+                    )
+                if written is not None:
+                    hwm = max(hwm or 0, written.hwm)
+            out.append(hwm)
+        return out
+
+    def sub_commit(self, name: str, sub: str, start: str, positions: Sequence[int]) -> None:
+        """INST-17: commit each position, durably, in its instance."""
+        self._check_open()
+        for i, seq in enumerate(positions):
+            if seq <= 0:
+                continue
+            if i == self.slot:
+                found = self._ref(i, name)
+                if found is None or sub not in found[0].subscribers(found[1]):
+                    continue
+                backend, ref = found
+                backend.commit(ref, sub, min(seq, backend.state(ref).head_seq))
+                backend.flush_subscriber(ref, sub)
+                continue
+            directory = shared.instance_dir(self.root, i)
+            body = {"op": "commit", "topic": name, "subscriber": sub, "seq": seq, "start": start}
+            with io_errors(f"committing subscriber {sub!r} of {name!r} in {directory}"):
+                _outcome(requests.call(directory, body), ("no_such_topic",))
+
+    def merged_wait(self, name: str, cursor: str | None, limit: int, wait_ms: int) -> Any:
+        """CON-3 for the merged read: an empty result is retried until ``wait_ms`` pass
+        (other instances change in other processes: this polls, backing off to 50 ms)."""
+        deadline = time.monotonic() + wait_ms / 1000.0
+        delay = 0.002
+        while True:
+            entries, text = self.merged_read(name, cursor, limit)
+            left = deadline - time.monotonic()
+            if entries or left <= 0:
+                return entries, text
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+
+    # -- introspection (INST-10) ------------------------------------------------------------
+    def describe(self) -> dict[str, object]:
+        self.refresh()
+        topics = self.list_topics()
+        per: dict[str, dict[str, object]] = {}
+        for i in range(self.n):
+            directory = shared.instance_dir(self.root, i)
+            backend = self.own if i == self.slot else self.views.get(i)
+            topic_facts: dict[str, object] = {}
+            if backend is not None:
+                topic_facts = {name: self._topic_facts(backend, name) for name in topics}
+            per[str(i)] = {
+                "mine": i == self.slot,
+                # LOCK-2: diagnostic only, the last holder's once it closed
+                "lock_pid": dirlock.holder(self.fs, directory),
+                "topics": {k: v for k, v in topic_facts.items() if v is not None},
+            }
+        return {
+            "backend": "file",
+            "root": self.root,
+            "instances": self.n,
+            "slot": self.slot,
+            "per_instance": per,
+        }
+
+    def _topic_facts(self, backend: FileBackend, name: str) -> dict[str, object] | None:
+        try:
+            ref = backend.open_topic(name, {}, False)
+        except NoSuchTopic:
+            return None
+        state = backend.state(ref)
+        share = backend.topic_config(ref)
+        facts: dict[str, object] = dict(state.to_dict())
+        fractions = [
+            used / cap
+            for used, cap in ((state.count, share.cap_records), (state.bytes, share.cap_bytes))
+            if cap
+        ]
+        facts["cap_fraction"] = max(fractions) if fractions else None
+        return facts

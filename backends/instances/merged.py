@@ -1,0 +1,140 @@
+"""The merged view of a topic of an instances store (spec/INSTANCES.md): the merged read
+(INST-7, INST-8) and the merged subscriber (INST-15..INST-17)."""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+from tidelog.api import Topic
+from tidelog.errors import BadArgument, Closed
+from tidelog.hooks import hooks
+from tidelog.model.instances import Entry, cursor_text, parse_cursor
+from tidelog.names import check_subscriber_name
+
+from .backend import InstancesBackend
+from .merge import merge
+
+__all__ = ["Merged", "MergedRead", "MergedSubscriber", "merged"]
+
+
+def _check_int(value: object, what: str, lowest: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+        raise BadArgument(f"{what} must be an integer of at least {lowest}, got {value!r}")
+
+
+class MergedRead(NamedTuple):
+    """What a merged read returns: the entries and the cursor after them (INST-7, INST-8)."""
+
+    items: list[Entry]
+    cursor: str
+
+
+class Merged:
+    """A topic of an instances store as the union of its instances' logs (INST-7)."""
+
+    __slots__ = ("_topic", "_backend")
+
+    def __init__(self, topic: Topic) -> None:
+        self._topic = topic
+        self._backend = hooks(topic.store, InstancesBackend)
+
+    @property
+    def instances(self) -> int:
+        return self._backend.n
+
+    def read(self, cursor: str | None = None, limit: int = 1000, *, wait_ms: int = 0) -> MergedRead:
+        """Up to ``limit`` entries after ``cursor`` (None: from the start), in INST-7's order,
+        and the cursor to read on from (INST-8). With ``wait_ms`` an empty result waits up to
+        that long for something to arrive (CON-3)."""
+        self._live()
+        _check_int(limit, "limit", 1)
+        _check_int(wait_ms, "wait_ms", 0)
+        if cursor is not None and not isinstance(cursor, str):
+            raise BadArgument(f"cursor must be a string or None, got {cursor!r} (INST-8)")
+        name = self._topic.name
+        if wait_ms > 0:
+            items, text = self._backend.merged_wait(name, cursor, limit, wait_ms)
+        else:
+            items, text = self._backend.merged_read(name, cursor, limit)
+        return MergedRead(items, text)
+
+    def subscribe(self, name: str, start: str = "earliest") -> MergedSubscriber:
+        """Register (or resume) the durable subscriber ``name`` in every instance (INST-15)."""
+        self._live()
+        check_subscriber_name(name)
+        if start not in ("earliest", "latest"):
+            raise BadArgument(f"start must be earliest or latest, got {start!r} (INST-15)")
+        stored = self._backend.sub_register(self._topic.name, name, start)
+        return MergedSubscriber(self, name, stored)
+
+    def _live(self) -> InstancesBackend:
+        if self._topic.store.closed:
+            raise Closed(f"store {self._topic.store.uri} is closed")
+        return self._backend
+
+
+def merged(topic: Topic) -> Merged:
+    """``topic`` read across every instance (INST-7); ``not_available`` for a topic of a store
+    that is not an instances store."""
+    return Merged(topic)
+
+
+class MergedSubscriber:
+    """One durable subscriber per instance, consumed through the merged read (INST-16) and
+    committed by cursor (INST-17). The session positions are this handle's own."""
+
+    __slots__ = ("_merged", "_name", "_start", "_session")
+
+    def __init__(self, merged: Merged, name: str, start: str) -> None:
+        self._merged = merged
+        self._name = name
+        self._start = start
+        self._session = [0] * merged.instances
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def _positions(self) -> list[int | None]:
+        m = self._merged
+        hwms = m._live().sub_hwms(m._topic.name, self._name)
+        return [None if h is None else max(h, s) for h, s in zip(hwms, self._session)]
+
+    def poll(self, max: int = 100, *, wait_ms: int = 0) -> MergedRead:
+        """The merged read after each instance's max(session, hwm), of the instances that
+        registered the subscriber (INST-16)."""
+        _check_int(max, "max", 1)
+        _check_int(wait_ms, "wait_ms", 0)
+        backend = self._merged._live()
+        deadline = time.monotonic() + wait_ms / 1000.0
+        delay = 0.002
+        while True:
+            positions = self._positions()
+            streams = backend._streams(self._merged._topic.name, positions, max)
+            moved = [0 if p is None else p for p in positions]
+            items = merge(streams, moved, max)
+            for i, p in enumerate(positions):
+                if p is not None:
+                    self._session[i] = moved[i]
+            left = deadline - time.monotonic()
+            if items or left <= 0:
+                return MergedRead(items, cursor_text(moved))
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+
+    def commit(self, cursor: str) -> None:
+        """Commit each instance's position of ``cursor``, durably (INST-17)."""
+        m = self._merged
+        backend = m._live()
+        if not isinstance(cursor, str):
+            raise BadArgument(f"cursor must be a string, got {cursor!r} (INST-8)")
+        positions = parse_cursor(cursor, m.instances)
+        backend.sub_commit(m._topic.name, self._name, self._start, positions)
+
+    @property
+    def hwm(self) -> str:
+        """The instances' hwms as a cursor text (0 where not registered, INST-17)."""
+        m = self._merged
+        hwms = m._live().sub_hwms(m._topic.name, self._name)
+        return cursor_text([0 if h is None else h for h in hwms])

@@ -1,0 +1,54 @@
+"""The bench's instances cases (bench/instance_cases.py): a tiny run through `tidelog bench`
+(every row measured, the table's section and targets present), and a direct run whose
+writers' records are all in the store afterwards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+import tidelog
+from tidelog.backends.instances import merged
+from tidelog.bench.instance_cases import run_writers
+from tidelog.cli import main
+
+
+def test_INST_3_bench_writers_each_take_a_slot_and_every_append_lands(tmp_path: Path) -> None:
+    """INST-3, INST-8: the bench's writer processes run side by side in their own slots; the
+    records they counted (plus one warm-up each) are exactly what the merged read finds."""
+    root = tmp_path / "s"
+    reports = run_writers(str(root), 2, 100, 10, 0.2)
+    assert len(reports) == 2 and all(r["n"] > 0 and r["rss"] > 0 for r in reports)
+    with tidelog.open(f"file://{root}?instances=2", readonly=True) as view:
+        m = merged(view.topic("bench", create=False))
+        total, cursor = 0, None
+        while True:
+            items, cursor = m.read(cursor, 5000)
+            if not items:
+                break
+            total += len(items)
+    assert total == sum(r["n"] for r in reports) + 2
+
+
+def test_bench_instances_rows_section_and_targets(tmp_path: Path) -> None:
+    """`tidelog bench --only tl_inst_fsync_p`: every instances row has a rate and memory per
+    instance; the table has their section and the two-process target."""
+    out = tmp_path / "out"
+    args = ["bench", "--seconds", "0.05", "--repeats", "1", "--no-plot", "--no-isolated",
+            "--dir", str(tmp_path), "--out", str(out), "--only", "tl_inst_fsync_p1",
+            "--only", "tl_inst_fsync_p2", "--sizes", "100"]  # fmt: skip
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    rows = {r["id"]: r for r in data["rows"]}
+    assert set(rows) == {"tl_inst_fsync_p1", "tl_inst_fsync_p2"}
+    for row in rows.values():
+        m = row["metrics"]
+        assert m["rec_per_s"]["median"] > 0 and m["rss_mib_per_instance"]["median"] > 1
+    assert rows["tl_inst_fsync_p2"]["metrics"]["procs"]["median"] == 2
+    table = (out / "table.md").read_text()
+    assert "## several writer processes" in table
+    target = next(t for t in data["targets"] if t["id"] == "instances_p2")
+    assert target["value"] is not None and target["met"] is not None
