@@ -738,8 +738,17 @@ SENDER = textwrap.dedent(
         kw["acked"], kw["t"] = fwd.acked_fsn, time.monotonic()
         print(json.dumps(kw), flush=True)
 
-    fwd = Forwarder(conf)
-    say(start=fwd.published_fsn)
+    seed = {}
+
+    def trace(event, data):
+        if event == "start":
+            seed.update(data)
+
+    fwd = Forwarder(conf, tracer=trace)
+    # FSN-5: the seed recovery gave, traced before the I/O thread starts; fwd.acked_fsn may
+    # have moved by now (initial_connect_retry=async: the receiver confirms replays at once).
+    t = time.monotonic()
+    print(json.dumps({"start": seed["published"], "acked": seed["acked"], "t": t}), flush=True)
     while fwd.published_fsn < total - 1:
         n = min(17, total - 1 - fwd.published_fsn)
         for _ in range(n):
