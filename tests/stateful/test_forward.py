@@ -727,7 +727,7 @@ SENDER = textwrap.dedent(
     """
     import json, sys, time
     from tidelog.forward import Forwarder
-    conf, total = sys.argv[1], int(sys.argv[2])
+    conf, total, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
     def payload(fsn):
         return f"frame-{fsn:06d}-".encode() + bytes([fsn % 251]) * (fsn * 37 % 90)
@@ -750,6 +750,9 @@ SENDER = textwrap.dedent(
     t = time.monotonic()
     print(json.dumps({"start": seed["published"], "acked": seed["acked"], "t": t}), flush=True)
     while fwd.published_fsn < total - 1:
+        if 0 <= cap <= fwd.published_fsn:
+            time.sleep(0.01)  # past the test's kill point: wait for the SIGKILL
+            continue
         n = min(17, total - 1 - fwd.published_fsn)
         for _ in range(n):
             fsn = fwd.published_fsn + 1
@@ -860,16 +863,19 @@ def test_sigkill_sender_and_receiver(tmp_path: Path) -> None:
     expected_start: tuple[int, int] | None = None
     try:
         while True:
+            # Kill number k once published passes a seeded point of the k-th stretch of the
+            # run, well before the end: every run makes exactly KILLS kills. A sender the test
+            # is slow to kill (a loaded machine) stops publishing half a stretch past that
+            # point, so the next one starts before the next point, never at the end.
+            stretch = (total - 40) // (KILLS + 1)
+            target = stretch * (kills + 1) + rng.randint(0, stretch // 2)
+            cap = target + stretch // 2 if kills < KILLS else -1
             # -P: the installed tidelog, never a source tree in the working directory
-            sender = Proc([sys.executable, "-P", "-c", SENDER, conf, str(total)])
+            sender = Proc([sys.executable, "-P", "-c", SENDER, conf, str(total), str(cap)])
             start = json.loads(sender.wait_line(lambda s: s.startswith('{"start"')))
             if expected_start is not None:  # FSN-5: the process recovered what the model says
                 assert (start["acked"], start["start"]) == expected_start, start
             progress = max(progress, start["start"])
-            # Kill number k once published passes a seeded point of the k-th stretch of the
-            # run, well before the end: every run makes exactly KILLS kills.
-            stretch = (total - 40) // (KILLS + 1)
-            target = stretch * (kills + 1) + rng.randint(0, stretch // 2)
             line = sender.wait_line(
                 lambda s, target=target: (
                     s.startswith('{"done"')
