@@ -10,25 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_spark_net_units import serve
+from test_spark_source import stream_to_parquet
 
 import tidelog
 from tidelog.adapters.spark import acknowledge_checkpoint, committed_offset
 from tidelog.hooks import Checkpoint, EngineTopics, hooks
 from tidelog.records import Record
-from tidelog.service.server import ServiceThread
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[tidelog.Store, str]]:
-    store = tidelog.open(f"file://{tmp_path}/store?progress_flush_ms=10")
-    thread = ServiceThread(store).start()
-    try:
-        yield store, thread.url
-    finally:
-        thread.stop()
-        store.close()
+    with serve(tmp_path) as (store, url):
+        yield store, url
 
 
 def test_SPK_40_41_batch_read_through_the_owner_every_row_exactly_once(
@@ -84,21 +80,7 @@ def test_SPK_40_streaming_through_the_owner_commits_and_trims_only_what_was_deli
     t.append_many([b"a%d" % i for i in range(100)])
 
     def run() -> Any:
-        query = (
-            spark.readStream.format("tidelog")
-            .option("topic", "ev")
-            .option("subscriber", "pq")
-            .option("maxRecordsPerTrigger", 30)
-            .load(url)
-            .writeStream.format("parquet")
-            .option("path", str(out / "data"))
-            .option("checkpointLocation", str(out / "ck"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
-        assert query.exception() is None
-        return query
+        return stream_to_parquet(spark, url, out, maxRecordsPerTrigger=30)  # type: ignore[arg-type]
 
     q = run()
     sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]

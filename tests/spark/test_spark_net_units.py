@@ -3,6 +3,7 @@ SparkSession: planning through the remote backend, a task's Arrow read and its c
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -25,19 +26,27 @@ from tidelog.service.server import ServiceThread
 pytest.importorskip("numpy")
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[tidelog.Store, str]]:
-    store = tidelog.open(f"file://{tmp_path}/store")
-    t = store.topic("ev", durability="memory")
-    t.append_many([b"s%d" % i for i in range(100)])
-    hooks(store, Checkpoint).checkpoint()
-    t.append_many([b"t%d" % i for i in range(50)])
+@contextlib.contextmanager
+def serve(tmp_path: Path) -> Iterator[tuple[tidelog.Store, str]]:
+    """A file store owned by this process and served on 127.0.0.1: (store, url)."""
+    store = tidelog.open(f"file://{tmp_path}/store?progress_flush_ms=10")
     thread = ServiceThread(store).start()
     try:
         yield store, thread.url
     finally:
         thread.stop()
         store.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[tidelog.Store, str]]:
+    """Sealed segments (1..100) and an unsealed tail (101..150)."""
+    with serve(tmp_path) as (store, url):
+        t = store.topic("ev", durability="memory")
+        t.append_many([b"s%d" % i for i in range(100)])
+        hooks(store, Checkpoint).checkpoint()
+        t.append_many([b"t%d" % i for i in range(50)])
+        yield store, url
 
 
 def _opts(url: str, **extra: str) -> Any:
