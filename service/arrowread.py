@@ -48,45 +48,35 @@ def served_store_id(store: Store) -> str:
     return uuid.uuid4().hex
 
 
-class _Sink:
-    """Where the IPC writer puts its bytes: collected, then taken as one write to the socket."""
-
-    closed = False
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def write(self, data: Any) -> int:
-        self.parts.append(bytes(data))
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-    def take(self) -> bytes:
-        out = b"".join(self.parts)
-        self.parts.clear()
-        return out
-
-
 class _Encoder:
-    """One Arrow IPC stream, message by message (SVC-61, SVC-63)."""
+    """One Arrow IPC stream, message by message (SVC-61, SVC-63): each message is serialized on
+    its own (one copy, straight into the buffer handed to the socket)."""
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
-        self.sink = _Sink()
-        self.writer = pa.ipc.new_stream(self.sink, schema)
+        self.head: pa.Buffer | None = schema.serialize()  # sent before the first message
 
-    def batch(self, batch: pa.RecordBatch) -> bytes:
-        self.writer.write_batch(batch)
-        return self.sink.take()
+    def _with_head(self, body: pa.Buffer) -> list[pa.Buffer]:
+        head, self.head = self.head, None
+        return [body] if head is None else [head, body]
 
-    def last(self, meta: dict[bytes, bytes]) -> bytes:
-        """SVC-63: a batch of 0 rows carrying the outcome, then the stream's end."""
-        empty = pa.RecordBatch.from_pylist([], schema=self.schema)
-        self.writer.write_batch(empty, custom_metadata=meta)
-        self.writer.close()
-        return self.sink.take()
+    def batch(self, batch: pa.RecordBatch) -> list[pa.Buffer]:
+        return self._with_head(batch.serialize())
+
+    def last(self, meta: dict[bytes, bytes]) -> list[pa.Buffer]:
+        """SVC-63: a batch of 0 rows carrying the outcome, then the end-of-stream marker. A
+        writer makes both (batch.serialize() takes no metadata); its schema message is cut."""
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self.schema) as writer:
+            empty = pa.RecordBatch.from_pylist([], schema=self.schema)
+            writer.write_batch(empty, custom_metadata=meta)
+        whole = sink.getvalue()
+        return self._with_head(whole.slice(len(self.schema.serialize())))
+
+
+async def _send(response: web.StreamResponse, buffers: list[pa.Buffer]) -> None:
+    for buffer in buffers:
+        await response.write(memoryview(buffer))
 
 
 def _reader() -> Any:
@@ -101,7 +91,7 @@ def _reader() -> Any:
     return read_store
 
 
-def _next(batches: Iterator[pa.RecordBatch], encoder: _Encoder) -> bytes | None:
+def _next(batches: Iterator[pa.RecordBatch], encoder: _Encoder) -> list[pa.Buffer] | None:
     """On a worker thread: the next batch, encoded; None at the end."""
     for batch in batches:
         if batch.num_rows:
@@ -163,7 +153,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
                     data = await svc.call(_next, batches, encoder)
                     if data is None:
                         break
-                    await response.write(data)
+                    await _send(response, data)
                 meta = {END_KEY: str(end).encode()}
             except TidelogError as exc:
                 meta = {ERROR_KEY: dumps(error_json(exc.code, exc.message))}
@@ -173,7 +163,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
                 log.exception("internal error on an Arrow read of topic %r", name)
                 err = Internal(f"internal error on an Arrow read of topic {name!r}")
                 meta = {ERROR_KEY: dumps(error_json(err.code, err.message))}
-            await response.write(encoder.last(meta))
+            await _send(response, encoder.last(meta))
             await response.write_eof()
         finally:
             with contextlib.suppress(ValueError):  # still running on a worker: it ends there

@@ -31,7 +31,7 @@ from tidelog.service.wire import error_from_json
 from tidelog.uri import parse_uri
 
 from .columns import TombstoneFound
-from .guard import Planned, StaleView, another_store, behind
+from .guard import Planned, StaleView, host
 from .options import SourceOptions
 
 __all__ = [
@@ -214,14 +214,25 @@ def _open(
         head = int(resp.headers.get("X-Tidelog-Head-Seq", "0"))
         if planned is not None and store_id != planned.store_id:
             conn.close()
-            raise another_store(str(address), planned, store_id)
+            raise StaleView(
+                f"{address} serves another store (store_id {store_id}, the plan's "
+                f"{planned.store_id}) than the driver planned this read from (SPK-41)"
+            )
         if head >= hi:
             return conn, resp, head
         conn.close()
         now = time.monotonic()
         if now >= deadline:
-            raise behind(str(address), opts.topic, head, hi, int((now - start) * 1000))
+            raise _behind(opts, head, hi, f" after waiting {int((now - start) * 1000)} ms")
         time.sleep(min(0.05, deadline - now))
+
+
+def _behind(opts: SourceOptions, head: int, hi: int, why: str) -> StaleView:
+    return StaleView(
+        f"the store served at {_address(opts)} is behind the driver's plan (topic "
+        f"{opts.topic!r}: its head {head}, the plan's end {hi}){why}, read from executor host "
+        f"{host()} (SPK-41)"
+    )
 
 
 def _reason(exc: BaseException) -> str:
@@ -266,4 +277,4 @@ def read_served(
     if end is None:
         raise StorageError(f"{where}: the stream ended without tidelog.end (SVC-63)")
     if end < hi:
-        raise behind(str(_address(opts)), opts.topic, end, hi, None, "; the stream's end")
+        raise _behind(opts, end, hi, " (the stream's end)")
