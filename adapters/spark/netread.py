@@ -110,8 +110,10 @@ def store(opts: SourceOptions) -> Store:
     with _stores_lock:
         found = _stores.get(key)
         if found is None or found.closed:
-            extra = {"token": opts.token} if opts.token else {}
-            found = tidelog.open(opts.root, **extra)
+            if opts.token:
+                found = tidelog.open(opts.root, token=opts.token)
+            else:
+                found = tidelog.open(opts.root)
             _stores[key] = found
         return found
 

@@ -224,3 +224,33 @@ def test_SPK_42_partitions_of_a_served_store_prefer_its_host(
     assert [(p.lo, p.hi) for p in parts] == [(1, 60), (61, 120), (121, 150)]
     assert all(p.preferredLocations() == ["127.0.0.1"] for p in parts)
     assert SeqRange(1, 2).preferredLocations() == []  # a file store's: none
+
+
+def test_SPK_40_the_token_option_or_TIDELOG_TOKEN_authorizes_plan_and_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A served store with tokens: option ``token`` (else ``TIDELOG_TOKEN``) reaches both the
+    remote backend (the plan) and every Arrow read; without one the service answers 401."""
+    import json
+
+    from tidelog.errors import Unauthorized
+    from tidelog.service.auth import hash_token
+
+    tokens = tmp_path / "tokens.json"
+    grant = [{"topics": "ev", "rights": ["read"]}]
+    tokens.write_text(
+        json.dumps({"tokens": [{"name": "r", "sha256": hash_token("r-1"), "grants": grant}]})
+    )
+    store = tidelog.open(f"file://{tmp_path}/store")
+    store.topic("ev").append_many([b"x"] * 5)
+    with ServiceThread(store, tokens=str(tokens)) as thread:
+        opts = parse_options({"path": thread.url, "topic": "ev", "token": "r-1"})
+        assert _seqs(reading.read_log(opts, 1, 5, reading.plan(opts))) == [1, 2, 3, 4, 5]
+        planned = reading.plan(opts)
+        monkeypatch.delenv("TIDELOG_TOKEN", raising=False)
+        bare = parse_options({"path": thread.url + "/", "topic": "ev"})
+        with pytest.raises(Unauthorized):
+            list(reading.read_log(bare, 1, 5, planned))
+        monkeypatch.setenv("TIDELOG_TOKEN", "r-1")
+        assert _seqs(reading.read_log(bare, 1, 5, planned)) == [1, 2, 3, 4, 5]
+    store.close()
