@@ -17,6 +17,7 @@ import pyarrow as pa
 
 import tidelog
 from tidelog.api import Store, Topic
+from tidelog.backends.file.coldchunk import ColdChunk
 from tidelog.backends.file.store import FileBackend
 from tidelog.bundle import decode_bundle
 from tidelog.errors import TidelogError
@@ -247,14 +248,18 @@ def read_store(store: Store, opts: SourceOptions, lo: int, hi: int) -> Iterator[
     leaves the map to this read (SVC-64); other backends are read through ``Topic.read``."""
     rows = opts.tombstones == "rows"
     fast = offers(store, FileBackend)
-    pinned: list[tuple[pa.Buffer, Any, int, int]] = []
+    pinned: list[tuple[pa.Buffer | None, Any, int, int]] = []
     resume = lo
     if fast:
-        with hooks(store, FileBackend).lock:
-            runs, resume = _sealed_runs(opts, lo, hi, store=store)
+        backend = hooks(store, FileBackend)
+        # the owner reads cold segments through Topic.read, which fetches and pins them as the
+        # tiering rules say (TIER-8); a view of its own may fetch them itself
+        accept = None if backend.readonly else _hot_segment
+        with backend.lock:
+            runs, resume = _sealed_runs(opts, lo, hi, accept, store=store)
             # an export of each chunk's map (py_buffer takes one): closing the chunk leaves it
-            pinned = [(pa.py_buffer(chunk.data), chunk, i0, i1) for chunk, i0, i1 in runs]
-    for _pin, chunk, i0, i1 in pinned:
+            pinned = [(_pin(chunk), chunk, i0, i1) for chunk, i0, i1 in runs]
+    for _held, chunk, i0, i1 in pinned:
         yield from fastread.read_chunk(opts.topic, chunk, i0, i1, opts.batch_records, rows)
     del pinned  # the maps a checkpoint retired meanwhile go now
     if fast and resume <= hi:
@@ -264,6 +269,15 @@ def read_store(store: Store, opts: SourceOptions, lo: int, hi: int) -> Iterator[
     if resume <= hi:
         for items in _items(opts, resume, hi, opts.batch_records, fresh=False, store=store):
             yield log_batch(opts.topic, items, rows)
+
+
+def _hot_segment(chunk: Any) -> bool:
+    return fastread.is_segchunk(chunk) and not isinstance(chunk, ColdChunk)
+
+
+def _pin(chunk: Any) -> pa.Buffer | None:
+    """A hold on a sealed chunk's mapped bytes (None for a cold one not fetched yet)."""
+    return None if chunk.data is None else pa.py_buffer(chunk.data)
 
 
 def _tail(opts: SourceOptions, lo: int, hi: int, store: Store | None = None) -> tuple[Any, int]:

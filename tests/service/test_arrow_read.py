@@ -266,3 +266,37 @@ def test_SVC_64_reads_during_checkpoints_and_trims_lose_nothing(tmp_path: Path) 
             assert last == {b"tidelog.end": str(head).encode()}
             t.delete(before_seq=head - 1000)
     store.close()
+
+
+def test_SVC_64_cold_segments_are_read_through_the_tiering_rules(tmp_path: Path) -> None:
+    """A store with a cold tier (spec/TIERING.md): the owner's Arrow read leaves cold segments
+    to ``Topic.read`` (which fetches and pins them, TIER-8) and still returns every record once;
+    a read-only view of the store reads them column by column as before."""
+    from tidelog.adapters.spark import reading
+    from tidelog.adapters.spark.options import parse_options
+    from tidelog.backends.file.coldchunk import ColdChunk
+
+    root = tmp_path / "store"
+    opts: dict[str, Any] = {"segment_max_records": 10, "hot_retain_segments": 1}
+    store = tidelog.open(f"file://{root}", cold=str(tmp_path / "cold"), **opts)
+    t = store.topic("ev")
+    for lo in range(0, 60, 5):
+        t.append_many([b"p%03d" % i for i in range(lo, lo + 5)])
+    hooks(store, Checkpoint).checkpoint()
+    t.append_many([b"tail"] * 3)
+    chunks = list(hooks(store, EngineTopics).topics["ev"].log.chunks)
+    assert any(isinstance(c, ColdChunk) for c in chunks)
+    want = [r.payload for r in t.read(0, 1000) if isinstance(r, Record)]
+    with ServiceThread(store) as thread:
+        _schema, batches, last = get(thread.url, "/v0/topics/ev/arrow?after=0&until=63").stream()
+        assert [r[5] for r in rows_of(batches)] == want and len(want) == 63
+        assert last == {b"tidelog.end": b"63"}
+    store.flush()
+    view = tidelog.open(f"file://{root}", readonly=True, cold=str(tmp_path / "cold"))
+    local = parse_options({"path": str(root), "topic": "ev"})
+    got = [
+        p for b in reading.read_store(view, local, 1, 63) for p in b.column("payload").to_pylist()
+    ]
+    assert got == want
+    view.close()
+    store.close()
