@@ -40,6 +40,7 @@ KNOWN_OPTIONS = {
     "requesttimeout",
     "samplebundles",
     "freshnesstimeoutms",
+    "token",  # the bearer token of a served (http://) store, SPK-40
 }
 #: Options Spark itself passes to every sink/source; ignored here.
 _SPARK_OPTIONS = {"checkpointlocation", "queryname"}
@@ -68,6 +69,7 @@ class SourceOptions:
     sample_bundles: int = 1000
     freshness_timeout_ms: int = 10_000  # how long a task waits for its view to reach its plan
     topic_config: dict[str, str] = field(default_factory=dict)
+    token: str | None = field(default=None, repr=False)  # a served store's (SPK-40): never shown
 
     @property
     def staging(self) -> str:
@@ -83,9 +85,12 @@ def store_root(location: str) -> str:
     """The absolute store directory of ``file:///abs``, ``file://./rel`` or a plain path."""
     if "://" in location:
         uri = parse_uri(location)
+        if uri.scheme in ("http", "https"):
+            return location  # a store tidelog serve owns, read over the network (SPK-40)
         if uri.scheme != "file":
             raise BadOption(
-                f"the Spark data source reads and writes file:// stores only, got {location!r} "
+                f"the Spark data source reads and writes file:// stores (and reads http(s):// "
+                f"stores, SPK-40) only, got {location!r} "
                 "(executors are other processes: memory:// stores are invisible to them)"
             )
         location = uri.location
@@ -164,6 +169,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         out["subscriber"] = check_subscriber_name(opts["subscriber"])
     if opts.get("stagingdir"):
         out["staging_dir"] = os.path.abspath(opts["stagingdir"])
+    if opts.get("token"):
+        out["token"] = str(opts["token"])
     if opts.get("producerid"):
         out["producer_id"] = str(opts["producerid"])
     if "requesttimeout" in opts:

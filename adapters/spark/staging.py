@@ -29,6 +29,7 @@ import pyarrow.ipc as ipc
 from tidelog.backends.file import requests
 from tidelog.errors import ERROR_CODES, TidelogError
 
+from . import netread
 from .columns import staged_table
 from .guard import StagingGone, missing_attempt
 from .options import SourceOptions
@@ -146,6 +147,8 @@ def sweep(parent: str) -> None:
 
 def request(opts: SourceOptions, body: dict[str, Any], *, create: bool = False) -> dict[str, Any]:
     """Submit a request to the store's owner and wait; a refusal raises the owner's error."""
+    if netread.is_served(opts.root):  # the owner's subscriber endpoints (SPK-40)
+        return netread.request(opts, body)
     opener = None
     if create:  # ingest may be the first write to a new store: the hand-off creates it (XPR-3)
         import tidelog
