@@ -731,6 +731,7 @@ def _file_store_vectors(out: str, add_dir: Callable[..., None]) -> None:
             seed = wal.frame_seed(wal.decode_header(d))
             for a, b in pairwise(wal.scan_file(d).frames):
                 if pair(a, b):
+                    fixed: bytes | bytearray
                     if b.type == wal.FrameType.APPEND:
                         fixed = wal.encode_append(b.topic_id, b.seq + 5, b.ts, b.tag, b.node,
                                                   b.data, batch_end=b.batch_end,

@@ -44,6 +44,11 @@ def _producer(value: object) -> tuple[str, int]:
     return pid, seq
 
 
+def _no_lane(payload: bytes) -> None:
+    """The lane of a topic whose backend has none for it: never takes a record."""
+    return None
+
+
 def _payload(value: object) -> bytes:
     if isinstance(value, bytes):
         return value
@@ -56,7 +61,7 @@ def _payloads(values: Iterable[object]) -> list[bytes]:
     """The payloads of a batch as a new list of ``bytes``. When every item already is exactly
     ``bytes`` (the common case) this is two C-level passes, no Python loop per record."""
     data = list(values)
-    if set(map(type, data)) <= {bytes}:
+    if list(map(type, data)).count(bytes) == len(data):  # a count by identity: no hashing
         return data  # type: ignore[return-value]  # every item checked to be bytes
     return [_payload(p) for p in data]
 
@@ -225,12 +230,20 @@ class Store:
 class Topic:
     """A handle on one topic incarnation."""
 
-    __slots__ = ("_store", "_ref", "_bundles")
+    __slots__ = ("_store", "_ref", "_bundles", "_lane")
 
     def __init__(self, store: Store, ref: TopicRef) -> None:
         self._store = store
         self._ref = ref
         self._bundles: bool | None = None  # payload="bundles"? (config is immutable, TOP-9)
+        # the backend's lean single append for this topic (Backend.lane), asked at first use
+        self._lane: Callable[[bytes], int | None] | None = None
+
+    def _find_lane(self) -> Callable[[bytes], int | None]:
+        """The backend's lane for this topic; a topic of bundles takes none (BND-9 checks
+        every payload), nor does a backend without one: then a lane that never takes."""
+        lane = None if self._is_bundles() else self._store._backend.lane(self._ref)
+        return _no_lane if lane is None else lane
 
     def _is_bundles(self) -> bool:
         if self._bundles is None:
@@ -277,17 +290,12 @@ class Topic:
     # -- log -------------------------------------------------------------------------------
     def append(self, payload: bytes, *, tag: str | None = None, node: str | None = None) -> int:
         """Append one record and return its seq (spec TOP-1, TOP-6)."""
-        if (
-            type(payload) is bytes
-            and tag is None
-            and node is None
-            and (self._bundles is False or not self._is_bundles())
-        ):
+        if tag is None and node is None and type(payload) is bytes and not self._store._closed:
             # the common case, checked: the backend's lean path, if it takes it
-            store = self._store
-            if store._closed:
-                raise Closed(f"store {store._uri} is closed")
-            seq = store._backend.append_fast(self._ref, payload)
+            lane = self._lane
+            if lane is None:
+                lane = self._lane = self._find_lane()
+            seq = lane(payload)
             if seq is not None:
                 return seq
         data = _payload(payload)

@@ -102,10 +102,11 @@ class Backend(ABC):
         producer: tuple[str, int] | None = None,
     ) -> list[int]: ...
 
-    def append_fast(self, ref: TopicRef, payload: bytes) -> int | None:
-        """Optional: append one record without tag or node and return its seq, on a fast path
-        that does only what the common case needs; None means "not here", and the caller uses
-        ``append`` (which checks and raises as usual). The default never takes it."""
+    def lane(self, ref: TopicRef) -> Callable[[bytes], int | None] | None:
+        """Optional: a callable appending one record without tag or node to this topic and
+        returning its seq, on a lean path that does only what the common case needs; it
+        returns None for "not here", and the caller uses ``append`` (which checks and raises as
+        usual). Asked once per topic handle; None: never here. The default has none."""
         return None
 
     def append_records(

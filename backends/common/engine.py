@@ -12,7 +12,6 @@ concurrent writers share group commits.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
 from typing import TypeVar
@@ -38,7 +37,8 @@ from tidelog.records import Item, Lease, RouterConfig, RouterInfo, Tombstone, To
 
 from .index import SealedChunk, TopicLog
 from .jobs import JobQueue
-from .journal import FALLBACK, Journal
+from .journal import Journal
+from .lane import Lane, make_lane
 from .progress import Progress, SubState
 from .routing import Routing
 
@@ -64,7 +64,7 @@ class EngineTopic:
 
     __slots__ = (
         "name", "config", "tid", "log", "progress", "jobs", "version", "producers", "lean",
-        "cursors", "outs",
+        "cursors", "outs", "dropped",
     )  # fmt: skip
 
     def __init__(self, name: str, config: TopicConfig, tid: int) -> None:
@@ -77,12 +77,13 @@ class EngineTopic:
         self.version = 0  # moves on every change; readers waiting for data sleep on it (CON-3)
         self.producers: dict[str, int] = {}  # TOP-11: producer id -> last applied sequence
         # no cap and no TTL: a single append can neither evict, nor be refused for room, nor
-        # expire anything, so Engine.append_fast may take it (config is immutable, TOP-9)
+        # expire anything, so a lane (lane.py) may take it (config is immutable, TOP-9)
         self.lean = (
             config.cap_records is None and config.cap_bytes is None and config.ttl_ms is None
         )
         self.cursors: dict[str, int] = {}  # RTR-10: the cursors of the routers into this topic
         self.outs = 0  # how many routers read this topic (their forwarding follows its ops)
+        self.dropped = False  # dropped: a lane holding it refuses from then on
 
 
 class Engine(Backend):
@@ -103,7 +104,7 @@ class Engine(Backend):
         journal: Journal | None = None,
     ) -> None:
         self.clock = clock
-        self._wall = type(clock) is SystemClock  # append_fast reads the time without a call
+        self._wall = type(clock) is SystemClock  # lanes read the time without a call
         self.options = options
         self.capabilities = capabilities
         self.journal = journal
@@ -119,11 +120,10 @@ class Engine(Backend):
         self._forwarded = False  # the current op forwarded: it waits as a durable op does
         # gated topics the current op appended to, each with the last seq the op appended
         self._unpublished: list[tuple[EngineTopic, int]] = []
-        self._waiters = 0  # threads in wait(), and watchers: _bump notifies only if someone listens
+        # threads in wait() and watchers: _bump notifies only when someone listens
+        self._waiters = 0
         self._watchers: tuple[Callable[[str | None], None], ...] = ()
         self._publishing = threading.Lock()  # _finish: gated topics' visible
-        self._one: Callable[[EngineTopic, int, int, bytes], object] | None = None
-        self._one_for: Journal | None = None  # the journal _one was looked up on
         # per thread: the Pending list of begin_inline, collecting what its ops would wait for
         self._inline = threading.local()
 
@@ -354,6 +354,7 @@ class Engine(Backend):
     def apply_drop(self, t: EngineTopic) -> None:
         if self.journal is not None:
             self.journal.dropped(t)
+        t.dropped = True
         for name in t.cursors:  # RTR-12: routers into it (their drop effects came first live)
             self.routers.pop(name, None)
         if self.topics.get(t.name) is t:
@@ -619,50 +620,21 @@ class Engine(Backend):
     ) -> list[int]:
         return self._append_op(ref, ((payloads, tag, node),), producer)
 
-    def append_fast(self, ref: TopicRef, payload: bytes) -> int | None:
-        """One record without tag or node, on a topic without caps or TTL (``lean``), with no
-        lease or delayed job to expire: the common single append, doing only what the spec
-        requires there (TOP-1, TOP-5, DUR classes through the journal's ``append_one``). None
-        when any of that does not hold (or the journal needs the general path, e.g. for a seq
-        reservation): the caller then uses ``append``, which decides and raises as usual."""
-        if len(payload) > self.options.max_record_bytes:
-            return None
-        journal = self.journal
+    def lane(self, ref: TopicRef) -> Lane | None:
+        """The lean single append for this topic (lane.py), or None where it never applies: a
+        topic with caps or TTL, a read-only view, a store with ``max_bytes``, or a journal
+        without a per-topic hook for it (``lean(t)``; e.g. a backend that reserves nothing)."""
         with self.lock:
             t = self.topics.get(ref.name)
-            if (
-                t is None
-                or t.tid != ref.incarnation
-                or not t.lean  # also False for read-only views and stores with max_bytes
-                or self.closed
-                or t.outs  # its routers forward in the op (RTR-8)
-                or t.jobs.leases
-                or t.jobs.delayed
-            ):
+            if t is None or t.tid != ref.incarnation or not t.lean or self.closed:
                 return None
-            log = t.log
-            now = time.time_ns() // 1_000_000 if self._wall else self.clock.now_ms()
-            last = log.last_ts
-            ts = now if last is None or now > last else last  # TOP-5
-            seq = log.head + 1
-            ticket = None
-            if journal is not None:
-                one = self._one
-                if self._one_for is not journal:
-                    one = self._one = getattr(journal, "append_one", None)
-                    self._one_for = journal
+            one = None
+            if self.journal is not None:
+                hook = getattr(self.journal, "lean", None)
+                one = hook(t) if hook is not None else None
                 if one is None:
                     return None
-                ticket = one(t, seq, ts, payload)
-                if ticket is FALLBACK:
-                    return None
-            log.append_one(payload, ts)
-            t.version += 1
-            if self._waiters:
-                self._notify(t.name)
-        if log.gate_visibility:
-            self._finish(ticket, [(t, seq)])
-        return seq
+            return make_lane(self, t, one)
 
     def append_records(
         self,

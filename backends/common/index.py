@@ -78,6 +78,7 @@ class TopicLog:
         self._chunk_firsts: list[int] = []
         self.base = 1
         self._first = 0  # index of the first live tail slot (== len(payloads) when none)
+        # the tail's columns are changed in place, never rebound: a lane (lane.py) holds them
         self.payloads: list[bytes | None] = []
         self.tss: list[int] = []
         self.tags: list[str | None] = []
@@ -214,21 +215,6 @@ class TopicLog:
         if tag is not None:
             self.index_tag(tag, first, first + n - 1)
         return list(range(first, first + n))
-
-    def append_one(self, payload: bytes, ts: int) -> int:
-        """``append((payload,), None, None, ts)`` without the generality: the lean single
-        append (no tag, no node)."""
-        self.payloads.append(payload)
-        self.tss.append(ts)
-        self.tags.append(None)
-        self.nodes.append(None)
-        self.head = seq = self.head + 1
-        if not self.gate_visibility:
-            self.visible = seq
-        self.count += 1
-        self.nbytes += len(payload)
-        self.last_ts = ts
-        return seq
 
     def append_located(
         self, chunk: SealedChunk, n: int, nbytes: int, tag: str | None, ts: int

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Journal", "FALLBACK"]
 
-#: Returned by a journal's optional ``append_one(t, seq, ts, payload)`` (the engine's lean
-#: single append) when the record needs the general path; otherwise it returns the ticket
-#: ``end_op`` would have (or None) after logging the record as a complete op.
+#: Returned by the per-topic hook ``(seq, ts, payload)`` of a journal's optional ``lean(t)``
+#: (the engine's lean single append, lane.py) when the record needs the general path;
+#: otherwise the hook returns the ticket ``end_op`` would have (or None) after logging the
+#: record as a complete op.
 FALLBACK: object = object()
 
 

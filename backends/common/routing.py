@@ -68,7 +68,7 @@ class Routing:
             self.e._settle(src)  # RTR-7, SUB-5: its hold is gone
 
     def count_outs(self) -> None:
-        """Each topic's number of routers out of it (``append_fast`` leaves those alone)."""
+        """Each topic's number of routers out of it (lanes, lane.py, leave those alone)."""
         for t in self.e.topics.values():
             t.outs = 0
         for r in self.e.routers.values():

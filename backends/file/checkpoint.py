@@ -26,6 +26,7 @@ and retires, and where it reports what it sealed; files go through the port's FS
 from __future__ import annotations
 
 import os
+from array import array
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.errors import BadArgument, Corrupt
-from tidelog.fsio import FS, make_dirs, write_whole
+from tidelog.fsio import FS, make_dirs, write_parts, write_whole
 from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
@@ -41,7 +42,7 @@ from .chunk import SegChunk
 from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
-from .format.seal import build_columns
+from .format.seal import build_parts
 from .journal import ranges
 from .progressfiles import topic_dir
 from .walchunk import WalChunk
@@ -125,14 +126,27 @@ class _Tail:
     # ``dead_map`` is its dead slots at capture time
     source: WalChunk | None = None
     dead_map: bytes = b""
+    lens: array[int] | None = None  # sizes() of a tail held in memory, once taken
 
-    def sizes(self) -> list[int]:
-        """Payload size of every slot (0 for a dead one)."""
+    def sizes(self) -> Sequence[int]:
+        """Payload size of every slot (0 for a dead one). A tail held in memory keeps them
+        (``lens``): they are the lengths column its segments are built with."""
         if self.source is not None:
             return self.source.sizes()  # dead slots keep their size: cuts stay conservative
-        if self.dead:
-            return [0 if p is None else len(p) for p in self.payloads]
-        return list(map(len, self.payloads))  # type: ignore[arg-type]  # no None: dead is False
+        if self.lens is None:
+            sizes = (
+                (0 if p is None else len(p) for p in self.payloads)
+                if self.dead
+                else map(
+                    len,
+                    self.payloads,  # type: ignore[arg-type]  # no None: dead is False
+                )
+            )
+            try:
+                self.lens = array(segfmt._U32_CODE, sizes)
+            except OverflowError:  # build_parts refuses such a record (BadArgument)
+                return [0 if p is None else len(p) for p in self.payloads]
+        return self.lens
 
     def columns(self, lo: int, hi: int) -> _Columns:
         """(payloads, tss, tags, nodes) of slots lo..hi-1, None payloads for dead slots."""
@@ -244,9 +258,9 @@ def _capture(state: StoreState) -> _Capture:
                 k = next((i for i, p in enumerate(payloads) if p is not None), len(payloads))
             if k < len(payloads):
                 bundles = t.config.payload == "bundles"
-                tail = _Tail(
-                    t.tid, first + k, payloads[k:], tss[k:], tags[k:], nodes[k:], bundles, any_dead
-                )
+                if k:  # copies of the copies: only when a dead prefix is cut (under the lock)
+                    payloads, tss, tags, nodes = payloads[k:], tss[k:], tags[k:], nodes[k:]
+                tail = _Tail(t.tid, first + k, payloads, tss, tags, nodes, bundles, any_dead)
                 tails.append(tail)
                 if any_dead:
                     dead += ranges(
@@ -321,22 +335,23 @@ def _split(tail: _Tail, max_records: int, max_bytes: int) -> list[tuple[int, int
     the running total of record sizes."""
     sizes = tail.sizes()
     n = len(sizes)
-    total = list(accumulate(sizes, initial=0))  # total[i]: payload bytes before i
     overhead = segfmt.RECORD_OVERHEAD
     out: list[tuple[int, int]] = []
     start = 0
     while start < n:  # the longest run from start within both limits, at least one record
         end = min(n, start + max_records)
-        budget = total[start] + max_bytes
-        if total[end] + overhead * (end - start) > budget:
-            lo, hi = start + 1, end  # size grows strictly with the end: binary search it
+        if sum(sizes[start:end]) + overhead * (end - start) > max_bytes:
+            # total[i]: payload bytes of the slots from start before start + i; the size grows
+            # strictly with the end: binary search it
+            total = list(accumulate(sizes[start:end], initial=0))
+            lo, hi = 1, end - start
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if total[mid] + overhead * (mid - start) <= budget:
+                if total[mid] + overhead * mid <= max_bytes:
                     lo = mid
                 else:
                     hi = mid - 1
-            end = lo
+            end = start + lo
         out.append((tail.first + start, end - start))
         start = end
     return out
@@ -352,7 +367,8 @@ def _write_segments(b: CheckpointPort, tail: _Tail) -> None:
         if tail.bundles:
             chunk = _write_qseg(b, directory, tail.tid, cols, first)
         if chunk is None:
-            chunk = _write_plain(b, directory, tail, cols, first)
+            lens = tail.lens[lo : lo + count] if tail.lens is not None else None
+            chunk = _write_plain(b, directory, tail, cols, first, lens)
         if tail.dead:
             for i, p in enumerate(cols[0]):
                 if p is None:
@@ -362,24 +378,40 @@ def _write_segments(b: CheckpointPort, tail: _Tail) -> None:
 
 
 def _write_plain(
-    b: CheckpointPort, directory: str, tail: _Tail, cols: _Columns, first: int
+    b: CheckpointPort,
+    directory: str,
+    tail: _Tail,
+    cols: _Columns,
+    first: int,
+    lens: array[int] | None,
 ) -> SegChunk:
     """A ``.data`` + ``.idx`` pair (SEG-1..SEG-7), encoded column-wise (format/seal.py). A slot
-    removed before sealing is an empty placeholder, dead in the snapshot."""
-    data, idx = build_columns(tail.tid, first, *cols, dead=tail.dead)
+    removed before sealing is an empty placeholder, dead in the snapshot. The .data is written
+    piece by piece as it is built (``build_parts``' sink), the .idx after it: a crash or a
+    refusal part way leaves a file no snapshot names, as a crash in a whole write would."""
     _remove_stale(b, os.path.join(directory, qseg_name(first)))
     data_path = os.path.join(directory, segfmt.data_name(first))
-    for path, content in (
-        (data_path, data),
-        (os.path.join(directory, segfmt.idx_name(first)), idx),
-    ):
-        h = b.fs.open(path)
-        try:
-            h.truncate(0)
-            h.pwrite(content, 0)
-            h.fdatasync()
-        finally:
-            h.close()
+    h = b.fs.open(data_path)
+    try:
+        h.truncate(0)
+        at = 0
+
+        def sink(pieces: list[bytes]) -> None:
+            nonlocal at
+            write_parts(h, pieces, at)
+            at += sum(map(len, pieces))
+
+        _, idx = build_parts(tail.tid, first, *cols, dead=tail.dead, lens=lens, sink=sink)
+        h.fdatasync()
+    finally:
+        h.close()
+    h = b.fs.open(os.path.join(directory, segfmt.idx_name(first)))
+    try:
+        h.truncate(0)
+        h.pwrite(idx, 0)
+        h.fdatasync()
+    finally:
+        h.close()
     index = segfmt.read_index(idx, topic_id=tail.tid, first_seq=first)
     return SegChunk(data_path, b.fs.open_read(data_path), index)
 

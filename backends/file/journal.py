@@ -14,7 +14,8 @@ regresses (DUR-3, DUR-5): a crash can lose records but never hand out their seqs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import xxhash
@@ -31,6 +32,7 @@ from .wal import WalShard
 __all__ = ["WalJournal", "ranges"]
 
 _Effect = tuple[Any, ...]
+_yield_gil = time.sleep  # time.sleep(0): release the GIL, take it back after whoever waits
 
 
 def ranges(seqs: Sequence[int]) -> list[list[int]]:
@@ -49,12 +51,16 @@ class WalJournal:
         self.shards = shards
         self.head_reserve = head_reserve
         self.ceilings: dict[int, int] = {}  # tid -> highest seq reserved durably
+        # tid -> (ceiling, shard, end): the newest HEAD_RESERVE placed, maybe not yet synced;
+        # it becomes the ceiling once its shard synced its stream up to ``end`` (WAL-12)
+        self.ahead: dict[int, tuple[int, WalShard, int]] = {}
         self._ops: dict[int, list[_Effect]] = {}  # shard -> buffered effects of the current op
         self._sync: set[int] = set()  # shards whose part of the op must be synced
+        self._reserving: list[tuple[int, int, int]] = []  # (tid, shard, ceiling) of this op
         self._shard_of: dict[int, int] = {}  # tid -> shard (hashing on every op is measurable)
-        # tid -> (shard, class) for append_one, which must not look either up the long way
-        self._lean: dict[int, tuple[WalShard, str]] = {}
         self._cursor_bodies: dict[str, bytes] = {}  # router name -> its cursor frame's body
+        # a lane with a reservation placed ahead and not yet synced yields every so many seqs
+        self._yield_every = max(1, head_reserve // 16)
 
     def shard_of(self, tid: int) -> int:
         shard = self._shard_of.get(tid)
@@ -87,26 +93,108 @@ class WalJournal:
         self._control(t, FrameType.TOPIC_DROP, {})
         self._sync.add(self.shard_of(t.tid))
         self.ceilings.pop(t.tid, None)
-        self._lean.pop(t.tid, None)
+        self.ahead.pop(t.tid, None)
 
-    def append_one(self, t: EngineTopic, seq: int, ts: int, payload: bytes) -> object:
-        """The engine's lean single append (no tag, no node) as a complete op, queued on its
-        shard in op order (``WalShard.defer``: framed when placed, WAL-14). Returns the ticket
-        an fsync op waits on (None for the other classes), or FALLBACK when the general path
-        must run (a seq above the reserved ceiling needs a HEAD_RESERVE first, WAL-12)."""
-        if self._ops:
-            return FALLBACK  # never under the engine lock between ops; stay ordered if it were
-        lean = self._lean.get(t.tid)
-        if lean is None:
-            lean = self._lean[t.tid] = (self.shards[self.shard_of(t.tid)], t.config.durability)
-        shard, cls = lean
+    def reserved(self) -> dict[int, int]:
+        """Each topic's highest reservation placed, durable or not: the ceiling a checkpoint
+        records. The durable ceiling alone is not enough: a reservation placed ahead may be
+        synced but not yet taken in (``_ceiling``) when the checkpoint retires the WAL file
+        holding it, and the appender takes it in afterwards. Higher than the durable one is
+        safe (the snapshot counts only once durable)."""
+        out = dict(self.ceilings)
+        for tid, (ceiling, _, _) in self.ahead.items():
+            out[tid] = max(out.get(tid, 0), ceiling)
+        return out
+
+    # -- seq reservations (WAL-12) ---------------------------------------------------------
+    def _ceiling(self, tid: int) -> int:
+        """The durable ceiling, after taking in the reservation placed ahead once synced."""
+        ceiling = self.ceilings.get(tid, 0)
+        ahead = self.ahead.get(tid)
+        if ahead is not None and ahead[1].synced >= ahead[2]:
+            del self.ahead[tid]
+            if ahead[0] > ceiling:
+                ceiling = self.ceilings[tid] = ahead[0]
+        return ceiling
+
+    def _new_ceiling(self, tid: int, first: int, last: int) -> int:
+        """The ceiling a HEAD_RESERVE frame sets for an op assigning ``first .. last``: the
+        head before the op plus ``head_reserve`` (the op's last seq if higher), so a crash never
+        skips more than ``head_reserve`` seqs past the head (DUR-3), and never below one
+        already placed ahead."""
+        ahead = self.ahead.get(tid)
+        return max(last, first - 1 + self.head_reserve, ahead[0] if ahead is not None else 0)
+
+    def _reserve_one(self, tid: int, shard: WalShard, seq: int) -> tuple[object, int]:
+        """A lane's reservation step for ``seq`` (engine lock held). Returns FALLBACK when
+        ``seq`` is above the durable ceiling (the general path then reserves in its op and
+        waits), else None; with the next seq that needs this step. Half of ``head_reserve``
+        below the durable ceiling, the next reservation is placed ahead: a batch of its own,
+        placed at once (before records still deferred: a reservation depends on no op) and
+        synced by the committer at once."""
+        ceiling = self._ceiling(tid)
+        if seq > ceiling:
+            return FALLBACK, 0
+        ahead = self.ahead.get(tid)
+        if ahead is None:
+            low = ceiling - self.head_reserve // 2 + 1
+            if seq < low:
+                return None, low
+            new = self._new_ceiling(tid, seq, seq)
+            seed = shard.gen
+            frame = walfmt.encode_control(
+                FrameType.HEAD_RESERVE, tid, {}, seq=new, batch_end=True, seed=seed
+            )
+            self.ahead[tid] = (new, shard, shard.place_now(frame, seed))
+            shard.nudge()
+        # not synced yet: let the committer run. An appender holds the GIL between appends,
+        # so the committer gets it back after its write and after its fdatasync only at the
+        # interpreter's switch interval (5 ms each): longer than a reservation lasts
+        _yield_gil(0)
+        return None, min(ceiling + 1, seq + self._yield_every)
+
+    def lean(self, t: EngineTopic) -> Callable[[int, int, bytes], object]:
+        """The engine lane's per-topic hook (lane.py ``OneHook``): record ``seq`` as a complete
+        op, queued on its shard in op order (``WalShard.defer``: framed when placed, WAL-14).
+        Returns the ticket the op waits on (fsync), or FALLBACK for the general path: inside
+        another op (never expected; its effects stay in order then), or for a seq above the
+        durable ceiling (WAL-12)."""
+        tid, cls = t.tid, t.config.durability
+        shard = self.shards[self.shard_of(tid)]
+        defer = shard.defer
         if cls == "fsync":
-            return [(shard, shard.defer(t.tid, ts, True, seq, payload))]
-        if cls != "memory" and seq > self.ceilings.get(t.tid, 0):
-            return FALLBACK  # disk, ephemeral: reserve seqs durably first
-        if cls != "ephemeral":  # ephemeral records are never logged
-            shard.defer(t.tid, ts, False, seq, payload)
-        return None
+
+            def one_fsync(seq: int, ts: int, payload: bytes) -> object:
+                if self._ops:
+                    return FALLBACK
+                return [(shard, defer(tid, ts, True, seq, payload))]
+
+            return one_fsync
+        if cls == "memory":  # reserves nothing (DUR-4)
+
+            def one_memory(seq: int, ts: int, payload: bytes) -> object:
+                if self._ops:
+                    return FALLBACK
+                defer(tid, ts, False, seq, payload)
+                return None
+
+            return one_memory
+        logged = cls == "disk"  # ephemeral records are never logged, only reserved (DUR-5)
+        low = 0  # the next seq that needs a reservation step
+
+        def one_reserving(seq: int, ts: int, payload: bytes) -> object:
+            nonlocal low
+            if self._ops:
+                return FALLBACK
+            if seq >= low:
+                refused, low = self._reserve_one(tid, shard, seq)
+                if refused is not None:
+                    return refused
+            if logged:
+                defer(tid, ts, False, seq, payload)
+            return None
+
+        return one_reserving
 
     def appended(
         self,
@@ -117,12 +205,22 @@ class WalJournal:
         node: str | None,
         payloads: Sequence[bytes],
     ) -> None:
-        last = first_seq + len(payloads) - 1
-        if t.config.durability in ("disk", "ephemeral") and last > self.ceilings.get(t.tid, 0):
-            ceiling = last + self.head_reserve
-            self.ceilings[t.tid] = ceiling
-            self._control(t, FrameType.HEAD_RESERVE, {}, seq=ceiling)
-            self._sync.add(self.shard_of(t.tid))  # the reservation must be durable first
+        if t.config.durability in ("disk", "ephemeral"):
+            tid = t.tid
+            last = first_seq + len(payloads) - 1
+            ceiling = self._ceiling(tid)
+            ahead = self.ahead.get(tid)
+            # WAL-12: above the durable ceiling, the op reserves in its own batch and waits for
+            # it (which also makes any reservation placed ahead durable: it comes first); half
+            # a reservation below it, one is placed ahead in the op, not waited for
+            must = last > ceiling
+            if must or (ahead is None and last > ceiling - self.head_reserve // 2):
+                new = self._new_ceiling(tid, first_seq, last)
+                self._control(t, FrameType.HEAD_RESERVE, {}, seq=new)
+                shard_no = self.shard_of(tid)
+                self._reserving.append((tid, shard_no, new))
+                if must:
+                    self._sync.add(shard_no)
         if self._logged(t):
             durable = t.config.durability == "fsync"
             self._add(t, ("append", t.tid, first_seq, ts, tag, node, payloads, durable))
@@ -197,25 +295,32 @@ class WalJournal:
     def end_op(self, wait: bool) -> list[tuple[WalShard, int]] | None:
         if not self._ops:
             return None
-        ops, sync = self._ops, self._sync
-        self._ops, self._sync = {}, set()
+        ops, sync, reserving = self._ops, self._sync, self._reserving
+        self._ops, self._sync, self._reserving = {}, set(), []
+        ticket: list[tuple[WalShard, int]]
         if len(ops) == 1:  # the common case: one shard, no ordering to arrange
             ((shard_no, effects),) = ops.items()
             shard = self.shards[shard_no]
             pos = shard.submit(_encode(effects, shard.gen), shard.gen)
-            return [(shard, pos)] if wait and shard_no in sync else None
-        ticket: list[tuple[WalShard, int]] = []
-        order = sorted(ops)
-        for k, shard_no in enumerate(order):
+            ticket = [(shard, pos)] if wait and shard_no in sync else []
+        else:
+            ticket = []
+            order = sorted(ops)
+            for k, shard_no in enumerate(order):
+                shard = self.shards[shard_no]
+                pos = shard.submit(_encode(ops[shard_no], shard.gen), shard.gen)
+                must = shard_no in sync
+                if must and len(order) > 1 and k < len(order) - 1:
+                    # an op spanning shards (dead-lettering): each part is durable before the
+                    # next is placed, so no crash keeps a later part without an earlier one
+                    shard.wait_synced(pos)
+                elif must and wait:
+                    ticket.append((shard, pos))
+        for tid, shard_no, ceiling in reserving:  # WAL-12: the newest reservation placed
             shard = self.shards[shard_no]
-            pos = shard.submit(_encode(ops[shard_no], shard.gen), shard.gen)
-            must = shard_no in sync
-            if must and len(order) > 1 and k < len(order) - 1:
-                # an op spanning shards (dead-lettering): each part is durable before the next
-                # is placed, so no crash keeps a later part without an earlier one
-                shard.wait_synced(pos)
-            elif must and wait:
-                ticket.append((shard, pos))
+            self.ahead[tid] = (ceiling, shard, shard.submitted)  # durable with this op's batch
+            if shard_no not in sync:
+                shard.nudge()  # placed ahead of need: synced now, not at the next tick
         return ticket or None
 
     def wait(self, ticket: object) -> None:
@@ -224,16 +329,17 @@ class WalJournal:
             shard.wait_synced(pos)
 
 
-def _encode(effects: list[_Effect], seed: int) -> bytes:
+def _encode(effects: list[_Effect], seed: int) -> bytes | bytearray:
     """Frames of one op in one shard, checksums seeded with ``seed`` (the shard's file, WAL-15);
     the last carries BATCH_END (WAL-7). A run of several records is one APPEND_BATCH frame
     (WAL-14): no per-record Python work."""
-    frames: list[bytes] = []
+    frames: list[bytes | bytearray] = []
     n = len(effects)
     for k, e in enumerate(effects):
         last_effect = k == n - 1
         if e[0] == "append":
             _, tid, first_seq, ts, tag, node, payloads, durable = e
+            frame: bytes | bytearray
             if len(payloads) == 1:
                 frame = walfmt.encode_append(
                     tid, first_seq, ts, tag, node, payloads[0], batch_end=last_effect,
@@ -252,4 +358,4 @@ def _encode(effects: list[_Effect], seed: int) -> bytes:
                     ftype, tid, body, seq=seq, durable=durable, batch_end=last_effect, seed=seed
                 )
             )
-    return b"".join(frames)
+    return frames[0] if n == 1 else b"".join(frames)  # an append_many: no copy of its frame

@@ -28,7 +28,7 @@ class FileOptions:
     wal_recycle: int = 2  # retired WAL files kept per shard for reuse (WAL-15)
     prealloc: str = "fallocate"
     commit_interval_ms: int = 10
-    head_reserve: int = 4096
+    head_reserve: int = 1 << 16  # a durable HEAD_RESERVE per this many seqs at most (WAL-12)
     checkpoint_bytes: int = 32 << 20
     segment_max_records: int = 100_000
     segment_max_bytes: int = 64 << 20

@@ -344,7 +344,12 @@ class FileBackend(Engine):
             store_id=self.store_id,
             incarnations=self.incarnations,
             topics=sorted(self.by_id.values(), key=lambda t: t.tid),
-            ceilings=dict(self.ceilings),
+            # WAL-12: with the reservations placed ahead (WalJournal.reserved)
+            ceilings=(
+                self.journal.reserved()
+                if isinstance(self.journal, WalJournal)
+                else dict(self.ceilings)
+            ),
             clean=self.closing,
             wal={self.stream_key(s.shard): s.position() for s in self.shards},
             wal_submitted=sum(s.submitted for s in self.shards),

@@ -19,7 +19,11 @@ A lone writer never waits: the sync released only itself.
 Locks: ``outer`` is the engine's store lock. Every op submits (``submit``, ``defer``) holding
 it, so it alone guards the deferred records, and placing them takes it too (then the shard
 lock): a deferral costs no lock of its own. The shard lock guards placement state against the
-writer threads; nothing takes ``outer`` while holding it. Writing is
+writer threads; nothing takes ``outer`` while holding it. The committer does not queue for
+``outer`` behind a busy appender (every release would wake it, only for the appender to take
+the lock again first): it tries, and when the lock is taken it asks the appender, which places
+the deferred records at its next new run (a ms at most on the wall clock) and wakes it; only
+if that has not happened within ``_ASK_WAIT_S`` does it wait for the lock. Writing is
 leader/follower group commit: the first caller that needs durability becomes the leader, writes
 every pending chunk with one pwrite per file and calls fdatasync once, then wakes the followers
 whose chunks that covered. A lone writer is never delayed (no thread hand-off); concurrent
@@ -72,6 +76,7 @@ from .format import wal as walfmt
 __all__ = ["WalShard", "WalOptions", "wal_dir", "wal_file_name"]
 
 _GATHER_MAX_S = 0.001  # a leader waits at most this long for released threads to come back
+_ASK_WAIT_S = 0.002  # the committer waits this long for an appender it asked to place records
 
 
 class _Gate:
@@ -88,6 +93,7 @@ class _Gate:
 
     def open(self) -> None:
         self._lock.release()
+
 
 HEADER_SIZE = 64
 ZERO_AHEAD = 1 << 20  # bytes zeroed past a small write's end (module docstring)
@@ -141,7 +147,11 @@ class WalShard:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)  # flush/close waiting for a leader to end
         self._cond_waiters = 0
-        self._tick = threading.Condition(self.lock)  # the committer's own: woken only to stop
+        self._tick = threading.Condition(self.lock)  # the committer's own: to stop, or nudged
+        self._nudged = False  # the committer writes and syncs now, not at its next tick
+        # the committer found ``outer`` busy: the appender holding it places the deferred
+        # records at its next new run (defer), instead of making the committer queue for it
+        self._asked = False
         # ops waiting for a sync, each thread on a lock of its own (held until it is woken):
         # a sync wakes exactly the waiters it covered, plus one other to lead the next
         self._waiters: list[tuple[int, _Gate]] = []
@@ -153,7 +163,8 @@ class WalShard:
         self._released = 0  # threads the last sync released (its covered waiters and leader)
         self._gathered_round = -1  # _arrived_at_sync of the round already gathered
         self._sync_s = 0.0  # duration of the last write + fdatasync
-        self.pending: list[tuple[int, int, bytes, int, int]] = []  # gen, offset, data, end, op
+        # gen, offset, data, end, op
+        self.pending: list[tuple[int, int, bytes | bytearray, int, int]] = []
         # deferred single records, op order, not yet placed: closed runs (topic, ts, durable,
         # first seq, payloads) and the open run they are appended to while they extend it
         self.records: list[tuple[int, int, bool, int, list[bytes]]] = []
@@ -280,7 +291,7 @@ class WalShard:
         return h
 
     # -- submitting ------------------------------------------------------------------------
-    def submit(self, data: bytes, seed: int) -> int:
+    def submit(self, data: bytes | bytearray, seed: int) -> int:
         """Place one op's frames, encoded with ``seed`` (read from ``gen`` before; ``outer``
         held); returns its op number (the ticket for ``wait_synced``)."""
         with self.lock:
@@ -303,6 +314,8 @@ class WalShard:
         else:
             if self._run:
                 self._close_run()
+            if self._asked:
+                self._place_asked()
             self._run_tid, self._run_ts, self._run_durable = tid, ts, durable
             self._run_first = seq
             self._run = [payload]
@@ -310,14 +323,62 @@ class WalShard:
         self.ops += 1
         return self.ops
 
-    def _place_deferred(self) -> None:
-        """Place the deferred records now; called without the shard lock (takes ``outer``,
-        then the shard lock, the order every submit uses)."""
-        with self.outer, self.lock:
-            if self.records or self._run:
-                self._place_records()
+    def place_now(self, data: bytes, seed: int) -> int:
+        """Place ``data``, one whole batch that belongs to no op (a seq reservation placed
+        ahead of need, WAL-12), at once: ahead of the records still deferred, whose runs it
+        does not cut. ``outer`` held. Returns the stream position at its end: it is durable
+        once ``synced`` reaches that."""
+        with self.lock:
+            if self.failed is not None:
+                raise self.failed
+            self._place(data, self.ops_placed, seed)  # no op number of its own
+            return self.submitted
 
-    def _place(self, data: bytes, op: int, seed: int) -> None:
+    def _place_deferred(self, block: bool = True) -> bool:
+        """Place the deferred records now; called without the shard lock (takes ``outer``,
+        then the shard lock, the order every submit uses). Without ``block``, only if
+        ``outer`` is free: False if it was not."""
+        if not self.outer.acquire(blocking=block):
+            return False
+        try:
+            with self.lock:
+                if self.records or self._run:
+                    self._place_records()
+                self._asked = False
+        finally:
+            self.outer.release()
+        return True
+
+    def _place_asked(self) -> None:
+        """The committer asked (``_asked``): place the closed runs and wake it to write them
+        (``outer`` held)."""
+        with self.lock:
+            self._place_records()
+            self._asked = False
+            self._tick.notify()
+
+    def _take_deferred(self) -> None:
+        """The committer's placing (module docstring): the deferred records now if ``outer``
+        is free; else the appender holding it is asked to place them at its next new run (a
+        ms at most on the wall clock) and wake the committer, which waits that long for it
+        before it takes its turn at ``outer`` after all."""
+        if self._place_deferred(block=False):
+            return
+        with self.lock:
+            self._asked = True
+            self._tick.wait(_ASK_WAIT_S)
+            asked = self._asked and not self._stop
+        if asked:
+            self._place_deferred()
+
+    def nudge(self) -> None:
+        """Have the committer write and sync what is placed now instead of at its next tick
+        (a seq reservation placed ahead of need, WAL-12)."""
+        with self.lock:
+            self._nudged = True
+            self._tick.notify()
+
+    def _place(self, data: bytes | bytearray, op: int, seed: int) -> None:
         """Give ``data`` (ops up to ``op``, frames encoded with ``seed``) its place in the
         stream, after a SYNCED frame if one is due (WAL-16: in the same chunk, so a lone
         writer's op stays one entry and one pwrite); lock held."""
@@ -390,6 +451,7 @@ class WalShard:
         op = self.ops_placed  # deferred records are the newest ops: they follow it
         for tid, ts, durable, first, payloads in runs:
             seed = self.gen
+            frame: bytes | bytearray
             if len(payloads) == 1:
                 frame = walfmt.encode_append(
                     tid, first, ts, None, None, payloads[0], batch_end=True, durable=durable,
@@ -536,7 +598,7 @@ class WalShard:
 
     def _write(
         self,
-        batch: list[tuple[int, int, bytes, int, int]],
+        batch: list[tuple[int, int, bytes | bytearray, int, int]],
         sync: bool,
         far: tuple[int, int, bytes] | None = None,
     ) -> int:
@@ -594,11 +656,13 @@ class WalShard:
         interval = self.options.commit_interval_ms / 1000.0
         while True:
             with self.lock:
-                self._tick.wait(interval)
+                if not self._nudged:
+                    self._tick.wait(interval)
+                self._nudged = False
                 if self._stop:
                     return
             if self.failed is None and (self.records or self._run):  # a hint; placing rechecks
-                self._place_deferred()
+                self._take_deferred()
             with self.lock:
                 if self.failed is not None or self.leading:
                     continue

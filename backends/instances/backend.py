@@ -10,7 +10,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -296,9 +296,11 @@ class InstancesBackend(Backend):
     ) -> list[int]:
         return self._writer().append(ref, payloads, tag, node, producer)
 
-    def append_fast(self, ref: TopicRef, payload: bytes) -> int | None:
+    def lane(self, ref: TopicRef) -> Callable[[bytes], int | None] | None:
+        """The own instance's lane (INST-10): it checks that instance's store is open on every
+        call, which close() closes right after this one (an append racing it is flushed)."""
         own = self.own
-        return None if own is None or self.closed else own.append_fast(ref, payload)
+        return None if own is None or self.closed else own.lane(ref)
 
     def append_records(
         self,

@@ -18,7 +18,9 @@ import xxhash
 import tidelog
 from tidelog import FakeClock
 from tidelog.backends.file import FileBackend, open_store
+from tidelog.backends.file.format import snapshot as snapfmt
 from tidelog.backends.file.format import wal as walfmt
+from tidelog.backends.file.wal import wal_file_name
 from tidelog.fsio import OsFS
 from tidelog.hooks import hooks
 
@@ -198,9 +200,79 @@ def test_disk_class_is_written_by_the_committer(tmp_path: Path) -> None:
         t.append(b"second")
         assert shard.ops_synced == synced < shard.ops  # acknowledged without waiting
         deadline = time.monotonic() + 5
-        while shard.ops_synced < shard.ops and time.monotonic() < deadline:
+        # the committer may place a SYNCED frame (WAL-16) after its sync: wait for that too
+        while (
+            shard.ops_synced < shard.ops or shard.synced < shard.submitted
+        ) and time.monotonic() < deadline:
             time.sleep(0.005)
         assert shard.ops_synced == shard.ops and shard.synced == shard.submitted
+
+
+@pytest.mark.parametrize("durability", ["disk", "ephemeral"])
+def test_WAL_12_next_reservation_is_placed_ahead_and_not_waited_for(
+    tmp_path: Path, durability: str
+) -> None:
+    """WAL-12, DUR-3, DUR-5: half a reservation below the durable ceiling, the next
+    HEAD_RESERVE is placed ahead (ceiling = head before the op + head_reserve) and the committer
+    syncs it at once, though its interval is a minute: appends past the old ceiling then wait
+    for nothing. After a crash the head is raised over at most head_reserve seqs."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?head_reserve=16&commit_interval_ms=60000&background=false"
+    store = tidelog.open(uri)
+    t = store.topic("t", durability=durability)
+    shard = backend(store).shards[0]
+    waits: list[int] = []
+    wait_synced = shard.wait_synced
+
+    def counted(op: int) -> None:
+        waits.append(op)
+        wait_synced(op)
+
+    shard.wait_synced = counted  # type: ignore[method-assign]
+    t.append(b"0")  # seq 1: above the ceiling (0), reserves through 16 in its op and waits
+    assert len(waits) == 1
+    for i in range(2, 10):  # seq 9 passes 16 - 16 / 2: the reservation through 24 goes ahead
+        assert t.append(b"%d" % i) == i
+    deadline = time.monotonic() + 10
+    while shard.synced < shard.submitted and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert shard.synced == shard.submitted  # nudged: synced long before its next tick
+    for i in range(10, 25):  # past the first ceiling (16), up to the one placed ahead
+        assert t.append(b"%d" % i) == i
+    assert len(waits) == 1
+    image = (root / "wal" / wal_file_name(shard.gen)).read_bytes()
+    reserved = [
+        f.seq for f in walfmt.scan_file(image).frames if f.type == walfmt.FrameType.HEAD_RESERVE
+    ]
+    assert reserved[:2] == [16, 24] and all(r <= 16 + 23 for r in reserved)
+    backend(store).abandon()  # a crash: the head is raised over the reservations made durable
+    with tidelog.open(uri) as store:
+        head = store.topic("t").state().head_seq
+        assert 24 <= head <= 24 + 16
+        assert store.topic("t").append(b"next") == head + 1
+
+
+def test_WAL_12_a_checkpoint_records_the_reservation_placed_ahead(tmp_path: Path) -> None:
+    """WAL-12, DUR-3: a reservation placed ahead and synced, but not yet taken in by an
+    append, is the ceiling the checkpoint's snapshot records: the checkpoint may retire the
+    WAL file holding it, and the appends after it rely on it (found by the random crash
+    workloads: a disk topic recovered below seqs it had acknowledged)."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?head_reserve=8&commit_interval_ms=60000&background=false"
+    store = tidelog.open(uri)
+    t = store.topic("t", durability="disk")
+    shard = backend(store).shards[0]
+    for i in range(1, 6):  # seq 1 reserves through 8; seq 5 places 4 + 8 = 12 ahead
+        t.append(b"%d" % i)
+    deadline = time.monotonic() + 10
+    while shard.synced < shard.submitted and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert shard.synced == shard.submitted
+    n = backend(store).checkpoint()
+    _, body = snapfmt.decode_snapshot((root / "meta" / snapfmt.file_name(n)).read_bytes())
+    (topic,) = body["topics"]
+    assert topic["head"] == 5 and topic["ceiling"] == 12
+    store.close()
 
 
 def test_segments_are_sealed_and_dropped_whole(tmp_path: Path) -> None:

@@ -5,17 +5,18 @@ within both limits."""
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tidelog
 from tidelog.backends.file import FileBackend
 from tidelog.backends.file.checkpoint import _split, _Tail
 from tidelog.backends.file.format import segment as seg
-from tidelog.backends.file.format.seal import build_columns
+from tidelog.backends.file.format.seal import build_columns, build_parts
 from tidelog.errors import BadArgument
 from tidelog.hooks import hooks
 
@@ -83,6 +84,33 @@ def test_SEG_17_columns_encode_the_records_the_builder_would(
     assert list(zip(index.block_slots, index.block_offsets)) == scan.runs
     assert index.runs == seg.read_index(v2_idx).runs
     assert index.flags == seg.read_index(v2_idx).flags and index.tss == seg.read_index(v2_idx).tss
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.one_of(st.none(), st.integers(0, 70_000)), min_size=1, max_size=60),
+    labelled=st.booleans(),
+)
+def test_SEG_17_pieces_handed_to_a_sink_with_given_lengths_are_the_same_segment(
+    sizes: list[int | None], labelled: bool
+) -> None:
+    """SEG-14..SEG-17, checkpoint: a segment built with the lengths the checkpoint took for its
+    cuts and handed to a sink piece by piece (run frames of up to 64 KiB, pieces of about
+    1 MiB, as the checkpoint writes them) is byte for byte the segment built whole."""
+    n = len(sizes)
+    payloads = [None if z is None else bytes([i % 251]) * z for i, z in enumerate(sizes)]
+    tss = [1_700_000_000_000 + i // 3 for i in range(n)]
+    tags = [("a" if i % 4 < 2 else None) if labelled else None for i in range(n)]
+    nodes = [None] * n
+    dead = None in payloads
+    whole, idx = build_parts(9, 5, payloads, tss, tags, nodes, dead=dead)
+    pieces: list[bytes] = []
+    lens = array(seg._U32_CODE, (z or 0 for z in sizes))
+    rest, idx2 = build_parts(
+        9, 5, payloads, tss, tags, nodes, dead=dead, lens=lens, sink=pieces.extend
+    )
+    assert rest == [] and idx2 == idx
+    assert b"".join(pieces) == b"".join(whole)
 
 
 def test_SEG_8_column_encoder_refuses_what_the_format_cannot_hold() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.errors import Locked, StorageError
-from tidelog.fsio import FS, OsFS, io_errors, storage_error
+from tidelog.fsio import FS, OsFS, io_errors, storage_error, write_parts
 
 
 @pytest.fixture(params=["os", "recording"])
@@ -54,6 +54,28 @@ def test_pwrite_pread_at_offsets(fs: FS, tmp_path: Path) -> None:
     big = os.urandom(1 << 20)  # a large write goes out whole
     h.pwrite(big, 3)
     assert h.pread(len(big), 3) == big
+    h.close()
+
+
+def test_write_parts_writes_them_back_to_back(
+    fs: FS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``write_parts`` (a checkpoint's segment pieces): the bytes of the parts joined, at the
+    offset, also when the vectored write of the real FS returns short and over more parts
+    than one call takes."""
+    real = os.pwritev
+
+    def short(fd: int, buffers: list[bytes], offset: int) -> int:  # at most 1000 bytes a call
+        out = b"".join(bytes(b) for b in buffers)[:1000]
+        return real(fd, [out], offset)
+
+    monkeypatch.setattr(os, "pwritev", short)
+    parts = [os.urandom(n) for n in [7, 0, 3000, 1, 2500] * 300]  # more than 1024 buffers
+    h = fs.open(str(tmp_path / "f"))
+    h.pwrite(b"head", 0)
+    write_parts(h, parts, 4)
+    write_parts(h, [], h.size())
+    assert h.pread(h.size(), 0) == b"head" + b"".join(parts)
     h.close()
 
 

@@ -385,28 +385,36 @@ def cut_blocks(offsets: Sequence[int], count: int) -> list[tuple[int, int]]:
 def encode_index(
     topic_id: int,
     first_seq: int,
-    data: bytes,
-    entries: bytes,
+    data: bytes | None,
+    entries: bytes | bytearray,
     offsets: Sequence[int],
     tags: Sequence[str | None],
     nodes: Sequence[str | None],
     *,
     runs: LabelRuns | None = None,
     frames: Sequence[tuple[int, int]] | None = None,
+    sums: tuple[int, Sequence[int]] | None = None,
 ) -> bytes:
     """The version-2 ``.idx`` (SEG-9) of ``data``, whose frames ``entries`` (packed SEG-5
     entries, one per record) describe: header, entries, blocks (SEG-10), label runs, strings
     (SEG-11) and footer. ``offsets[i]`` is frame ``i``'s offset; ``tags``/``nodes`` its labels
     (or ``runs``, already cut). With ``frames`` (the (first slot, offset) of every run frame of
-    a version-2 .data), the version-3 ``.idx`` (SEG-17), whose blocks are those frames."""
+    a version-2 .data), the version-3 ``.idx`` (SEG-17), whose blocks are those frames; with
+    ``sums`` (the .data size and each block's XXH3-64, as its writer computed them), ``data``
+    is not needed."""
     count = len(entries) // ENTRY_SIZE
-    mv = memoryview(data)
     cuts = cut_blocks(offsets, count) if frames is None else frames
-    ends = [off for _, off in cuts[1:]] + [len(data)]
-    blocks = [
-        _BLOCK.pack(slot, off, xxhash.xxh3_64_intdigest(mv[off:end]))
-        for (slot, off), end in zip(cuts, ends)
-    ]
+    if sums is None:
+        assert data is not None
+        mv = memoryview(data)
+        size = len(data)
+        ends = [off for _, off in cuts[1:]] + [size]
+        hashes: Sequence[int] = [
+            xxhash.xxh3_64_intdigest(mv[off:end]) for (_, off), end in zip(cuts, ends)
+        ]
+    else:
+        size, hashes = sums
+    blocks = [_BLOCK.pack(slot, off, h) for (slot, off), h in zip(cuts, hashes)]
     if runs is None:
         runs = label_runs(tags, nodes)
     strings: dict[str, int] = {}
@@ -436,7 +444,7 @@ def encode_index(
         count,
         topic_id,
         first_seq,
-        len(data),
+        size,
         len(blocks),
         len(run_rows),
         len(encoded),
