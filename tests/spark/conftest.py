@@ -3,6 +3,7 @@ Spark test: a session costs 10-20 s to start on a small machine.
 
 local[2], two shuffle partitions, no UI, quiet logs; Python workers run this interpreter so they
 import the tidelog under test. Tests keep stores, checkpoints and outputs under ``tmp_path``.
+``spark_cluster``: a standalone cluster (cluster.py) per test module that asks for it.
 """
 
 from __future__ import annotations
@@ -47,3 +48,16 @@ def spark() -> Iterator[Any]:
         for query in session.streams.active:
             query.stop()
         session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark standalone cluster on 127.0.0.1 (a master and two one-core workers from
+    pyspark's spark-class, cluster.py), killed by PID with every descendant at the end."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from cluster import standalone_cluster
+
+    with standalone_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster
