@@ -33,24 +33,30 @@ from .options import SourceOptions
 
 __all__ = ["view", "topic", "read_log", "read_slot", "seq_bounds", "infer_slot_columns", "split"]
 
-_views: dict[str, Store] = {}
+_views: dict[str, tuple[Store, dict[str, Any]]] = {}
 _views_lock = threading.Lock()
 
 
-def view(root: str, *, fresh: bool = True) -> Store:
-    """This process's read-only view of the store at ``root`` (opened once, refreshed)."""
+def view(root: str, *, fresh: bool = True, options: dict[str, Any] | None = None) -> Store:
+    """This process's read-only view of the store at ``root`` (opened once, refreshed), opened
+    with ``options`` (``SourceOptions.view_options()``: the cold tier, SPK-30); reopened when a
+    read asks for other options."""
+    want = dict(options or {})
     with _views_lock:
-        store = _views.get(root)
+        store, opened = _views.get(root, (None, want))
+        if store is not None and opened != want:
+            store.close()  # idempotent
+            store = None
         if store is None or store.closed:
-            store = tidelog.open(f"file://{root}", readonly=True)
-            _views[root] = store
+            store = tidelog.open(f"file://{root}", readonly=True, **want)
+            _views[root] = (store, want)
         elif fresh:
             store.refresh()
         return store
 
 
 def topic(opts: SourceOptions, *, fresh: bool = True) -> Topic:
-    return view(opts.root, fresh=fresh).topic(opts.topic, create=False)
+    return view(opts.root, fresh=fresh, options=opts.view_options()).topic(opts.topic, create=False)
 
 
 def split(lo: int, hi: int, size: int) -> list[tuple[int, int]]:
@@ -123,7 +129,7 @@ def _sealed_runs(
     records: at or above ``evict_floor``, no loss range, no ts filter (else no runs)."""
     if opts.from_ts is not None or opts.to_ts is not None or not fastread.available():
         return [], lo
-    store = view(opts.root, fresh=False)
+    store = view(opts.root, fresh=False, options=opts.view_options())
     state = store.topic(opts.topic, create=False).state()  # applies lazy TTL first (RET-4)
     # the engine's topics, a hook of the file backend (REG-5): the sealed chunks to serve
     engine_topic = hooks(store, EngineTopics).topics.get(opts.topic)
