@@ -68,6 +68,7 @@ class DemoConfig:
     trigger_ms: int = 500
     seed: int | None = None
     timeout_s: float = 600.0
+    cold: str | None = None  # the store's cold tier (spec/TIERING.md TIER-1; SPK-30)
 
 
 @dataclass
@@ -255,8 +256,12 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
     t_start = time.perf_counter()
     # progress_flush_ms: requests from Spark are applied within ~20 ms; small WAL files so that
     # trimmed data leaves the disk at the next checkpoint (whole WAL files are retired).
+    # a cold tier, when given, goes to the store and to every view Spark opens (SPK-30)
+    cold: dict[str, str] = {}
+    if cfg.cold is not None:  # TIER-1: a local tier is an absolute path
+        cold["cold"] = cfg.cold if "://" in cfg.cold else os.path.abspath(cfg.cold)
     store = tidelog.open(
-        f"file://{data}", progress_flush_ms=20, wal_file_bytes="4MiB", prealloc="none"
+        f"file://{data}", progress_flush_ms=20, wal_file_bytes="4MiB", prealloc="none", **cold
     )
     spark = None
     try:
@@ -282,6 +287,7 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
             .option("subscriber", SUBSCRIBER)
             .option("startingOffsets", "earliest")
             .option("maxRecordsPerTrigger", cfg.max_per_trigger)
+            .options(**cold)
             .load(data)
             .writeStream.format("parquet")
             .option("path", parquet)
@@ -338,6 +344,7 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
         ok = not problems and head == cfg.records
         rows = [
             ("store", f"file://{data} (topic {TOPIC!r}, durability fsync, trim acked)"),
+            *[("cold tier", f"{url} (.qseg segments stay hot, TIER-4)") for url in cold.values()],
             ("records in", f"{head:,} bundles = {rows_in:,} rows, {cfg.producers} producers"),
             (
                 "records out",
