@@ -64,7 +64,7 @@ def build_cold(root: str, rows: int, payload: int, cold: str) -> str:
     return placement(root, {"cold": cold})
 
 
-def placement(root: str, options: dict[str, str]) -> str:
+def placement(root: str, options: dict[str, Any]) -> str:
     """Where a read-only view finds the topic's records: cold, hot sealed, the WAL."""
     with tidelog.open(f"file://{root}", readonly=True, **options) as view:
         chunks = hooks(view, EngineTopics).topics["bench"].log.chunks

@@ -257,7 +257,7 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
     # progress_flush_ms: requests from Spark are applied within ~20 ms; small WAL files so that
     # trimmed data leaves the disk at the next checkpoint (whole WAL files are retired).
     # a cold tier, when given, goes to the store and to every view Spark opens (SPK-30)
-    cold: dict[str, str] = {}
+    cold: dict[str, Any] = {}
     if cfg.cold is not None:  # TIER-1: a local tier is an absolute path
         cold["cold"] = cfg.cold if "://" in cfg.cold else os.path.abspath(cfg.cold)
     store = tidelog.open(

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from tidelog.errors import BadOption
 from tidelog.names import check_subscriber_name, check_topic_name
@@ -75,17 +76,17 @@ class SourceOptions:
     hot_retain_segments: int | None = None
     hot_retain_bytes: int | None = None
 
-    def view_options(self) -> dict[str, object]:
+    def view_options(self) -> dict[str, Any]:
         """``tidelog.open`` options of the read-only views Spark's processes open (SPK-30: a
         view reads cold segments when opened with the store's cold tier, TIER-8)."""
-        out: dict[str, object] = {}
+        out: dict[str, Any] = {}
         if self.cold is not None:
             out["cold"] = self.cold
         if self.cold_cache_segments is not None:
             out["cold_cache_segments"] = self.cold_cache_segments
         return out
 
-    def owner_options(self) -> dict[str, object]:
+    def owner_options(self) -> dict[str, Any]:
         """``tidelog.open`` options of a brief owner open when no process owns the store
         (XPR-3, SPK-30): the cold tier and its retention bounds, so it relocates as the owner
         would."""
