@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,9 +152,10 @@ def _mutation_report(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture
 def s3_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A cold-tier URL (spec/TIERING.md TIER-1) into bucket ``tier`` of moto's threaded S3
-    server on 127.0.0.1, started and stopped by the test; credentials ``testing:testing`` in
-    this process's environment (processes started earlier need them in the URL)."""
+    """A cold-tier URL (spec/TIERING.md TIER-1) into a new bucket of moto's threaded S3 server
+    on 127.0.0.1, started and stopped by the test (moto keeps its buckets in the process across
+    servers: a fresh name per test); credentials ``testing:testing`` in this process's
+    environment (processes started earlier need them in the URL)."""
     moto_server = pytest.importorskip("moto.server")
     pafs = pytest.importorskip("pyarrow.fs")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -168,7 +170,8 @@ def s3_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
             endpoint_override=endpoint, scheme="http", region="us-east-1",
             access_key="testing", secret_key="testing", allow_bucket_creation=True,
         )  # fmt: skip
-        s3.create_dir("tier")
-        yield f"s3://tier/cold?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+        bucket = f"tier-{uuid.uuid4().hex[:16]}"
+        s3.create_dir(bucket)
+        yield f"s3://{bucket}/cold?endpoint_override={endpoint}&scheme=http&region=us-east-1"
     finally:
         server.stop()
