@@ -46,20 +46,31 @@ __all__ = [
     "split",
 ]
 
-_views: dict[str, Store] = {}
+_views: dict[str, tuple[Store, dict[str, Any]]] = {}
 _views_lock = threading.Lock()
 
 
-def view(root: str, *, fresh: bool = True, planned: Planned | None = None) -> Store:
-    """This process's read-only view of the store at ``root`` (opened once, refreshed).
-    ``planned``: the plan of the task asking (None on the driver), for SPK-16's message when
-    this host has no store there."""
+def view(
+    root: str,
+    *,
+    fresh: bool = True,
+    planned: Planned | None = None,
+    options: dict[str, Any] | None = None,
+) -> Store:
+    """This process's read-only view of the store at ``root`` (opened once, refreshed), opened
+    with ``options`` (``SourceOptions.view_options()``: the cold tier, SPK-30); reopened when a
+    read asks for other options. ``planned``: the plan of the task asking (None on the
+    driver), for SPK-16's message when this host has no store there."""
+    want = dict(options or {})
     with _views_lock:
-        store = _views.get(root)
+        store, opened = _views.get(root, (None, want))
+        if store is not None and opened != want:
+            store.close()  # idempotent
+            store = None
         if store is None or store.closed:
             check_visible(root, planned)
-            store = tidelog.open(f"file://{root}", readonly=True)
-            _views[root] = store
+            store = tidelog.open(f"file://{root}", readonly=True, **want)
+            _views[root] = (store, want)
         elif fresh:
             store.refresh()
         return store
@@ -67,15 +78,15 @@ def view(root: str, *, fresh: bool = True, planned: Planned | None = None) -> St
 
 def _forget(root: str) -> None:
     with _views_lock:
-        store = _views.pop(root, None)
-    if store is not None:
-        store.close()
+        entry = _views.pop(root, None)
+    if entry is not None:
+        entry[0].close()
 
 
 def topic(opts: SourceOptions, *, fresh: bool = True) -> Topic:
     if netread.is_served(opts.root):  # through the owner (SPK-40)
         return netread.topic(opts)
-    return view(opts.root, fresh=fresh).topic(opts.topic, create=False)
+    return view(opts.root, fresh=fresh, options=opts.view_options()).topic(opts.topic, create=False)
 
 
 def _identity(store: Store, name: str) -> tuple[str, int | None, int]:
@@ -105,7 +116,9 @@ def await_plan(opts: SourceOptions, planned: Planned, hi: int) -> None:
     deadline = start + opts.freshness_timeout_ms / 1000
     reopened = False
     while True:
-        store_id, incarnation, head = _identity(view(opts.root, planned=planned), opts.topic)
+        store_id, incarnation, head = _identity(
+            view(opts.root, planned=planned, options=opts.view_options()), opts.topic
+        )
         if store_id != planned.store_id:
             if not reopened:  # the cached view may be of a store since replaced: look again
                 _forget(opts.root)
@@ -204,7 +217,8 @@ def _sealed_runs(
     records: at or above ``evict_floor``, no loss range, no ts filter (else no runs)."""
     if opts.from_ts is not None or opts.to_ts is not None or not fastread.available():
         return [], lo
-    store = view(opts.root, fresh=False) if store is None else store
+    if store is None:
+        store = view(opts.root, fresh=False, options=opts.view_options())
     state = store.topic(opts.topic, create=False).state()  # applies lazy TTL first (RET-4)
     # the engine's topics, a hook of the file backend (REG-5): the sealed chunks to serve
     engine_topic = hooks(store, EngineTopics).topics.get(opts.topic)
@@ -238,7 +252,7 @@ def read_log(
         yield from netread.read_served(opts, lo, hi, planned)
         return
     _open_task(opts, hi, planned)
-    yield from read_store(view(opts.root, fresh=False), opts, lo, hi)
+    yield from read_store(view(opts.root, fresh=False, options=opts.view_options()), opts, lo, hi)
 
 
 def read_store(store: Store, opts: SourceOptions, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
@@ -286,7 +300,7 @@ def _tail(opts: SourceOptions, lo: int, hi: int, store: Store | None = None) -> 
     serve the range (SPK-3: the same records, column by column)."""
     if opts.from_ts is not None or opts.to_ts is not None or not fastread.available():
         return None, lo
-    store = view(opts.root, fresh=False) if store is None else store
+    store = view(opts.root, fresh=False, options=opts.view_options()) if store is None else store
     state = store.topic(opts.topic, create=False).state()  # applies lazy TTL first (RET-4)
     backend = hooks(store, FileBackend)
     with backend.lock:

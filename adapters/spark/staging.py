@@ -150,11 +150,14 @@ def request(opts: SourceOptions, body: dict[str, Any], *, create: bool = False) 
     if netread.is_served(opts.root):  # the owner's subscriber endpoints (SPK-40)
         return netread.request(opts, body)
     opener = None
-    if create:  # ingest may be the first write to a new store: the hand-off creates it (XPR-3)
+    owner = opts.owner_options()
+    # ingest may be the first write to a new store: the hand-off creates it (XPR-3); a store
+    # with a cold tier only opens with it (TIER-6, SPK-30)
+    if create or owner:
         import tidelog
 
         def opener(root: str) -> Any:
-            return tidelog.open(f"file://{root}")
+            return tidelog.open(f"file://{root}", **owner)
 
     result = requests.call(opts.root, body, timeout=opts.request_timeout, open_store=opener)
     if not result.get("ok"):
