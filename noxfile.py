@@ -3,6 +3,7 @@
   tests      build + install the wheel (not editable), pytest -n auto, then a short CrossHair pass
   crash      a long crash campaign (many workloads, sampled states, SIGKILLs), seeded
   blockdev_device  the blockdev backend on loop devices (root + losetup; tests/device)
+  spark_cluster  the Spark adapter on a standalone cluster, long: more SIGKILLs, drivers killed
   forward    a long store-and-forward fault campaign (proxy faults, SIGKILLs), seeded
   faults     a long I/O-fault campaign (tests/faults: fault-injecting FS, strace, libfiu), seeded
   conformance  a long conformance campaign: backends through the driver, mutants over seeds
@@ -410,6 +411,20 @@ def crash(session: nox.Session) -> None:
             f"crash campaign: {sum(counts)} crash states recovered and checked "
             f"over {len(counts)} workloads (seed {seed})"
         )
+
+
+@nox.session
+def spark_cluster(session: nox.Session) -> None:
+    """The Spark adapter on a standalone cluster on 127.0.0.1 (tests/spark/cluster.py), with the
+    long runs the default suite leaves out (tests/spark/test_cluster_long.py: workers SIGKILLed
+    at more points, drivers killed), then the default cluster test. Java is required; one test
+    at a time (a cluster per module uses both cores). ARGS go to pytest."""
+    _install_project(session, "test,spark")
+    seed = _seed(session)
+    _pytest(
+        session, seed, "tests/spark/test_cluster_long.py", "tests/spark/test_cluster.py",
+        "-n", "0", *session.posargs, TIDELOG_SPARK_CLUSTER_LONG="1", TIDELOG_FORBID_SKIPS="1",
+    )  # fmt: skip
 
 
 @nox.session

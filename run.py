@@ -45,6 +45,8 @@ commands (nox sessions, see noxfile.py):
                I/O faults: fault-injecting FS, strace, libfiu; damaged
                files: corruption fuzzers over stores, slots and rings)
   blockdev_device  the blockdev backend on loop devices (root + losetup)
+  spark_cluster  the Spark adapter on a standalone cluster on 127.0.0.1:
+               workers SIGKILLed at more points, drivers killed (Java)
   SESSION      any other nox session in noxfile.py
 
 other:

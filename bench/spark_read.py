@@ -2,7 +2,7 @@
 rows, measured side by side in one run (not a test; prints a table).
 
     python bench/spark_read.py [--rows 2000000] [--payload 100] [--runs 5] [--master local[2]]
-                               [--tail]
+                               [--tail] [--net]
 
 The store is built first (one topic, ``--rows`` records of ``--payload`` random bytes, closed so
 every record sits in sealed segments; with ``--tail`` the owner stays open with checkpoints held
@@ -11,7 +11,9 @@ data meet, which read-only views replay into memory), then Spark copies the tide
 to Parquet once, then both are scanned ``--runs`` times each, alternating, with the ``noop`` sink
 (every column is materialised, nothing is written). Also reported: the adapter's Python-side
 read alone, on one core, without Spark (the ceiling for one executor). Rates are medians with
-min–max over the runs.
+min–max over the runs. With ``--net`` the store's owner also serves it on 127.0.0.1
+(``tidelog serve``'s app on a thread of this process) and a third scan reads it through
+``http://``: every task an Arrow read of the owner (spec/BUNDLES.md SPK-40, SERVICE.md SVC-61).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tidelog.adapters.spark import reading, source
 from tidelog.adapters.spark.demo import spark_session
 from tidelog.adapters.spark.options import parse_options
 from tidelog.hooks import EngineTopics, hooks
+from tidelog.service.server import ServiceThread
 
 
 def build_store(root: str, rows: int, payload: int, tail: bool) -> tidelog.Store | None:
@@ -74,6 +77,12 @@ def python_side(root: str, rows: int, extra: dict[str, str]) -> float:
     return time.perf_counter() - t0
 
 
+def serve_store(root: str, owner: tidelog.Store | None) -> tuple[tidelog.Store, ServiceThread]:
+    """``--net``: the owner (opened again when the build closed it) serving the store."""
+    store = owner if owner is not None else tidelog.open(f"file://{root}")
+    return store, ServiceThread(store).start()
+
+
 def rates(rows: int, times: list[float]) -> str:
     """rows/s as median [min–max] over the runs."""
     return (
@@ -96,6 +105,7 @@ def main() -> None:
     )
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
     ap.add_argument("--tail", action="store_true", help="read the unsealed tail (see above)")
+    ap.add_argument("--net", action="store_true", help="also read through the owner (see above)")
     args = ap.parse_args()
 
     work = args.dir or tempfile.mkdtemp(prefix="tidelog-spark-bench-")
@@ -124,6 +134,12 @@ def main() -> None:
     if args.tail:
         py = [python_side(root, args.rows, public) for _ in range(max(1, args.runs // 2))]
         print(f"  ... through Topic.read (fromTs=0), rows/s: {rates(args.rows, py)}")
+    service = None
+    if args.net:
+        owner, service = serve_store(root, owner)
+        python_side(service.url, args.rows, extra)  # warm-up
+        py = [python_side(service.url, args.rows, extra) for _ in range(args.runs)]
+        print(f"  ... through the owner (http://, no Spark), rows/s: {rates(args.rows, py)}")
 
     spark = spark_session(args.master, app="tidelog-spark-read-bench")
     try:
@@ -137,6 +153,9 @@ def main() -> None:
         if args.tail:
             reader = spark.read.format("tidelog").option("topic", "bench").options(**public)
             scans["public"] = reader.load(root)
+        if service is not None:
+            scans["net"] = spark.read.format("tidelog").option("topic", "bench").options(**extra)
+            scans["net"] = scans["net"].load(service.url)
         times: dict[str, list[float]] = {k: [] for k in scans}
         for df in scans.values():  # warm-up, not counted: workers open their views
             for _ in range(2):
@@ -163,6 +182,8 @@ def main() -> None:
             )
     finally:
         spark.stop()
+        if service is not None:
+            service.stop()
         if owner is not None:
             owner.close()
         if not args.dir:

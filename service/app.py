@@ -34,7 +34,7 @@ from tidelog.errors import (
 )
 from tidelog.records import TopicState
 
-from . import endpoints, streams
+from . import arrowread, endpoints, streams
 from .auth import ANYONE, Authorizer, Principal
 from .calls import Calls
 from .hub import ChangeHub
@@ -88,6 +88,7 @@ class Service:
         self.delivery_workers = delivery_workers
         self.max_inflight_appends = max_inflight_appends
         self.store = store
+        self.store_id = arrowread.served_store_id(store)  # SVC-62
         self.calls = Calls(store, workers)
         self.sse_heartbeat_ms = sse_heartbeat_ms
         self.sse_stall_ms = sse_stall_ms
@@ -259,6 +260,7 @@ class Service:
         )
         endpoints.add_routes(app, self)
         streams.add_routes(app, self)
+        arrowread.add_routes(app, self)
         app[REQUEST_TIMEOUT_S] = self.limits.request_timeout_ms / 1000.0
         app[SERVICE] = self
         app.on_startup.append(self._startup)

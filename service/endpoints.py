@@ -85,6 +85,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
                 "tidelog": tidelog.__version__,
                 "capabilities": caps,
                 "limits": svc.limits.to_dict(),
+                "store_id": svc.store_id,  # SVC-62
             }
         )
 

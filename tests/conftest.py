@@ -16,6 +16,8 @@ import importlib.util
 import json
 import os
 import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +148,30 @@ def _mutation_report(terminalreporter: pytest.TerminalReporter) -> None:
         total = sum(r["seconds"] for r in rs)
         tr.write_line(f"  {name:<24} {r0['rule']:<12} level {r0['level']:<12} {first}; "
                       f"{total:.1f}s with shrinking")
+
+
+@pytest.fixture
+def s3_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A cold-tier URL (spec/TIERING.md TIER-1) into a new bucket of moto's threaded S3 server
+    on 127.0.0.1, started and stopped by the test (moto keeps its buckets in the process across
+    servers: a fresh name per test); credentials ``testing:testing`` in this process's
+    environment (processes started earlier need them in the URL)."""
+    moto_server = pytest.importorskip("moto.server")
+    pafs = pytest.importorskip("pyarrow.fs")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"{host}:{port}"
+        s3 = pafs.S3FileSystem(
+            endpoint_override=endpoint, scheme="http", region="us-east-1",
+            access_key="testing", secret_key="testing", allow_bucket_creation=True,
+        )  # fmt: skip
+        bucket = f"tier-{uuid.uuid4().hex[:16]}"
+        s3.create_dir(bucket)
+        yield f"s3://{bucket}/cold?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+    finally:
+        server.stop()

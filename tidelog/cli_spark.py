@@ -48,6 +48,12 @@ __all__ = ["spark_demo_cmd"]
 )
 @click.option("--trigger-ms", default=500, show_default=True, type=click.IntRange(min=10))
 @click.option("--seed", type=int, help="Seed for the readings.")
+@click.option(
+    "--cold",
+    default=None,
+    metavar="URL",
+    help="The store's cold tier: a directory or a pyarrow.fs URL (s3://...; spec/TIERING.md).",
+)
 @click.option("--local", is_flag=True, help="Run the in-process pipeline instead (no Spark).")
 @click.pass_context
 def spark_demo_cmd(
@@ -61,6 +67,7 @@ def spark_demo_cmd(
     max_per_trigger: int,
     trigger_ms: int,
     seed: int | None,
+    cold: str | None,
     local: bool,
 ) -> None:
     """Producers -> file store (fsync) -> Spark Structured Streaming -> Parquet; verified.
@@ -85,6 +92,7 @@ def spark_demo_cmd(
         max_per_trigger=max_per_trigger,
         trigger_ms=trigger_ms,
         seed=seed,
+        cold=cold,
     )
     click.echo(
         f"tidelog demo: {producers} producers -> {records} bundles x {rows} rows -> "

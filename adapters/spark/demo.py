@@ -70,6 +70,7 @@ class DemoConfig:
     trigger_ms: int = 500
     seed: int | None = None
     timeout_s: float = 600.0
+    cold: str | None = None  # the store's cold tier (spec/TIERING.md TIER-1; SPK-30)
 
 
 @dataclass
@@ -240,8 +241,16 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
     # progress_flush_ms: requests from Spark are applied within ~20 ms; small WAL files so that
     # trimmed data leaves a file at a time, once the file is full and checkpointed (it may stay
     # as a spare for reuse, WAL-15: the report says so).
+    # a cold tier, when given, goes to the store and to every view Spark opens (SPK-30)
+    cold: dict[str, Any] = {}
+    if cfg.cold is not None:  # TIER-1: a local tier is an absolute path
+        cold["cold"] = cfg.cold if "://" in cfg.cold else os.path.abspath(cfg.cold)
     store = tidelog.open(
-        f"file://{data}", progress_flush_ms=20, wal_file_bytes=WAL_FILE_BYTES, prealloc="none"
+        f"file://{data}",
+        progress_flush_ms=20,
+        wal_file_bytes=WAL_FILE_BYTES,
+        prealloc="none",
+        **cold,
     )
     spark = None
     try:
@@ -267,6 +276,7 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
             .option("subscriber", SUBSCRIBER)
             .option("startingOffsets", "earliest")
             .option("maxRecordsPerTrigger", cfg.max_per_trigger)
+            .options(**cold)
             .load(data)
             .writeStream.format("parquet")
             .option("path", parquet)
@@ -322,6 +332,7 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
         ok = not problems and head == cfg.records
         rows = [
             ("store", f"file://{data} (topic {TOPIC!r}, durability fsync, trim acked)"),
+            *[("cold tier", f"{url} (.qseg segments stay hot, TIER-4)") for url in cold.values()],
             ("records in", f"{head:,} bundles = {rows_in:,} rows, {cfg.producers} producers"),
             (
                 "records out",

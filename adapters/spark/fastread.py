@@ -33,7 +33,15 @@ from tidelog.backends.file.qchunk import QsegChunk
 
 from .columns import log_schema
 
-__all__ = ["available", "chunk_ranges", "read_chunk", "is_qseg_chunk", "tail_span", "read_tail"]
+__all__ = [
+    "available",
+    "chunk_ranges",
+    "read_chunk",
+    "is_segchunk",
+    "is_qseg_chunk",
+    "tail_span",
+    "read_tail",
+]
 
 _HEADER = RECORD_HEADER_SIZE  # record frame header (FORMATS SEG-2)
 _OVERHEAD = _HEADER + 8  # header + XXH3-64 trailer
@@ -48,6 +56,11 @@ def available() -> bool:
 def _is_segchunk(chunk: Any) -> bool:
     """A sealed segment (``SegChunk``): its mapped ``.data``, index and label runs."""
     return isinstance(chunk, SegChunk)
+
+
+def is_segchunk(chunk: Any) -> bool:
+    """A sealed segment the columnar reader serves (``SegChunk``, a cold one included)."""
+    return _is_segchunk(chunk)
 
 
 def is_qseg_chunk(chunk: Any) -> bool:

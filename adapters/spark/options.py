@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from tidelog.errors import BadOption
 from tidelog.names import check_subscriber_name, check_topic_name
@@ -40,6 +41,11 @@ KNOWN_OPTIONS = {
     "requesttimeout",
     "samplebundles",
     "freshnesstimeoutms",
+    "token",  # the bearer token of a served (http://) store, SPK-40
+    "cold",
+    "coldcachesegments",
+    "hotretainsegments",
+    "hotretainbytes",
 }
 #: Options Spark itself passes to every sink/source; ignored here.
 _SPARK_OPTIONS = {"checkpointlocation", "queryname"}
@@ -68,6 +74,32 @@ class SourceOptions:
     sample_bundles: int = 1000
     freshness_timeout_ms: int = 10_000  # how long a task waits for its view to reach its plan
     topic_config: dict[str, str] = field(default_factory=dict)
+    token: str | None = field(default=None, repr=False)  # a served store's (SPK-40): never shown
+    cold: str | None = None  # the store's cold tier (spec/TIERING.md TIER-1), SPK-30
+    cold_cache_segments: int | None = None
+    hot_retain_segments: int | None = None
+    hot_retain_bytes: int | None = None
+
+    def view_options(self) -> dict[str, Any]:
+        """``tidelog.open`` options of the read-only views Spark's processes open (SPK-30: a
+        view reads cold segments when opened with the store's cold tier, TIER-8)."""
+        out: dict[str, Any] = {}
+        if self.cold is not None:
+            out["cold"] = self.cold
+        if self.cold_cache_segments is not None:
+            out["cold_cache_segments"] = self.cold_cache_segments
+        return out
+
+    def owner_options(self) -> dict[str, Any]:
+        """``tidelog.open`` options of a brief owner open when no process owns the store
+        (XPR-3, SPK-30): the cold tier and its retention bounds, so it relocates as the owner
+        would."""
+        out = {k: v for k, v in self.view_options().items() if k == "cold"}
+        if self.hot_retain_segments is not None:
+            out["hot_retain_segments"] = self.hot_retain_segments
+        if self.hot_retain_bytes is not None:
+            out["hot_retain_bytes"] = self.hot_retain_bytes
+        return out
 
     @property
     def staging(self) -> str:
@@ -83,9 +115,12 @@ def store_root(location: str) -> str:
     """The absolute store directory of ``file:///abs``, ``file://./rel`` or a plain path."""
     if "://" in location:
         uri = parse_uri(location)
+        if uri.scheme in ("http", "https"):
+            return location  # a store tidelog serve owns, read over the network (SPK-40)
         if uri.scheme != "file":
             raise BadOption(
-                f"the Spark data source reads and writes file:// stores only, got {location!r} "
+                f"the Spark data source reads and writes file:// stores (and reads http(s):// "
+                f"stores, SPK-40) only, got {location!r} "
                 "(executors are other processes: memory:// stores are invisible to them)"
             )
         location = uri.location
@@ -108,6 +143,14 @@ def _ts(key: str, value: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+def _cold(value: str) -> str:
+    """TIER-1's cold URL; a relative local path is made absolute here, on the driver, since
+    executors run in other working directories."""
+    if "://" in value or os.path.isabs(value):
+        return value
+    return os.path.abspath(value)
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
@@ -139,12 +182,18 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         "maxrecordspertrigger": ("max_records_per_trigger", 1),
         "samplebundles": ("sample_bundles", 1),
         "freshnesstimeoutms": ("freshness_timeout_ms", 0),
+        "coldcachesegments": ("cold_cache_segments", 1),
+        "hotretainsegments": ("hot_retain_segments", 0),
     }
     for key, (name, minimum) in ints.items():
         if key in opts:
             out[name] = parse_int(key, opts[key], minimum=minimum)
     if "partitionbytes" in opts:
         out["partition_bytes"] = parse_size("partitionBytes", opts["partitionbytes"])
+    if "hotretainbytes" in opts:
+        out["hot_retain_bytes"] = parse_size("hotRetainBytes", opts["hotretainbytes"])
+    if opts.get("cold"):
+        out["cold"] = _cold(str(opts["cold"]))
     if "slot" in out and int(out["slot"]) >= 64:  # type: ignore[call-overload]
         raise BadOption(f"option slot={opts['slot']!r}: a bundle has slots 0..63")
     for key, name in (("fromts", "from_ts"), ("tots", "to_ts")):
@@ -164,6 +213,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         out["subscriber"] = check_subscriber_name(opts["subscriber"])
     if opts.get("stagingdir"):
         out["staging_dir"] = os.path.abspath(opts["stagingdir"])
+    if opts.get("token"):
+        out["token"] = str(opts["token"])
     if opts.get("producerid"):
         out["producer_id"] = str(opts["producerid"])
     if "requesttimeout" in opts:

@@ -17,13 +17,14 @@ import pyarrow as pa
 
 import tidelog
 from tidelog.api import Store, Topic
+from tidelog.backends.file.coldchunk import ColdChunk
 from tidelog.backends.file.store import FileBackend
 from tidelog.bundle import decode_bundle
 from tidelog.errors import TidelogError
-from tidelog.hooks import EngineTopics, hooks
+from tidelog.hooks import EngineTopics, hooks, offers
 from tidelog.records import Tombstone
 
-from . import fastread
+from . import fastread, netread
 from .columns import (
     TombstoneFound,
     log_batch,
@@ -34,22 +35,42 @@ from .columns import (
 from .guard import Planned, StaleView, another_store, behind, check_visible
 from .options import SourceOptions
 
-__all__ = ["view", "topic", "read_log", "read_slot", "seq_bounds", "infer_slot_columns", "split"]
+__all__ = [
+    "view",
+    "topic",
+    "read_log",
+    "read_store",
+    "read_slot",
+    "seq_bounds",
+    "infer_slot_columns",
+    "split",
+]
 
-_views: dict[str, Store] = {}
+_views: dict[str, tuple[Store, dict[str, Any]]] = {}
 _views_lock = threading.Lock()
 
 
-def view(root: str, *, fresh: bool = True, planned: Planned | None = None) -> Store:
-    """This process's read-only view of the store at ``root`` (opened once, refreshed).
-    ``planned``: the plan of the task asking (None on the driver), for SPK-16's message when
-    this host has no store there."""
+def view(
+    root: str,
+    *,
+    fresh: bool = True,
+    planned: Planned | None = None,
+    options: dict[str, Any] | None = None,
+) -> Store:
+    """This process's read-only view of the store at ``root`` (opened once, refreshed), opened
+    with ``options`` (``SourceOptions.view_options()``: the cold tier, SPK-30); reopened when a
+    read asks for other options. ``planned``: the plan of the task asking (None on the
+    driver), for SPK-16's message when this host has no store there."""
+    want = dict(options or {})
     with _views_lock:
-        store = _views.get(root)
+        store, opened = _views.get(root, (None, want))
+        if store is not None and opened != want:
+            store.close()  # idempotent
+            store = None
         if store is None or store.closed:
             check_visible(root, planned)
-            store = tidelog.open(f"file://{root}", readonly=True)
-            _views[root] = store
+            store = tidelog.open(f"file://{root}", readonly=True, **want)
+            _views[root] = (store, want)
         elif fresh:
             store.refresh()
         return store
@@ -57,13 +78,15 @@ def view(root: str, *, fresh: bool = True, planned: Planned | None = None) -> St
 
 def _forget(root: str) -> None:
     with _views_lock:
-        store = _views.pop(root, None)
-    if store is not None:
-        store.close()
+        entry = _views.pop(root, None)
+    if entry is not None:
+        entry[0].close()
 
 
 def topic(opts: SourceOptions, *, fresh: bool = True) -> Topic:
-    return view(opts.root, fresh=fresh).topic(opts.topic, create=False)
+    if netread.is_served(opts.root):  # through the owner (SPK-40)
+        return netread.topic(opts)
+    return view(opts.root, fresh=fresh, options=opts.view_options()).topic(opts.topic, create=False)
 
 
 def _identity(store: Store, name: str) -> tuple[str, int | None, int]:
@@ -78,6 +101,8 @@ def _identity(store: Store, name: str) -> tuple[str, int | None, int]:
 
 def plan(opts: SourceOptions) -> Planned:
     """What the driver's partitions carry (SPK-14), from its freshly refreshed view."""
+    if netread.is_served(opts.root):
+        return netread.plan(opts)
     store = topic(opts).store  # refreshed; no_such_topic naming it when missing
     store_id, incarnation, head = _identity(store, opts.topic)
     assert incarnation is not None
@@ -91,7 +116,9 @@ def await_plan(opts: SourceOptions, planned: Planned, hi: int) -> None:
     deadline = start + opts.freshness_timeout_ms / 1000
     reopened = False
     while True:
-        store_id, incarnation, head = _identity(view(opts.root, planned=planned), opts.topic)
+        store_id, incarnation, head = _identity(
+            view(opts.root, planned=planned, options=opts.view_options()), opts.topic
+        )
         if store_id != planned.store_id:
             if not reopened:  # the cached view may be of a store since replaced: look again
                 _forget(opts.root)
@@ -139,11 +166,12 @@ def _fail_on(item: Tombstone, opts: SourceOptions) -> TombstoneFound:
 
 
 def _items(
-    opts: SourceOptions, lo: int, hi: int, limit: int, *, fresh: bool = True
-) -> Iterator[list[Any]]:
+    opts: SourceOptions, lo: int, hi: int, limit: int, *, fresh: bool = True,
+    store: Store | None = None,
+) -> Iterator[list[Any]]:  # fmt: skip
     """Lists of items with seqs in ``lo..hi``, in order, at most ``limit`` per list.
     Tombstones are clipped to the range, so adjacent partitions never repeat one."""
-    t = topic(opts, fresh=fresh)
+    t = topic(opts, fresh=fresh) if store is None else store.topic(opts.topic, create=False)
     cursor = lo - 1
     while cursor < hi:
         got = t.read(after=cursor, limit=min(limit, hi - cursor))
@@ -182,14 +210,15 @@ def _items(
 
 
 def _sealed_runs(
-    opts: SourceOptions, lo: int, hi: int, accept: Any = None
+    opts: SourceOptions, lo: int, hi: int, accept: Any = None, store: Store | None = None
 ) -> tuple[list[Any], int]:
     """Live runs of sealed segments the columnar readers can serve within ``lo..hi``, and the
     first seq they do not cover. Only where the public read would return exactly those
     records: at or above ``evict_floor``, no loss range, no ts filter (else no runs)."""
     if opts.from_ts is not None or opts.to_ts is not None or not fastread.available():
         return [], lo
-    store = view(opts.root, fresh=False)
+    if store is None:
+        store = view(opts.root, fresh=False, options=opts.view_options())
     state = store.topic(opts.topic, create=False).state()  # applies lazy TTL first (RET-4)
     # the engine's topics, a hook of the file backend (REG-5): the sealed chunks to serve
     engine_topic = hooks(store, EngineTopics).topics.get(opts.topic)
@@ -217,28 +246,61 @@ def read_log(
     opts: SourceOptions, lo: int, hi: int, planned: Planned | None = None
 ) -> Iterator[pa.RecordBatch]:
     """Seqs ``lo..hi`` as ``log_schema`` batches (the Arrow fast path, SPK-3): sealed
-    segments column by column (fastread), the rest through ``Topic.read``."""
-    rows = opts.tombstones == "rows"
+    segments column by column (fastread), the rest through ``Topic.read``; a served store's
+    through its owner (SPK-41)."""
+    if netread.is_served(opts.root):
+        yield from netread.read_served(opts, lo, hi, planned)
+        return
     _open_task(opts, hi, planned)
-    runs, resume = _sealed_runs(opts, lo, hi)
-    for chunk, i0, i1 in runs:
+    yield from read_store(view(opts.root, fresh=False, options=opts.view_options()), opts, lo, hi)
+
+
+def read_store(store: Store, opts: SourceOptions, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+    """``read_log`` of an open ``store``: this process's view, or the store the process owns
+    (the service's Arrow read, SERVICE.md SVC-61). A file store's sealed runs are chosen under
+    its lock and their maps held (pinned) until read, so a checkpoint retiring one meanwhile
+    leaves the map to this read (SVC-64); other backends are read through ``Topic.read``."""
+    rows = opts.tombstones == "rows"
+    fast = offers(store, FileBackend)
+    pinned: list[tuple[pa.Buffer | None, Any, int, int]] = []
+    resume = lo
+    if fast:
+        backend = hooks(store, FileBackend)
+        # the owner reads cold segments through Topic.read, which fetches and pins them as the
+        # tiering rules say (TIER-8); a view of its own may fetch them itself
+        accept = None if backend.readonly else _hot_segment
+        with backend.lock:
+            runs, resume = _sealed_runs(opts, lo, hi, accept, store=store)
+            # an export of each chunk's map (py_buffer takes one): closing the chunk leaves it
+            pinned = [(_pin(chunk), chunk, i0, i1) for chunk, i0, i1 in runs]
+    for _held, chunk, i0, i1 in pinned:
         yield from fastread.read_chunk(opts.topic, chunk, i0, i1, opts.batch_records, rows)
-    if resume <= hi:
-        tail, resume = _tail(opts, resume, hi)
+    del pinned  # the maps a checkpoint retired meanwhile go now
+    if fast and resume <= hi:
+        tail, resume = _tail(opts, resume, hi, store=store)
         if tail is not None:
             yield from fastread.read_tail(opts.topic, tail, opts.batch_records, rows)
     if resume <= hi:
-        for items in _items(opts, resume, hi, opts.batch_records, fresh=False):
+        for items in _items(opts, resume, hi, opts.batch_records, fresh=False, store=store):
             yield log_batch(opts.topic, items, rows)
 
 
-def _tail(opts: SourceOptions, lo: int, hi: int) -> tuple[Any, int]:
+def _hot_segment(chunk: Any) -> bool:
+    return fastread.is_segchunk(chunk) and not isinstance(chunk, ColdChunk)
+
+
+def _pin(chunk: Any) -> pa.Buffer | None:
+    """A hold on a sealed chunk's mapped bytes (None for a cold one not fetched yet)."""
+    return None if chunk.data is None else pa.py_buffer(chunk.data)
+
+
+def _tail(opts: SourceOptions, lo: int, hi: int, store: Store | None = None) -> tuple[Any, int]:
     """The unsealed tail's slots serving ``lo..hi`` (copied under the view's lock: list slices,
     references only) and the first seq they do not cover; (None, lo) where the public read must
     serve the range (SPK-3: the same records, column by column)."""
     if opts.from_ts is not None or opts.to_ts is not None or not fastread.available():
         return None, lo
-    store = view(opts.root, fresh=False)
+    store = view(opts.root, fresh=False, options=opts.view_options()) if store is None else store
     state = store.topic(opts.topic, create=False).state()  # applies lazy TTL first (RET-4)
     backend = hooks(store, FileBackend)
     with backend.lock:

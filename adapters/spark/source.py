@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from tidelog.errors import BadArgument, BadOption
 
-from . import guard, reading, staging
+from . import guard, netread, reading, staging
 from .columns import SEQ_COLUMN, log_ddl, log_schema, slot_schema
 from .options import SourceOptions, parse_options
 
@@ -56,11 +56,19 @@ QUERY_ID_KEY = "sql.streaming.queryId"  # local property Spark sets on every str
 class SeqRange(InputPartition):
     """Seqs ``lo..hi`` inclusive: one task (SPK-3), and what it was planned from (SPK-14)."""
 
-    def __init__(self, lo: int, hi: int, planned: guard.Planned | None = None) -> None:
+    def __init__(
+        self, lo: int, hi: int, planned: guard.Planned | None = None, owner: str | None = None
+    ) -> None:
         super().__init__((lo, hi))
         self.lo = lo
         self.hi = hi
         self.planned = planned
+        self.owner = owner  # a served store's host (SPK-42)
+
+    def preferredLocations(self) -> list[str]:  # Spark's name (InputPartition's, in the JVM)
+        """SPK-42: a served store's partitions prefer its host (Spark 4.3 does not ask)."""
+        owner = getattr(self, "owner", None)
+        return [owner] if owner else []
 
 
 @dataclass
@@ -100,7 +108,8 @@ def _partitions(opts: SourceOptions, lo: int, hi: int) -> list[SeqRange]:
         return []
     planned = reading.plan(opts)
     size = opts.partition_records or _records_per_task(opts)
-    return [SeqRange(a, b, planned) for a, b in reading.split(lo, hi, size)]
+    owner = netread.owner_host(opts) if netread.is_served(opts.root) else None
+    return [SeqRange(a, b, planned, owner) for a, b in reading.split(lo, hi, size)]
 
 
 def _records_per_task(opts: SourceOptions) -> int:
@@ -122,7 +131,9 @@ class TidelogDataSource(DataSource):
         return "tidelog"
 
     def _opts(self) -> SourceOptions:
-        return parse_options(dict(self.options))
+        opts = parse_options(dict(self.options))
+        netread.check_served(opts)  # what a served store offers Spark (SPK-40)
+        return opts
 
     def schema(self) -> StructType | str:
         opts = self._opts()
@@ -139,12 +150,15 @@ class TidelogDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> TidelogWriter:
         if overwrite:
             raise BadOption("a tidelog topic is an append-only log: use .mode('append')")
-        return TidelogWriter(self._opts())
+        opts = self._opts()
+        netread.refuse_write(opts)  # SPK-40: a served store is read-only for Spark for now
+        return TidelogWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TidelogStreamWriter:
         if overwrite:
             raise BadOption("a tidelog topic is an append-only log: use outputMode('append')")
         opts = self._opts()
+        netread.refuse_write(opts)
         return TidelogStreamWriter(opts, query_key(dict(self.options), opts))
 
 

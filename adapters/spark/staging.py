@@ -29,6 +29,7 @@ import pyarrow.ipc as ipc
 from tidelog.backends.file import requests
 from tidelog.errors import ERROR_CODES, TidelogError
 
+from . import netread
 from .columns import staged_table
 from .guard import StagingGone, missing_attempt
 from .options import SourceOptions
@@ -146,12 +147,17 @@ def sweep(parent: str) -> None:
 
 def request(opts: SourceOptions, body: dict[str, Any], *, create: bool = False) -> dict[str, Any]:
     """Submit a request to the store's owner and wait; a refusal raises the owner's error."""
+    if netread.is_served(opts.root):  # the owner's subscriber endpoints (SPK-40)
+        return netread.request(opts, body)
     opener = None
-    if create:  # ingest may be the first write to a new store: the hand-off creates it (XPR-3)
+    owner = opts.owner_options()
+    # ingest may be the first write to a new store: the hand-off creates it (XPR-3); a store
+    # with a cold tier only opens with it (TIER-6, SPK-30)
+    if create or owner:
         import tidelog
 
         def opener(root: str) -> Any:
-            return tidelog.open(f"file://{root}")
+            return tidelog.open(f"file://{root}", **owner)
 
     result = requests.call(opts.root, body, timeout=opts.request_timeout, open_store=opener)
     if not result.get("ok"):

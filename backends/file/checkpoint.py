@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tidelog.errors import BadArgument, Corrupt
 from tidelog.fsio import FS, make_dirs, write_parts, write_whole
@@ -137,10 +137,7 @@ class _Tail:
             sizes = (
                 (0 if p is None else len(p) for p in self.payloads)
                 if self.dead
-                else map(
-                    len,
-                    self.payloads,  # type: ignore[arg-type]  # no None: dead is False
-                )
+                else map(len, cast("list[bytes]", self.payloads))  # no None: dead is False
             )
             try:
                 self.lens = array(segfmt._U32_CODE, sizes)

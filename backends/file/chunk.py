@@ -555,7 +555,10 @@ class SegChunk(DeadSlots):
         return chain.from_iterable(parts)
 
     def close(self) -> None:
-        self.data.release()
+        # a reader outside the store lock may still hold a view of the map (the service's
+        # Arrow read pins the maps it reads, SERVICE.md SVC-64): the map then goes with it
+        with contextlib.suppress(BufferError):
+            self.data.release()
         if isinstance(self._src, mmap.mmap):  # its handle let go of it at open
             with contextlib.suppress(BufferError):  # a read still holds a view: freed with it
                 self._src.close()

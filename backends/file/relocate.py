@@ -18,6 +18,7 @@ from tidelog.fsio import read_whole
 from .chunk import SegChunk
 from .coldchunk import ColdChunk, data_key, idx_key
 from .format import segment as segfmt
+from .journal import WalJournal
 from .tiers import Tiers, hot_pair
 from .walchunk import WalChunk
 
@@ -120,17 +121,19 @@ def relocate(b: FileBackend, tiers: Tiers) -> int:
         store.put(ikey, idx)
         store.put(dkey, read_whole(fs, data_path))
     # 2. flip: one TIER frame per topic, durable before any hot file goes (TIER-5)
+    journal = b.journal
+    assert journal is None or isinstance(journal, WalJournal)  # a file store's
     with b.lock:
         for t in {id(m.t): m.t for m in moves if not m.flipped}.values():
             if b.by_id.get(t.tid) is not t:
                 continue  # dropped meanwhile: its copies are orphans (TIER-10)
             firsts = [m.chunk.first_seq for m in moves if m.t is t and not m.flipped]
-            assert b.journal is not None
-            b.journal.tiered(t, firsts)
+            assert journal is not None
+            journal.tiered(t, firsts)
             tiers.mark_cold(t.tid, firsts)
-        ticket = b.journal.end_op(True) if b.journal is not None else None
-    if ticket is not None:
-        b.journal.wait(ticket)
+        ticket = journal.end_op(True) if journal is not None else None
+    if ticket is not None and journal is not None:
+        journal.wait(ticket)
     # 3. swap, under the lock: the same slots in the same state
     swapped: list[_Move] = []
     with b.lock:

@@ -9,6 +9,7 @@ fewer bytes than asked.
 
 from __future__ import annotations
 
+import builtins
 import os
 import posixpath
 from collections.abc import Iterator
@@ -128,7 +129,7 @@ class LocalSegmentStore:
             self._walk(prefix.rstrip("/"), out)
         return sorted(out)
 
-    def _walk(self, key: str, out: list[str]) -> None:
+    def _walk(self, key: str, out: builtins.list[str]) -> None:
         path = self._path(key) if key else self.root
         if not self.fs.is_dir(path):
             return

@@ -23,6 +23,7 @@ from tidelog.errors import Closed, Corrupt, StorageError
 from tidelog.fsio import FS, Handle
 from tidelog.model.fsn import recovery_seed
 
+from . import records as rec2
 from .format import (
     FRAME_HEADER_SIZE,
     HEADER_SIZE,
@@ -36,6 +37,7 @@ from .recovery import (
     RecoveredSegment,
     examine,
     located,
+    read_manifest,
     read_watermark,
     refusal,
     segment_order,
@@ -100,6 +102,7 @@ class SlotView(FrameReader):
         self._scanned: list[RecoveredSegment] = []
         self._names: list[str] = []  # segment files (unborn ones too) at the last scan
         self._unborn: list[str] = []
+        self._manifest: rec2.Record | None = None  # sf-manifest.bin as the last scan read it
         self._torn = 0
         self._closed = False
         with self._cond, typed_io(f"reading SF slot {slot_dir} (read-only view)"):
@@ -163,6 +166,7 @@ class SlotView(FrameReader):
         # Format 2's spares and leftovers (SF-26) stay listed: they are no reason to scan again.
         self._names = sorted([r.name for r in held] + rec.unborn + rec.extras)
         self._unborn = rec.unborn
+        self._manifest = rec.manifest
         spans = [(r.base_seq, r.frame_count) for r in held]
         self.published_fsn = rec.published_fsn
         self.acked_fsn = recovery_seed(spans, rec.watermark)[0] if held else rec.acked_fsn
@@ -215,8 +219,14 @@ class SlotView(FrameReader):
                     self._scan()
 
     def _walk_on(self) -> bool:
-        """New frames of the active segment when the directory lists the same segment files,
-        no unborn one got a header and the active one is the same file; False: scan again."""
+        """New frames of the active segment when the manifest is the one the scan read, the
+        directory lists the same segment files, no unborn one got a header and the active one
+        is the same file; False: scan again."""
+        # Format 2 (SF-25, SF-26): a rotation lists the new segment before the manifest makes
+        # it active. A scan in between takes it for an empty spare and walks the old active
+        # segment on; only the manifest says that frames now go to the new one.
+        if read_manifest(self.fs, self.dir)[1] != self._manifest:
+            return False
         names = sorted(n for n in self.fs.listdir(self.dir) if is_segment_name(n))
         if names != self._names:
             return False

@@ -36,7 +36,7 @@ def _stale_source(name: str, root: Path, stale: Path) -> type[Any]:
         from tidelog.adapters.spark import reading
 
         reading._forget(root_s)  # this executor process's cached view: the old copy
-        reading._views[root_s] = tidelog.open(f"file://{stale_s}", readonly=True)
+        reading._views[root_s] = (tidelog.open(f"file://{stale_s}", readonly=True), {})
         try:
             yield from read(self, partition)
         finally:

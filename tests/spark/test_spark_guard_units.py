@@ -46,7 +46,7 @@ class _ExecutorView:
 
     def __enter__(self) -> _ExecutorView:
         reading._forget(self.root)
-        reading._views[self.root] = tidelog.open(f"file://{self.stale}", readonly=True)
+        reading._views[self.root] = (tidelog.open(f"file://{self.stale}", readonly=True), {})
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -141,6 +141,7 @@ class FaultProxy:
         self.on_confirm: Callable[[], None] = lambda: None  # after every bound change
         self.pairs: set[_Pair] = set()
         self._pending: dict[ServerConnection, Any] = {}
+        self._reapers: set[asyncio.Task[None]] = set()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -214,7 +215,18 @@ class FaultProxy:
         except (OSError, TimeoutError):
             return conn.respond(503, "receiver down\n")
         self._pending[conn] = up
+        reaper = asyncio.create_task(self._reap(conn, up))
+        self._reapers.add(reaper)
+        reaper.add_done_callback(self._reapers.discard)
         return None
+
+    async def _reap(self, conn: ServerConnection, up: Any) -> None:
+        """Close the upstream of a handshake that never reaches ``_handler``: a sender killed
+        while the proxy connected upstream. Left open, it answers the receiver's pings and
+        holds the client id there, so every later connection of it got 409 (FWD-27)."""
+        await conn.wait_closed()
+        if self._pending.pop(conn, None) is up:
+            up.transport.abort()
 
     def _process_response(self, conn: ServerConnection, request: Any, response: Any) -> Any:
         up = self._pending.get(conn)
@@ -727,7 +739,7 @@ SENDER = textwrap.dedent(
     """
     import json, sys, time
     from tidelog.forward import Forwarder
-    conf, total = sys.argv[1], int(sys.argv[2])
+    conf, total, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
     def payload(fsn):
         return f"frame-{fsn:06d}-".encode() + bytes([fsn % 251]) * (fsn * 37 % 90)
@@ -738,9 +750,21 @@ SENDER = textwrap.dedent(
         kw["acked"], kw["t"] = fwd.acked_fsn, time.monotonic()
         print(json.dumps(kw), flush=True)
 
-    fwd = Forwarder(conf)
-    say(start=fwd.published_fsn)
+    seed = {}
+
+    def trace(event, data):
+        if event == "start":
+            seed.update(data)
+
+    fwd = Forwarder(conf, tracer=trace)
+    # FSN-5: the seed recovery gave, traced before the I/O thread starts; fwd.acked_fsn may
+    # have moved by now (initial_connect_retry=async: the receiver confirms replays at once).
+    t = time.monotonic()
+    print(json.dumps({"start": seed["published"], "acked": seed["acked"], "t": t}), flush=True)
     while fwd.published_fsn < total - 1:
+        if 0 <= cap <= fwd.published_fsn:
+            time.sleep(0.01)  # past the test's kill point: wait for the SIGKILL
+            continue
         n = min(17, total - 1 - fwd.published_fsn)
         for _ in range(n):
             fsn = fwd.published_fsn + 1
@@ -762,8 +786,12 @@ class Proc:
             args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
         self.lines: list[str] = []
+        # stderr read too: `tidelog serve` logs a line per request (SVC-55), and a full pipe
+        # blocks its event loop in that write (acks stop, SIGTERM is never handled)
+        self.errors: list[str] = []
         self._cond = threading.Condition()
         threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump_errors, daemon=True).start()
 
     def _pump(self) -> None:
         assert self.p.stdout is not None
@@ -774,6 +802,11 @@ class Proc:
         with self._cond:
             self.lines.append("<eof>")
             self._cond.notify_all()
+
+    def _pump_errors(self) -> None:
+        assert self.p.stderr is not None
+        for line in self.p.stderr:
+            self.errors.append(line.rstrip("\n"))
 
     def wait_line(self, pred: Callable[[str], bool], timeout: float = WAIT) -> str:
         end = time.monotonic() + timeout
@@ -786,9 +819,7 @@ class Proc:
                 seen = len(self.lines)
                 left = end - time.monotonic()
                 if left <= 0 or (self.lines and self.lines[-1] == "<eof>"):
-                    err = (
-                        self.p.stderr.read() if self.p.poll() is not None and self.p.stderr else ""
-                    )
+                    err = "\n".join(self.errors[-10:])
                     raise AssertionError(f"no expected line; got {self.lines[-5:]}; stderr {err}")
                 self._cond.wait(left)
 
@@ -851,16 +882,19 @@ def test_sigkill_sender_and_receiver(tmp_path: Path) -> None:
     expected_start: tuple[int, int] | None = None
     try:
         while True:
+            # Kill number k once published passes a seeded point of the k-th stretch of the
+            # run, well before the end: every run makes exactly KILLS kills. A sender the test
+            # is slow to kill (a loaded machine) stops publishing half a stretch past that
+            # point, so the next one starts before the next point, never at the end.
+            stretch = (total - 40) // (KILLS + 1)
+            target = stretch * (kills + 1) + rng.randint(0, stretch // 2)
+            cap = target + stretch // 2 if kills < KILLS else -1
             # -P: the installed tidelog, never a source tree in the working directory
-            sender = Proc([sys.executable, "-P", "-c", SENDER, conf, str(total)])
+            sender = Proc([sys.executable, "-P", "-c", SENDER, conf, str(total), str(cap)])
             start = json.loads(sender.wait_line(lambda s: s.startswith('{"start"')))
             if expected_start is not None:  # FSN-5: the process recovered what the model says
                 assert (start["acked"], start["start"]) == expected_start, start
             progress = max(progress, start["start"])
-            # Kill number k once published passes a seeded point of the k-th stretch of the
-            # run, well before the end: every run makes exactly KILLS kills.
-            stretch = (total - 40) // (KILLS + 1)
-            target = stretch * (kills + 1) + rng.randint(0, stretch // 2)
             line = sender.wait_line(
                 lambda s, target=target: (
                     s.startswith('{"done"')
@@ -906,3 +940,75 @@ def test_sigkill_sender_and_receiver(tmp_path: Path) -> None:
     assert all(data == payload(f) for f, data in got)
     assert kills == KILLS
     report("sigkill scenario", BASE_SEED, proxy.counts)
+
+
+# ---------------------------------------------------------------------------------------------
+# the harness itself
+# ---------------------------------------------------------------------------------------------
+def test_proc_reads_stderr_so_a_logging_child_never_blocks() -> None:
+    """SVC-55: `tidelog serve` logs a line per request to stderr. A Proc reads it, so a child
+    that logs more than a pipe holds (64 KiB) keeps running (it used to block in the write:
+    the receiver's acks stopped and it never handled SIGTERM)."""
+    code = "import sys\nsys.stderr.write(('y' * 99 + '\\n') * 4000)\nprint('ok', flush=True)"
+    proc = Proc([sys.executable, "-c", code])
+    try:
+        assert proc.wait_line(lambda s: s == "ok", timeout=10) == "ok"
+        assert proc.p.wait(WAIT) == 0
+    finally:
+        if proc.p.poll() is None:
+            proc.kill()
+
+
+def test_FWD_27_proxy_closes_the_upstream_of_an_abandoned_handshake(tmp_path: Path) -> None:
+    """FWD-27 through the fault proxy: a sender that goes away while the proxy connects
+    upstream for it (a SIGKILL mid-handshake) leaves no connection open at the receiver, so
+    the next connection of its client id is let in. The proxy used to keep that upstream open;
+    it answered the receiver's pings and held the id, and every reconnect got 409."""
+    rx = Receiver.open(f"file://{tmp_path / 'rx'}?{SMALL_WAL}", "events").start()
+    calls = 0
+
+    def upstream() -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            time.sleep(0.5)  # the proxy's loop stalls: the client is gone when it resumes
+        return rx.port
+
+    proxy = FaultProxy(upstream, random.Random(0)).start()
+    headers = {wire.H_CLIENT_ID: "gone", wire.H_FSN_AT_ZERO: "0"}
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=WAIT) as sock:
+            sock.sendall(
+                (
+                    "GET /write/v4 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                    "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                    "Sec-WebSocket-Version: 13\r\n"
+                    + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                    + "\r\n"
+                ).encode()
+            )
+        end = time.monotonic() + WAIT
+        while rx.stats["connections"] == 0 and time.monotonic() < end:
+            time.sleep(0.01)  # until the proxy connected upstream for the sender that left
+        assert rx.stats["connections"] == 1
+
+        async def reconnect() -> int:
+            end = time.monotonic() + 10
+            while True:
+                try:
+                    async with websockets.connect(
+                        f"ws://127.0.0.1:{proxy.port}/write/v4",
+                        additional_headers=headers,
+                        proxy=None,
+                        open_timeout=5,
+                    ):
+                        return 101
+                except InvalidStatus as exc:
+                    if time.monotonic() > end:
+                        return exc.response.status_code
+                await asyncio.sleep(0.05)
+
+        assert asyncio.run(reconnect()) == 101
+    finally:
+        proxy.stop()
+        rx.stop()

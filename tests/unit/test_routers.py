@@ -20,6 +20,7 @@ from tidelog.backends import memory
 from tidelog.backends.file.format import snapshot as snapfmt
 from tidelog.backends.file.format import wal as walfmt
 from tidelog.backends.file.format.wal import FrameType
+from tidelog.backends.file.replay import SNAPSHOT_VERSIONS
 from tidelog.errors import (
     Backpressure,
     BadArgument,
@@ -689,10 +690,11 @@ def test_SNAP_3_a_snapshot_version_this_reader_does_not_know_is_refused(tmp_path
     root = tmp_path / "s"
     with tidelog.open(f"file://{root}") as store:
         store.topic("a").append(b"1")
+    newer = max(SNAPSHOT_VERSIONS) + 1
     for path in (root / "meta").iterdir():
         n, body = snapfmt.decode_snapshot(path.read_bytes())
-        path.write_bytes(snapfmt.encode_snapshot(n, {**body, "version": 3}))
-    with pytest.raises(Corrupt, match="schema version 3"):
+        path.write_bytes(snapfmt.encode_snapshot(n, {**body, "version": newer}))
+    with pytest.raises(Corrupt, match=f"schema version {newer}"):
         tidelog.open(f"file://{root}")
 
 

@@ -332,6 +332,42 @@ def test_SF_21_refresh_reads_only_what_changed(tmp_path: Path) -> None:
         seen.close()
 
 
+def test_SF_21_SF_25_a_refresh_after_a_scan_caught_a_rotation_half_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SF-21, SF-25, SF-26: a view that scans while the writer rotates (the new segment is
+    listed, the manifest not yet advanced to it, so the scan takes it for an empty spare) scans
+    again at the next refresh once the manifest moved, and shows the frames the new segment
+    took meanwhile. It used to walk the old, full active segment on until the next rotation
+    (`tail --follow` of a slot stalled one segment short of the writer)."""
+    fill = b"x" * 2000  # two frames fill a 4 KiB segment
+    more = [fill + payload(fsn) for fsn in (2, 3)]
+    with Slot.open(str(tmp_path), "a", max_bytes=4 << 10, max_total_bytes=1 << 20) as slot:
+        slot.append(fill)
+        slot.append(fill)
+        seen = SlotView(OsFS(), str(tmp_path / "a"))
+        assert seen.published_fsn == 1 and (tmp_path / "a" / "sf-manifest.bin").exists()
+        advance = Slot._advance_manifest
+        caught: list[int] = []
+
+        def scan_first(self: Slot, head: int) -> None:
+            if not caught:  # between the new segment's rename and the manifest's advance
+                seen.refresh()
+                caught.append(seen.scans)
+            advance(self, head)
+
+        monkeypatch.setattr(Slot, "_advance_manifest", scan_first)
+        assert slot.append(more[0]) == 2  # rotates
+        assert caught == [2] and seen.published_fsn == 1  # the scan saw an empty spare
+        seen.refresh()
+        assert seen.published_fsn == 2 and seen.read(2, 10) == more[:1]
+        assert seen.scans == 3
+        slot.append(more[1])
+        seen.refresh()  # the manifest as the last scan read it: walked on
+        assert seen.read(2, 10) == more and seen.scans == 3
+        seen.close()
+
+
 class Racing(OsFS):
     """An OsFS that makes the first ``times`` scans of a view meet a writer mid-write:
     ``torn``: the active segment reads with a damaged frame; ``replaced``: the active

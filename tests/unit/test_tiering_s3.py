@@ -1,42 +1,16 @@
 """The cold tier on an S3-compatible endpoint (spec/TIERING.md TIER-1, TIER-2, TIER-11): moto's
-threaded server on 127.0.0.1, started and stopped by the test, behind pyarrow's S3
-filesystem."""
+threaded server on 127.0.0.1, started and stopped by the test (tests/conftest.py ``s3_url``),
+behind pyarrow's S3 filesystem."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
-
-import pytest
 
 import tidelog
 from tidelog.backends.file import coldread
 from tidelog.hooks import Checkpoint, hooks
 from tidelog.records import Record
-
-moto_server = pytest.importorskip("moto.server")
-pafs = pytest.importorskip("pyarrow.fs")
-
-
-@pytest.fixture
-def s3_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"{host}:{port}"
-        s3 = pafs.S3FileSystem(
-            endpoint_override=endpoint, scheme="http", region="us-east-1",
-            access_key="testing", secret_key="testing", allow_bucket_creation=True,
-        )  # fmt: skip
-        s3.create_dir("tier")
-        yield f"s3://tier/cold?endpoint_override={endpoint}&scheme=http&region=us-east-1"
-    finally:
-        server.stop()
 
 
 def test_TIER_2_TIER_11_a_cold_tier_on_an_s3_endpoint(tmp_path: Path, s3_url: str) -> None:
