@@ -19,10 +19,10 @@ def _blocks() -> list[str]:
 
 
 def test_the_runnable_readme_examples_are_the_expected_ones() -> None:
-    """Four examples run here: the core API on memory://, several writer instances on
-    file://, bundles on file://, blockdev on an image. A new example changes this count on
-    purpose (and runs below)."""
-    assert len(_blocks()) == 4
+    """Five examples run here: the core API on memory://, several writer instances on
+    file://, a cold tier on file://, bundles on file://, blockdev on an image. A new example
+    changes this count on purpose (and runs below)."""
+    assert len(_blocks()) == 5
 
 
 @pytest.mark.parametrize("index", range(4))
