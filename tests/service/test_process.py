@@ -50,7 +50,11 @@ def test_SVC_3_it_listens_on_loopback_unless_told(
 ) -> None:
     _, url = serve(procs, tmp_path, "--uri", "memory://")
     assert url.startswith("http://127.0.0.1:")
-    assert Client(url).get("/v0/health") == (200, {"status": "ok", "pressure": 0.0})
+    status, body = Client(url).get("/v0/health")
+    # the pressure is measured (SVC-41: the loop's busy share counts too), so a loaded machine
+    # may show some at start; it is a share, never more than 1
+    assert (status, body["status"], sorted(body)) == (200, "ok", ["pressure", "status"])
+    assert 0.0 <= body["pressure"] <= 1.0
 
 
 def test_SVC_54_SVC_57_sigterm_drains_ends_streams_and_flushes_the_store(
