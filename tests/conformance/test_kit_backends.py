@@ -5,7 +5,9 @@ backend has no crash tests, blockdev no queue level; nothing is skipped."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from typing import ClassVar
 
@@ -17,6 +19,7 @@ from tidelog.conformance.suite import BackendSuite
 from tidelog.conformance.sut import FS_OPENERS, FsOpener
 
 _ROOT = tempfile.mkdtemp(prefix="tidelog-kit-")
+atexit.register(shutil.rmtree, _ROOT, True)  # one root per worker process
 FILE_OPTIONS = (
     "background=false&commit_interval_ms=60000&prealloc=none&wal_file_bytes=64KiB"
     "&checkpoint_bytes=4KiB"

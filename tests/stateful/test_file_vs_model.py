@@ -4,6 +4,7 @@ segments make rotation, sealing, checkpoints and replay happen within a few step
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -17,6 +18,7 @@ OPTIONS = (
     "&head_reserve=3&prealloc=none&progress_flush_ms=5&commit_interval_ms=2"
 )
 _ROOT = tempfile.mkdtemp(prefix="tidelog-stateful-")
+atexit.register(shutil.rmtree, _ROOT, True)  # one root per worker process
 
 
 class FileMachine(LogMachine):

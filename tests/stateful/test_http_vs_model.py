@@ -11,7 +11,9 @@ them with the other stateful suites (1000 there is 25 here)."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -24,6 +26,7 @@ pytest.importorskip("aiohttp")  # the service needs the serve extra (the test ex
 from tidelog.conformance.served import ServedSut
 
 _ROOT = tempfile.mkdtemp(prefix="tidelog-http-stateful-")
+atexit.register(shutil.rmtree, _ROOT, True)  # one root per worker process
 FILE_OPTIONS = (
     "wal_file_bytes=64KiB&checkpoint_bytes=4KiB&segment_max_records=4"
     "&head_reserve=3&prealloc=none&progress_flush_ms=5&commit_interval_ms=2"
