@@ -8,11 +8,13 @@ goes through the same formatter, so a JSON log is JSON throughout.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import logging
 import re
 import sys
+import threading
 import time
 from typing import Any, Final, TextIO
 
@@ -47,9 +49,9 @@ def log_request(
 
     Cheap, since it runs once per request: nothing is built when the logger would drop the
     record; when the records would reach exactly the handler ``configure`` installed (nothing
-    else listening or filtering), the line is formatted once and written once, with no
-    ``LogRecord``; otherwise it is an ordinary record (no ``findCaller``), whose plain message
-    is built only when a formatter asks for it."""
+    else listening or filtering), the line is formatted once and handed to its writer thread,
+    with no ``LogRecord``; otherwise it is an ordinary record (no ``findCaller``), whose plain
+    message is built only when a formatter asks for it."""
     error = status == 500
     level = logging.ERROR if error else logging.INFO
     if not logger.isEnabledFor(level):
@@ -70,18 +72,7 @@ def log_request(
         formatter = handler.formatter
         assert isinstance(formatter, _Formatter)
         line = formatter.line(time.time(), logging.getLevelName(level), logger.name, fields)
-        handler.acquire()
-        try:
-            stream = handler.stream
-            stream.write(line + handler.terminator)
-            stream.flush()
-        except Exception:  # as StreamHandler.emit: reported, never raised into the request
-            handler.release()
-            handler.handleError(
-                logger.makeRecord(logger.name, level, __file__, 0, _Line(fields), (), None)
-            )
-            return
-        handler.release()
+        handler.put(line)
         return
     record = logger.makeRecord(
         logger.name, level, __file__, 0, _Line(fields), (), exc_info, extra={"request": fields}
@@ -229,8 +220,84 @@ class JsonFormatter(_Formatter):
         return _ENCODE(out)
 
 
-class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The handler ``configure`` installs (``log_request`` writes to it directly)."""
+class _Handler(logging.Handler):
+    """The handler ``configure`` installs (``log_request`` hands it lines directly). Lines go
+    to a bounded buffer that a thread of its own writes to the stream, so a request never waits
+    for the stream: a stderr nobody reads (a full pipe) must not stall the event loop and with
+    it every append (SVC-55). Past ``limit`` bytes waiting, lines are dropped and counted; the
+    next write says how many."""
+
+    def __init__(self, stream: TextIO, limit: int = 4 << 20) -> None:
+        super().__init__()
+        self.stream = stream
+        self.limit = limit
+        self.dropped = 0  # lines dropped since the last report (and in all: ``dropped_total``)
+        self.dropped_total = 0
+        self._lines: collections.deque[str] = collections.deque()
+        self._waiting = 0  # characters in ``_lines``
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="tidelog-log-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, line: str) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            if self._waiting + len(line) > self.limit:
+                self.dropped += 1
+                self.dropped_total += 1
+                return
+            self._lines.append(line)
+            self._waiting += len(line)
+            self._idle.clear()
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.put(self.format(record))
+        except Exception:  # as StreamHandler.emit: reported, never raised into the request
+            self.handleError(record)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self.lock:  # type: ignore[union-attr]
+                lines, self._lines = self._lines, collections.deque()
+                self._waiting = 0
+                dropped, self.dropped = self.dropped, 0
+                stop = self._stop
+            if dropped:
+                formatter = self.formatter
+                assert isinstance(formatter, _Formatter)
+                note = {"dropped_lines": dropped, "why": "the log stream did not keep up"}
+                lines.append(formatter.line(time.time(), "WARNING", ACCESS.name, note))
+            if lines:
+                try:
+                    self.stream.write("\n".join(lines) + "\n")
+                    self.stream.flush()
+                except Exception:  # a closed or broken stream: the lines are lost, not the loop
+                    pass
+            with self.lock:  # type: ignore[union-attr]
+                if not self._lines and not self.dropped:
+                    self._idle.set()
+            if stop:
+                return
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Wait (at most ``timeout`` s) until every line handed over so far is written."""
+        self._idle.wait(timeout)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Write what is waiting (at most ``timeout`` s: a stream that stays blocked is left
+        to the daemon thread) and stop the writer."""
+        with self.lock:  # type: ignore[union-attr]
+            self._stop = True
+        self._wake.set()
+        self._thread.join(timeout)
+        super().close()
 
 
 def configure(fmt: str, stream: TextIO | None = None, level: int = logging.INFO) -> logging.Handler:

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,6 +191,7 @@ def test_SVC_55_configure_makes_every_tidelog_record_one_format() -> None:
     finally:
         logging.getLogger().removeHandler(other)
         root.removeHandler(handler)
+        handler.close()  # its writer thread writes what is waiting, then stops
         root.setLevel(before[0])
         root.propagate = before[1]
     assert list(root.handlers) == before[2] and elsewhere.getvalue() == ""
@@ -242,6 +244,7 @@ def test_SVC_55_the_direct_line_is_the_formatters_line(fmt: str) -> None:
         log_request(**fields)  # type: ignore[arg-type]
     finally:
         root.removeHandler(handler)
+        handler.close()
         root.setLevel(before[0])
         root.propagate = before[1]
     direct, through = out.getvalue().splitlines()
@@ -256,3 +259,61 @@ def test_SVC_55_the_direct_line_is_the_formatters_line(fmt: str) -> None:
         assert direct.endswith(
             'topic="odd \\"name\\"" status=409 duration_ms=2.5 bytes_in=7 bytes_out=90 token=ingest'
         )
+
+
+class _BlockedStream(io.StringIO):
+    """A stderr nobody reads: every write waits until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.entered.set()
+        self.release.wait(30)
+        return super().write(text)
+
+
+def test_SVC_55_a_blocked_stderr_never_stalls_a_request() -> None:
+    """SVC-55: with the stream blocked (a full pipe), requests are logged without waiting:
+    lines beyond the 4 MiB buffer are dropped, and once the stream moves again every kept line
+    is written, then a WARNING with `dropped_lines`; nothing is written twice."""
+    root = logging.getLogger("tidelog")
+    before = (root.level, root.propagate, list(root.handlers))
+    out = _BlockedStream()
+    handler = configure("json", out)
+    done = threading.Event()
+    count = 60_000  # ~200 bytes each: about 3x the buffer
+
+    def requests() -> None:
+        for i in range(count):
+            log_request(
+                method="POST", route="/v0/topics/{t}/records", topic=f"t{i}", status=200,
+                seconds=0.0, bytes_in=100, bytes_out=11, token_name=None,
+            )  # fmt: skip
+        done.set()
+
+    worker = threading.Thread(target=requests, daemon=True)
+    try:
+        worker.start()
+        assert out.entered.wait(10), "the writer thread never wrote"
+        # On the code that wrote from the request's thread, this waited behind the blocked write.
+        assert done.wait(20), "a request waited for the blocked stream"
+        out.release.set()
+        handler.flush()
+    finally:
+        out.release.set()
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(before[0])
+        root.propagate = before[1]
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    topics = [line["topic"] for line in lines if "topic" in line]
+    warnings = [line for line in lines if line["level"] == "WARNING"]
+    assert len(warnings) == 1 and warnings[0]["logger"] == "tidelog.service.access"
+    dropped = warnings[0]["dropped_lines"]
+    assert dropped > 0 and len(topics) + dropped == count
+    assert len(set(topics)) == len(topics)  # none twice
+    assert topics == sorted(topics, key=lambda t: int(t[1:]))  # in order
+    assert handler.dropped_total == dropped
