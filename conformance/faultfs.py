@@ -205,9 +205,9 @@ class FaultFS:
     def listdir(self, path: str) -> list[str]:
         return self.inner.listdir(path)
 
-    def mkdir(self, path: str) -> None:
+    def mkdir(self, path: str) -> bool:
         self._call("mkdir", path)
-        self.inner.mkdir(path)
+        return self.inner.mkdir(path)
 
     def rename(self, src: str, dst: str) -> None:
         self._call("rename", f"{src} -> {dst}")

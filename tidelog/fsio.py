@@ -96,8 +96,10 @@ class FS(Protocol):
     def listdir(self, path: str) -> list[str]:
         """Names in a directory, sorted."""
 
-    def mkdir(self, path: str) -> None:
-        """Create a directory (and missing parents); no error if it exists."""
+    def mkdir(self, path: str) -> bool:
+        """Create a directory (and missing parents); no error if it exists. True when this
+        call created ``path`` itself, False when it was a directory already (another process
+        may have made it a moment before: storedir's undo must know which it made)."""
 
     def rename(self, src: str, dst: str) -> None:
         """Atomically replace ``dst`` with ``src`` (durable only after ``fsync_dir``; across
@@ -414,8 +416,17 @@ class OsFS:
     def listdir(self, path: str) -> list[str]:
         return sorted(os.listdir(path))
 
-    def mkdir(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+    def mkdir(self, path: str) -> bool:
+        parent = os.path.dirname(os.path.normpath(path))
+        if parent and not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
+            return False
+        return True
 
     def rename(self, src: str, dst: str) -> None:
         os.replace(src, dst)

@@ -132,8 +132,10 @@ def _prepare(fs: FS, path: str, layout: Layout, create: str) -> Creation:
         d = parent
     try:
         for d in reversed(missing):  # outermost first; an entry is durable once its parent is
-            fs.mkdir(d)  # synced (spec/CRASH.md CRASH-4)
-            creation.created.append(d)
+            if fs.mkdir(d):  # synced (spec/CRASH.md CRASH-4)
+                creation.created.append(d)
+            # else another process made it since the check (both opening a new store at once):
+            # not this open's to undo, and the store's lock decides which of them writes
             fs.fsync_dir(os.path.dirname(d) or ".")
     except OSError:
         creation.undo()

@@ -422,16 +422,19 @@ class RecordingFS:
                 raise _oserror(errno.ENOTDIR, path)
             return sorted(self._vdirs[ino])
 
-    def mkdir(self, path: str) -> None:
+    def mkdir(self, path: str) -> bool:
         with self._mutex:
             parts = _parts(path)
+            made = False
             for i in range(1, len(parts) + 1):
                 sub = "/" + "/".join(parts[:i])
                 ino = self._lookup(sub)
-                if ino is None:
+                made = ino is None
+                if made:
                     self._new_entry(sub, is_dir=True)
                 elif ino not in self._vdirs:
                     raise _oserror(errno.EEXIST if i == len(parts) else errno.ENOTDIR, path)
+            return made
 
     def rename(self, src: str, dst: str) -> None:
         with self._mutex:

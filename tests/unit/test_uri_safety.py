@@ -367,3 +367,55 @@ def test_ERR_1_readonly_view_of_a_wal_file_shorter_than_its_header(
         assert [r.payload for r in view.topic("t", create=False).read()] == [b"x"]
     with tidelog.open(f"file://{root}") as store:  # and the writer agrees
         assert [r.payload for r in store.topic("t", create=False).read()] == [b"x"]
+
+
+class _RacedFS(OsFS):
+    """Another process makes ``path`` between this open's check and its mkdir: the check says
+    it is missing, the mkdir finds it made."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = os.path.normpath(path)
+        self.raced = False
+
+    def is_dir(self, path: str) -> bool:
+        if os.path.normpath(path) == self.path and not self.raced:
+            return False
+        return super().is_dir(path)
+
+    def exists(self, path: str) -> bool:
+        if os.path.normpath(path) == self.path and not self.raced:
+            return False
+        return super().exists(path)
+
+    def mkdir(self, path: str) -> bool:
+        if os.path.normpath(path) == self.path and not self.raced:
+            self.raced = True
+            super().mkdir(path)  # the other process's
+        return super().mkdir(path)
+
+
+def test_URI_8_two_processes_creating_one_store_at_once(tmp_path: Path) -> None:
+    """URI-8: a store directory another process created between this open's check and its
+    mkdir is taken as it is and is not this open's to undo (before: it was recorded as made
+    here, so a failed open, `locked` say, removed the other's directory while it was still
+    empty, under the other's creation); the store opens. An SF slot's directory is prepared by
+    the same code."""
+    from tidelog import storedir
+    from tidelog.backends.file import open_store
+    from tidelog.backends.sf.backend import SLOT_LAYOUT
+
+    root = tmp_path / "new" / "s"
+    fs = _RacedFS(str(root))
+    store = open_store(fs, str(root), prealloc="none")
+    try:
+        assert fs.raced
+        store.topic("t").append(b"x")
+    finally:
+        store.close()
+    slot = tmp_path / "sf" / "sender-1"
+    fs = _RacedFS(str(slot))
+    creation = storedir.prepare(fs, str(slot), SLOT_LAYOUT, "true")
+    assert fs.raced and creation.created == [str(tmp_path / "sf")]  # the raced one is not its
+    with tidelog.open(f"sf://{slot}") as sf:
+        sf.topic("frames").append(b"x")
