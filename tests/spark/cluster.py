@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,10 +132,22 @@ class StandaloneCluster:
             PYTHONSAFEPATH="1",  # executors' Python workers import the installed tidelog
         )
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen[Any]:
+    def _spawn(
+        self, name: str, *args: str, binds: Sequence[tuple[Path, Path]] = ()
+    ) -> subprocess.Popen[Any]:
+        """``spark-class args``; with ``binds`` (source, target) in a mount namespace of its
+        own where each source is bind-mounted over its target: what this process and its
+        children (executors, Python workers) see there, and nothing else does (root only)."""
+        command = ["bash", str(spark_class()), *args]
+        if binds:
+            mounts = " && ".join(f"mount --bind {shlex.quote(str(s))} {shlex.quote(str(t))}"
+                                 for s, t in binds)  # fmt: skip
+            # unshare and sh exec what follows: the pid stays the worker's (kill_tree)
+            command = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                       f'{mounts} && exec "$@"', "sh", *command]  # fmt: skip
         with open(self.work / f"{name}.log", "ab") as log:  # the child keeps its own copy
             proc = subprocess.Popen(
-                ["bash", str(spark_class()), *args],
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -145,7 +158,8 @@ class StandaloneCluster:
         self.procs[name] = proc
         return proc
 
-    def start(self) -> None:
+    def start(self, workers: bool = True) -> None:
+        """The master, then (unless not ``workers``) the workers, each ALIVE."""
         for sub in ("local", "worker", "conf"):
             (self.work / sub).mkdir(parents=True, exist_ok=True)
         port, ui = free_port(), free_port()
@@ -157,12 +171,17 @@ class StandaloneCluster:
             "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui),
         )  # fmt: skip
         self.wait(lambda s: s.get("status") == "ALIVE", "the master to be ALIVE")
+        if not workers:
+            return
         for i in range(self.workers):
             self.start_worker(i)
         self.wait_workers(self.workers)
 
-    def start_worker(self, i: int) -> subprocess.Popen[Any]:
-        """Worker ``i`` (again, after ``kill_worker(i)``), on fresh ports."""
+    def start_worker(
+        self, i: int, binds: Sequence[tuple[Path, Path]] = ()
+    ) -> subprocess.Popen[Any]:
+        """Worker ``i`` (again, after ``kill_worker(i)``), on fresh ports; ``binds`` as
+        ``_spawn``'s (a host whose view of a path differs)."""
         return self._spawn(
             f"worker{i}",
             "org.apache.spark.deploy.worker.Worker",
@@ -171,6 +190,7 @@ class StandaloneCluster:
             "--cores", str(self.cores), "--memory", WORKER_MEMORY,
             "--work-dir", str(self.work / "worker" / str(i)),
             self.master_url,
+            binds=binds,
         )  # fmt: skip
 
     def kill_worker(self, i: int) -> None:

@@ -19,7 +19,9 @@ import pytest
 # (`python3 run.py spark_cluster`, which sets TIDELOG_SPARK_CLUSTER_LONG=1), never to the default
 # suite, and are not collected there at all (so never counted as skipped passes).
 collect_ignore_glob = (
-    [] if os.environ.get("TIDELOG_SPARK_CLUSTER_LONG") == "1" else ["test_cluster_long.py"]
+    []
+    if os.environ.get("TIDELOG_SPARK_CLUSTER_LONG") == "1"
+    else ["test_cluster_long.py", "test_cluster_stale.py"]
 )
 
 
