@@ -32,6 +32,7 @@ KNOWN_OPTIONS = {
     "tombstones",
     "partitionrecords",
     "partitionbytes",
+    "minpartitions",
     "batchrecords",
     "maxrecordspertrigger",
     "startingoffsets",
@@ -64,6 +65,7 @@ class SourceOptions:
     tombstones: str = "fail"  # "fail" | "rows"
     partition_records: int | None = None  # None: from partition_bytes (SPK-3)
     partition_bytes: int = 128 << 20  # Spark's spark.sql.files.maxPartitionBytes default
+    min_partitions: int | None = None  # None: the planning host's CPU count (SPK-3)
     batch_records: int = 65_536
     max_records_per_trigger: int | None = None
     starting_offsets: str = "resume"  # "resume" | "earliest" | "latest" | a seq (as text)
@@ -178,6 +180,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         "toseq": ("to_seq", 1),
         "slot": ("slot", 0),
         "partitionrecords": ("partition_records", 1),
+        "minpartitions": ("min_partitions", 1),
         "batchrecords": ("batch_records", 1),
         "maxrecordspertrigger": ("max_records_per_trigger", 1),
         "samplebundles": ("sample_bundles", 1),

@@ -147,6 +147,19 @@ def split(lo: int, hi: int, size: int) -> list[tuple[int, int]]:
     return [(s, min(s + size - 1, hi)) for s in range(lo, hi + 1, size)]
 
 
+def split_even(lo: int, hi: int, n: int) -> list[tuple[int, int]]:
+    """``lo..hi`` in ``n`` inclusive ranges whose sizes differ by one at most (SPK-3)."""
+    count = hi - lo + 1
+    n = max(1, min(n, count))
+    base, extra = divmod(count, n)
+    out, start = [], lo
+    for i in range(n):
+        end = start + base + (1 if i < extra else 0) - 1
+        out.append((start, end))
+        start = end + 1
+    return out
+
+
 def seq_bounds(opts: SourceOptions) -> tuple[int, int]:
     """The inclusive seq range a batch read covers (SPK-3). Without ``fromSeq`` it starts at
     ``evict_floor``: what was evicted before is not this read's business. An explicit

@@ -103,23 +103,36 @@ def _read(opts: SourceOptions, target: pa.Schema, part: InputPartition) -> Itera
     return reading.read_slot(opts, part.lo, part.hi, target, planned)
 
 
+#: Spark's spark.sql.files.openCostInBytes default: no task is cut smaller than this many bytes
+#: of payload for the sake of parallelism (SPK-3).
+MIN_SPLIT_BYTES = 4 << 20
+
+
 def _partitions(opts: SourceOptions, lo: int, hi: int) -> list[SeqRange]:
     if lo > hi:
         return []
     planned = reading.plan(opts)
-    size = opts.partition_records or _records_per_task(opts)
+    if opts.partition_records:
+        ranges = reading.split(lo, hi, opts.partition_records)
+    else:
+        ranges = reading.split_even(lo, hi, _task_count(opts, hi - lo + 1))
     owner = netread.owner_host(opts) if netread.is_served(opts.root) else None
-    return [SeqRange(a, b, planned, owner) for a, b in reading.split(lo, hi, size)]
+    return [SeqRange(a, b, planned, owner) for a, b in ranges]
 
 
-def _records_per_task(opts: SourceOptions) -> int:
-    """SPK-3: without ``partitionRecords``, tasks of about ``partitionBytes`` of payload at the
-    topic's mean record size. A task costs Spark's Python data source path tens of ms whatever
-    it reads (while the adapter reads tens of millions of small records per second), so a
-    fixed small record count spent more time there than reading."""
+def _task_count(opts: SourceOptions, seqs: int) -> int:
+    """SPK-3: without ``partitionRecords``, as many tasks as ``partitionBytes`` of payload at
+    the topic's mean record size make, and at least ``minPartitions`` while each keeps
+    ``MIN_SPLIT_BYTES``; the range is then cut evenly. A task costs Spark's Python data source
+    path tens of ms whatever it reads, so tasks are sized by volume, as Spark sizes file
+    splits; and cut evenly, since a scan lasts as long as its longest task (2M records of
+    100 B at 128 MiB made one task of 1.34M records and one of 0.66M)."""
     state = reading.topic(opts).state()
     mean = state.bytes / state.count if state.count else 1.0
-    return max(1, int(opts.partition_bytes / max(mean, 1.0)))
+    volume = seqs * max(mean, 1.0)
+    by_size = -(-volume // opts.partition_bytes)  # ceil
+    cores = opts.min_partitions or os.cpu_count() or 1
+    return int(max(1, by_size, min(cores, volume // MIN_SPLIT_BYTES)))
 
 
 class TidelogDataSource(DataSource):

@@ -107,8 +107,9 @@ def test_SPK_options_are_checked_before_any_task_runs(tmp_path: Path) -> None:
 def test_SPK_3_tasks_are_sized_by_payload_bytes_unless_partition_records_is_given(
     tmp_path: Path,
 ) -> None:
-    """SPK-3: without partitionRecords a task covers max(1, partitionBytes // mean payload size)
-    seqs (default 128 MiB); partitionRecords overrides it; the ranges tile the read exactly."""
+    """SPK-3: without partitionRecords the read is cut evenly into ceil(volume /
+    partitionBytes) tasks (default 128 MiB), at least one seq each; partitionRecords overrides
+    it; the ranges tile the read exactly."""
     pytest.importorskip("pyspark")
     from pyspark.sql.types import StructType
 
@@ -125,9 +126,36 @@ def test_SPK_3_tasks_are_sized_by_payload_bytes_unless_partition_records_is_give
 
     assert parse_options({"path": "/x", "topic": "ev"}).partition_bytes == 128 << 20
     assert ranges() == [(1, 10)]
-    assert ranges(partitionBytes="330") == [(1, 3), (4, 6), (7, 9), (10, 10)]
+    assert ranges(partitionBytes="330") == [(1, 3), (4, 6), (7, 8), (9, 10)]  # 4 tasks, even
     assert ranges(partitionBytes="50") == [(q, q) for q in range(1, 11)]  # at least one seq
     assert ranges(partitionBytes="330", partitionRecords="4") == [(1, 4), (5, 8), (9, 10)]
+
+
+def test_SPK_3_tasks_are_cut_evenly_and_for_parallelism_down_to_4_mib(tmp_path: Path) -> None:
+    """SPK-3: 2M records of 100 B at 128 MiB per task make two tasks of 1M records (before:
+    1,342,177 and 657,823, and a scan lasted as long as the longer); minPartitions (default the
+    host's CPU count) cuts a smaller read into more tasks while each keeps 4 MiB of payload, so a
+    small read stays one task."""
+    pytest.importorskip("pyspark")
+    from tidelog.adapters.spark import reading
+    from tidelog.adapters.spark.source import _task_count
+
+    assert reading.split_even(1, 2_000_000, 2) == [(1, 1_000_000), (1_000_001, 2_000_000)]
+    assert reading.split_even(5, 14, 3) == [(5, 8), (9, 11), (12, 14)]
+    assert reading.split_even(1, 2, 5) == [(1, 1), (2, 2)]  # at most one task per seq
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}") as store:
+        store.topic("ev").append_many([b"x" * 100] * 10)
+
+    def count(seqs: int, **extra: str) -> int:
+        return _task_count(parse_options({"path": str(root), "topic": "ev", **extra}), seqs)
+
+    assert count(2_000_000, minPartitions="1") == 2  # 200 MB at 128 MiB
+    assert count(2_000_000, minPartitions="8") == 8
+    assert count(1_000_000, minPartitions="2") == 2  # 100 MB: one task per core
+    assert count(100_000, minPartitions="8") == 2  # 10 MB: no task below 4 MiB
+    assert count(10, minPartitions="8") == 1
+    assert count(1_000_000) == max(1, min(os.cpu_count() or 1, 23))
 
 
 def test_SPK_6_staged_rows(tmp_path: Path) -> None:
