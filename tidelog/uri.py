@@ -15,12 +15,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from . import registry
 from .errors import BadOption, BadURI
 
-__all__ = ["URI", "parse_uri", "store_path"]
+__all__ = ["URI", "parse_uri", "store_path", "redact_url", "COLD_PREFIX"]
+
+#: ``cold+URL``: the cold tier at TIER-1's ``URL`` alone, a read-only store (TIER-12)
+COLD_PREFIX = "cold+"
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,9 @@ class URI:
     options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def render(self) -> str:
+        if self.scheme.startswith(COLD_PREFIX):  # TIER-12, TIER-13: as written, redacted
+            query = f"?{urlencode(dict(self.options))}" if self.options else ""
+            return redact_url(f"{self.scheme}://{self.location}{query}")
         # a secret given in the query is never echoed (reprs, logs, errors): SVC-58
         shown = {k: ("***" if k in SECRET_OPTIONS else v) for k, v in dict(self.options).items()}
         query = f"?{urlencode(shown)}" if self.options else ""
@@ -70,34 +76,73 @@ def parse_uri(text: object) -> URI:
             f"bad store URI {text!r}: expected scheme://location, e.g. memory:// or "
             "file:///var/lib/app/buf"
         )
+    cold = text[: len(COLD_PREFIX)].lower() == COLD_PREFIX
+    shown = redact_url(text) if cold else text  # a cold URL's secrets are never echoed
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError as exc:
-        raise BadURI(f"bad store URI {text!r}: {exc}") from None
+        raise BadURI(f"bad store URI {shown!r}: {exc}") from None
     scheme = parts.scheme.lower()
     if not scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
-        raise BadURI(f"bad store URI {text!r}: bad scheme")
+        raise BadURI(f"bad store URI {shown!r}: bad scheme")
     if parts.fragment:
-        raise BadURI(f"bad store URI {text!r}: fragments (#...) are not allowed")
+        raise BadURI(f"bad store URI {shown!r}: fragments (#...) are not allowed")
+    if cold:  # TIER-1's URL as written (its credentials, port, percent-escapes): TIER-12
+        return URI(scheme, parts.netloc + parts.path, MappingProxyType(_query(parts, shown)))
     if parts.username is not None or parts.password is not None:
         raise BadURI(f"bad store URI {text!r}: credentials are not allowed")
     if port is not None and not _is_address(scheme):
         raise BadURI(f"bad store URI {text!r}: ports are not allowed")
-    try:
-        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError:
-        raise BadURI(f"bad store URI {text!r}: malformed query string") from None
-    options: dict[str, str] = {}
-    for key, value in pairs:
-        if key in options:
-            raise BadOption(f"option {key!r} given twice in {text!r}")
-        options[key] = value
+    options = _query(parts, text)
     try:
         location = unquote(parts.netloc + parts.path, errors="strict")
     except UnicodeDecodeError:
         raise BadURI(f"bad store URI {text!r}: a percent-escape is not UTF-8") from None
     return URI(scheme, location, MappingProxyType(options))
+
+
+def _query(parts: SplitResult, shown: str) -> dict[str, str]:
+    try:
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise BadURI(f"bad store URI {shown!r}: malformed query string") from None
+    options: dict[str, str] = {}
+    for key, value in pairs:
+        if key in options:
+            raise BadOption(f"option {key!r} given twice in {shown!r}")
+        options[key] = value
+    return options
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be shown (TIER-13): the password of its userinfo
+    (``s3://key:secret@bucket/...``) and the secrets of its query (access keys, tokens) as
+    ``***``. Every message, log line, ``inspect`` output and repr naming a cold URL shows it
+    through this."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a URL that does not parse>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user, colon, _secret = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if colon else f"{userinfo}@{host}"
+    query = parts.query
+    if query:
+        pairs = [
+            (k, "***" if any(s in k.lower() for s in _SECRET_WORDS) else v)
+            for k, v in parse_qsl(query, keep_blank_values=True)
+        ]
+        query = urlencode(pairs, safe="*")
+    if netloc == parts.netloc and query == parts.query:
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+#: query keys holding a secret contain one of these (``secret_key``, ``session_token``, ...)
+_SECRET_WORDS = ("secret", "key", "token", "password", "credential", "signature")
 
 
 _PATH_MAX = 4095  # bytes of a path, and of one segment (below): Linux's PATH_MAX and NAME_MAX

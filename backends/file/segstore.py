@@ -15,10 +15,11 @@ import posixpath
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from tidelog.errors import BadOption, StorageError, TidelogError
 from tidelog.fsio import FS, make_dirs, write_whole
+from tidelog.uri import redact_url as redact
 
 __all__ = [
     "SegmentStore",
@@ -51,18 +52,6 @@ class SegmentStore(Protocol):
     def exists(self, key: str) -> bool: ...
 
     def size(self, key: str) -> int: ...
-
-
-def redact(url: str) -> str:
-    """``url`` without secrets in its query (access keys, tokens), for messages."""
-    parts = urlsplit(url)
-    if not parts.query:
-        return url
-    query = [
-        (k, "***" if any(s in k.lower() for s in ("secret", "key", "token", "password")) else v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    ]
-    return urlunsplit(parts._replace(query=urlencode(query, safe="*")))
 
 
 @contextmanager
