@@ -1,4 +1,4 @@
-"""Spark over a cold tier alone: ``cold+URL`` locations (spec/BUNDLES.md SPK-31..SPK-34). No
+"""Spark over a cold tier alone: ``cold+URL`` locations (spec/BUNDLES.md SPK-31..SPK-33). No
 pyspark here.
 
 The planner pins one manifest version (spec/TIERING.md TIER-9, TIER-11) and plans a topic's
