@@ -4,6 +4,7 @@ findings."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -72,3 +73,23 @@ def test_TIER_14_a_missing_object_and_an_orphan(tmp_path: Path) -> None:
     report = verify_cold(f"cold+file://{cold}")
     assert not report.ok  # every manifest's segments are missing now
     assert any(p.severity == INFO for p in report.problems)
+
+
+def test_TIER_14_a_manifest_whose_range_disagrees_with_its_segment(tmp_path: Path) -> None:
+    """TIER-14, TIER-9: a manifest version saying another seq range than its segment holds is
+    an error naming the version and both ranges; one that does not parse is an error naming
+    its key."""
+    _, cold = _history(tmp_path)
+    manifests = sorted(cold.rglob("manifest-*.json"))
+    newest = manifests[-1]
+    body = json.loads(newest.read_bytes())
+    lo, hi = body["topics"][0]["segments"][-1]
+    body["topics"][0]["segments"][-1] = [lo, hi + 1]
+    newest.write_text(json.dumps(body))
+    report = verify_cold(f"cold+file://{cold}")
+    found = [p for p in report.errors if p.rule == "TIER-9"]
+    assert len(found) == 1 and f"seqs {lo}..{hi + 1}" in found[0].message, report.problems
+    assert f"holds {lo}..{hi}" in found[0].message
+    manifests[0].write_bytes(b"{not json")
+    report = verify_cold(f"cold+file://{cold}")
+    assert any(p.path.endswith(manifests[0].name) and p.rule == "TIER-9" for p in report.errors)
