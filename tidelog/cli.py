@@ -43,6 +43,7 @@ from tidelog.config import DURABILITY_CLASSES
 from tidelog.errors import Backpressure, BadArgument
 from tidelog.options import parse_size
 from tidelog.records import Item, Record, Tombstone
+from tidelog.uri import COLD_PREFIX
 
 __all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_ERROR", "EXIT_INTERRUPTED", "fail"]
 
@@ -533,17 +534,23 @@ def demo_cmd(
 @main.command("verify")
 @click.argument("target")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")
-def verify_cmd(target: str, as_json: bool) -> None:
+@click.option("--cold", metavar="URL", help="The store's cold tier: check its objects too.")
+def verify_cmd(target: str, as_json: bool, cold: str | None) -> None:
     """Check every checksum and structure of a store directory, SF slot, .qseg segment or
     blockdev ring image (or a file://, blockdev:// URI) offline, whoever wrote it.
 
     Prints each problem with its file, byte offset and spec rule; exits 1 if any is an error
     (warnings, such as a torn WAL tail that recovery discards, exit 0). A URI whose scheme
     keeps no files (memory://, model://) is an error (exit 2), not a check of this directory.
+    A cold+URL checks a cold tier alone; --cold URL a store's cold tier with the store
+    (orphan objects are shown as info, not damage).
     """
-    from tidelog.verify import verify_path
+    from tidelog.verify import verify_cold, verify_path
 
-    report = verify_path(file_location(target))
+    if target.lower().startswith(COLD_PREFIX):
+        report = verify_cold(target)
+    else:
+        report = verify_path(file_location(target), cold=cold)
     if as_json:
         click.echo(
             json.dumps(

@@ -243,6 +243,18 @@ DESCRIPTORS: Mapping[str, BackendDescriptor] = MappingProxyType(
     }
 )
 
+#: ``cold+<scheme>``: the cold tier of a file store alone, read-only (spec/TIERING.md TIER-12).
+#: One descriptor for every cold URL scheme (``cold+s3``, ``cold+file``, ...), which pyarrow.fs
+#: decides, so it is not keyed by a scheme in DESCRIPTORS; ``find`` gives it for any of them.
+#: Its capabilities are the backend's own (CAP-1: nothing but reads).
+COLD = BackendDescriptor(
+    "cold+",
+    "tidelog.backends.file.coldbackend:open_backend",
+    None,
+    names="cold tier",
+    read_only_view=True,
+)
+
 #: scheme -> its factory as ``"module:attr"``
 BUILTIN: MappingProxyType[str, str] = MappingProxyType(
     {s: d.factory for s, d in DESCRIPTORS.items() if isinstance(d.factory, str)}
@@ -297,6 +309,8 @@ def find(scheme: str) -> BackendDescriptor | None:
     found = DESCRIPTORS.get(scheme) or _registered.get(scheme)
     if found is not None:
         return found
+    if scheme.startswith(COLD.scheme) and len(scheme) > len(COLD.scheme):
+        return dataclasses.replace(COLD, scheme=scheme)
     target = _entry_point_targets().get(scheme)
     return None if target is None else _describe(scheme, _load(target))
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ERROR", "WARNING", "Problem", "Report"]
+__all__ = ["ERROR", "WARNING", "INFO", "Problem", "Report"]
 
 ERROR = "error"
 WARNING = "warning"
+INFO = "info"  # a finding that is no damage (a cold tier's orphan object, TIERING.md TIER-14)
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class Problem:
     path: str
     offset: int | None  # byte offset in ``path``; None for a whole file or directory
     rule: str
-    severity: str  # "error" | "warning"
+    severity: str  # "error" | "warning" | "info"
     message: str
 
     def __str__(self) -> str:

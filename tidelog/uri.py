@@ -15,12 +15,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from . import registry
 from .errors import BadOption, BadURI
 
-__all__ = ["URI", "parse_uri", "store_path"]
+__all__ = ["URI", "parse_uri", "store_path", "redact_url", "redact_text", "COLD_PREFIX"]
+
+#: ``cold+URL``: the cold tier at TIER-1's ``URL`` alone, a read-only store (TIER-12)
+COLD_PREFIX = "cold+"
 
 
 @dataclass(frozen=True)
@@ -30,8 +33,14 @@ class URI:
     options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def render(self) -> str:
+        if self.scheme.startswith(COLD_PREFIX):  # TIER-12, TIER-13: as written, redacted
+            query = f"?{urlencode(dict(self.options))}" if self.options else ""
+            return redact_url(f"{self.scheme}://{self.location}{query}")
         # a secret given in the query is never echoed (reprs, logs, errors): SVC-58
-        shown = {k: ("***" if k in SECRET_OPTIONS else v) for k, v in dict(self.options).items()}
+        shown = {
+            k: "***" if k in SECRET_OPTIONS else redact_url(v) if k in URL_OPTIONS else v
+            for k, v in dict(self.options).items()
+        }
         query = f"?{urlencode(shown)}" if self.options else ""
         loc = self.location
         if _is_address(self.scheme):  # host:port as given ("[::1]:9000/base")
@@ -46,6 +55,8 @@ class URI:
 
 #: options whose value is a secret: ``render`` shows them as ``***``
 SECRET_OPTIONS = frozenset({"token"})
+#: options whose value is a URL that may carry credentials: ``render`` redacts them (TIER-13)
+URL_OPTIONS = frozenset({"cold"})
 
 
 def _dot_relative(scheme: str) -> bool:
@@ -70,34 +81,104 @@ def parse_uri(text: object) -> URI:
             f"bad store URI {text!r}: expected scheme://location, e.g. memory:// or "
             "file:///var/lib/app/buf"
         )
+    cold = text[: len(COLD_PREFIX)].lower() == COLD_PREFIX
+    shown = redact_url(text)  # a (cold) URL's secrets are never echoed (TIER-13)
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError as exc:
-        raise BadURI(f"bad store URI {text!r}: {exc}") from None
+        raise BadURI(f"bad store URI {shown!r}: {exc}") from None
     scheme = parts.scheme.lower()
     if not scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
-        raise BadURI(f"bad store URI {text!r}: bad scheme")
+        raise BadURI(f"bad store URI {shown!r}: bad scheme")
     if parts.fragment:
-        raise BadURI(f"bad store URI {text!r}: fragments (#...) are not allowed")
+        raise BadURI(f"bad store URI {shown!r}: fragments (#...) are not allowed")
+    if cold:  # TIER-1's URL as written (its credentials, port, percent-escapes): TIER-12
+        return URI(scheme, parts.netloc + parts.path, MappingProxyType(_query(parts, shown)))
     if parts.username is not None or parts.password is not None:
-        raise BadURI(f"bad store URI {text!r}: credentials are not allowed")
+        raise BadURI(f"bad store URI {shown!r}: credentials are not allowed")
     if port is not None and not _is_address(scheme):
-        raise BadURI(f"bad store URI {text!r}: ports are not allowed")
-    try:
-        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError:
-        raise BadURI(f"bad store URI {text!r}: malformed query string") from None
-    options: dict[str, str] = {}
-    for key, value in pairs:
-        if key in options:
-            raise BadOption(f"option {key!r} given twice in {text!r}")
-        options[key] = value
+        raise BadURI(f"bad store URI {shown!r}: ports are not allowed")
+    options = _query(parts, shown)
     try:
         location = unquote(parts.netloc + parts.path, errors="strict")
     except UnicodeDecodeError:
-        raise BadURI(f"bad store URI {text!r}: a percent-escape is not UTF-8") from None
+        raise BadURI(f"bad store URI {shown!r}: a percent-escape is not UTF-8") from None
     return URI(scheme, location, MappingProxyType(options))
+
+
+def _query(parts: SplitResult, shown: str) -> dict[str, str]:
+    try:
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise BadURI(f"bad store URI {shown!r}: malformed query string") from None
+    options: dict[str, str] = {}
+    for key, value in pairs:
+        if key in options:
+            raise BadOption(f"option {key!r} given twice in {shown!r}")
+        options[key] = value
+    return options
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be shown (TIER-13): the password of its userinfo
+    (``s3://key:secret@bucket/...``) and the secrets of its query (access keys, tokens) as
+    ``***``. Every message, log line, ``inspect`` output and repr naming a cold URL shows it
+    through this (and a message quoting it, such as pyarrow's, through ``redact_text``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_text(url, url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user, colon, _secret = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if colon else f"{userinfo}@{host}"
+    query = parts.query
+    if query:
+        pairs = [  # a value that is a URL itself (``file://...?cold=s3://...``): redacted too
+            (k, "***" if _secret_key(k) else redact_url(v) if "://" in v else v)
+            for k, v in parse_qsl(query, keep_blank_values=True)
+        ]
+        query = urlencode(pairs, safe="*:/@")
+    if netloc == parts.netloc and query == parts.query:
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def redact_text(text: str, url: str) -> str:
+    """``text`` (an error message of a library that was handed ``url``) with every secret of
+    ``url`` replaced by ``***`` (TIER-13): as written, percent-encoded and decoded."""
+    for secret in _secrets(url):
+        for form in {secret, unquote(secret), quote(unquote(secret), safe="")}:
+            if len(form) >= 3:  # a shorter one would mangle the message, and is no secret
+                text = text.replace(form, "***")
+    return text
+
+
+def _secrets(url: str) -> list[str]:
+    out = []
+    head = url.split("?", 1)[0]
+    if "://" in head:
+        netloc = head.split("://", 1)[1].split("/", 1)[0]
+        if "@" in netloc:
+            userinfo = netloc.rsplit("@", 1)[0]
+            if ":" in userinfo:
+                out.append(userinfo.split(":", 1)[1])
+    if "?" in url:
+        for pair in url.split("?", 1)[1].split("&"):
+            key, _, value = pair.partition("=")
+            if _secret_key(unquote(key)) and value:
+                out.append(value)
+    return out
+
+
+#: query keys holding a secret contain one of these (``secret_key``, ``session_token``, ...)
+_SECRET_WORDS = ("secret", "key", "token", "password", "credential", "signature")
+
+
+def _secret_key(key: str) -> bool:
+    return any(s in key.lower() for s in _SECRET_WORDS)
 
 
 _PATH_MAX = 4095  # bytes of a path, and of one segment (below): Linux's PATH_MAX and NAME_MAX

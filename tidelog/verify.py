@@ -12,6 +12,8 @@ problem comes back as a ``Problem`` (path, byte offset, rule id, severity, messa
   (spec/BUNDLES.md QSEG-1..QSEG-8, checked here by decoding every bundle);
 * a file or block device whose metadata block holds a ring slot: a blockdev ring
   (spec/FORMATS-blockdev.md; ``backends.blockdev.verify``);
+* ``cold+URL`` (``verify_cold``): a store's cold tier alone (spec/TIERING.md TIER-14), and
+  a file store's with ``cold=``;
 * what a registered backend's descriptor recognises (``detect``): its own ``verify`` (REG-5);
 * anything else: checked as a file-backend store, whose LAY-1 errors say why it is not one.
 
@@ -28,7 +30,16 @@ from tidelog import registry
 from tidelog.fsio import FS, OsFS, read_whole
 from tidelog.report import ERROR, Problem, Report
 
-__all__ = ["verify_path", "verify_slot", "verify_qseg", "detect", "KINDS", "Problem", "Report"]
+__all__ = [
+    "verify_path",
+    "verify_cold",
+    "verify_slot",
+    "verify_qseg",
+    "detect",
+    "KINDS",
+    "Problem",
+    "Report",
+]
 
 #: the built-in kinds; a registered backend whose descriptor can ``detect`` adds its scheme
 KINDS = ("file", "sf", "sf_dir", "qseg", "blockdev")
@@ -69,8 +80,18 @@ def detect(path: str, fs: FS | None = None) -> str | None:
     return "qseg" if tail == QSEG_MAGIC else None
 
 
-def verify_path(path: str, *, kind: str | None = None, fs: FS | None = None) -> Report:
-    """Check ``path`` (kind detected unless given); never raises on bad content."""
+def verify_cold(target: str) -> Report:
+    """``cold+URL``: a cold tier alone (spec/TIERING.md TIER-14)."""
+    from tidelog.backends.file.coldverify import verify_cold as check
+
+    return check(target)
+
+
+def verify_path(
+    path: str, *, kind: str | None = None, fs: FS | None = None, cold: str | None = None
+) -> Report:
+    """Check ``path`` (kind detected unless given); never raises on bad content. ``cold``: a
+    file store's cold tier, checked with it (TIER-14)."""
     fs = fs or OsFS()
     path = os.path.abspath(path) if isinstance(fs, OsFS) else path
     kind = kind or detect(path, fs)
@@ -90,7 +111,10 @@ def verify_path(path: str, *, kind: str | None = None, fs: FS | None = None) -> 
         # Not recognisably anything else: check it as a file-backend store, whose LAY-1 errors
         # say why it is not one (no such path, not a directory, no meta/, no snapshot).
         described = registry.descriptor("file")
-    report: Report = described.tool("verify")(fs, path)
+    if cold is not None and described.scheme == "file":
+        report: Report = described.tool("verify")(fs, path, cold=cold)
+        return report
+    report = described.tool("verify")(fs, path)
     return report
 
 

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import tidelog
 from tidelog.bundle import RecordBundle
 from tidelog.errors import NotAvailable
+from tidelog.uri import redact_url
 
 from .checkpoint import acknowledge_checkpoint
 from .diskuse import footprint, trim_report
@@ -332,7 +333,10 @@ def run(cfg: DemoConfig, progress: Callable[..., Any] | None = None) -> DemoResu
         ok = not problems and head == cfg.records
         rows = [
             ("store", f"file://{data} (topic {TOPIC!r}, durability fsync, trim acked)"),
-            *[("cold tier", f"{url} (.qseg segments stay hot, TIER-4)") for url in cold.values()],
+            *[
+                ("cold tier", f"{redact_url(url)} (.qseg segments stay hot, TIER-4)")
+                for url in cold.values()
+            ],
             ("records in", f"{head:,} bundles = {rows_in:,} rows, {cfg.producers} producers"),
             (
                 "records out",

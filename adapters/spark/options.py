@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tidelog.backends.file.coldread import COLD_PREFIX, cold_url
+from tidelog.backends.file.segstore import redact
 from tidelog.errors import BadOption
 from tidelog.names import check_subscriber_name, check_topic_name
 from tidelog.options import parse_choice, parse_int, parse_size
@@ -47,6 +49,8 @@ KNOWN_OPTIONS = {
     "coldcachesegments",
     "hotretainsegments",
     "hotretainbytes",
+    "storeid",  # a cold+URL source's store and pinned manifest version (SPK-31)
+    "manifest",
 }
 #: Options Spark itself passes to every sink/source; ignored here.
 _SPARK_OPTIONS = {"checkpointlocation", "queryname"}
@@ -81,6 +85,14 @@ class SourceOptions:
     cold_cache_segments: int | None = None
     hot_retain_segments: int | None = None
     hot_retain_bytes: int | None = None
+    store_id: str | None = None  # a cold+URL source's store (SPK-31)
+    manifest: int | None = None  # ... and its pinned manifest version (SPK-32)
+
+    def __repr__(self) -> str:
+        # a cold URL may carry credentials: shown redacted (TIER-13)
+        shown = {k: v for k, v in self.__dict__.items() if k != "token"}
+        shown["root"], shown["cold"] = redact(self.root), self.cold and redact(self.cold)
+        return f"SourceOptions({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     def view_options(self) -> dict[str, Any]:
         """``tidelog.open`` options of the read-only views Spark's processes open (SPK-30: a
@@ -114,7 +126,11 @@ class SourceOptions:
 
 
 def store_root(location: str) -> str:
-    """The absolute store directory of ``file:///abs``, ``file://./rel`` or a plain path."""
+    """The absolute store directory of ``file:///abs``, ``file://./rel`` or a plain path; a
+    served store's URL (SPK-40) and a ``cold+URL`` (SPK-31) as they are (a relative cold path
+    made absolute)."""
+    if cold_url(location) is not None:
+        return COLD_PREFIX + str(cold_url(location))  # a cold tier alone (SPK-31)
     if "://" in location:
         uri = parse_uri(location)
         if uri.scheme in ("http", "https"):
@@ -187,6 +203,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         "freshnesstimeoutms": ("freshness_timeout_ms", 0),
         "coldcachesegments": ("cold_cache_segments", 1),
         "hotretainsegments": ("hot_retain_segments", 0),
+        "manifest": ("manifest", 1),
     }
     for key, (name, minimum) in ints.items():
         if key in opts:
@@ -216,6 +233,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         out["subscriber"] = check_subscriber_name(opts["subscriber"])
     if opts.get("stagingdir"):
         out["staging_dir"] = os.path.abspath(opts["stagingdir"])
+    if opts.get("storeid"):
+        out["store_id"] = str(opts["storeid"]).strip().lower()
     if opts.get("token"):
         out["token"] = str(opts["token"])
     if opts.get("producerid"):

@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from tidelog.errors import BadArgument, BadOption
 
-from . import guard, netread, reading, staging
+from . import coldsource, guard, netread, reading, staging
 from .columns import SEQ_COLUMN, log_ddl, log_schema, slot_schema
 from .options import SourceOptions, parse_options
 
@@ -69,6 +69,15 @@ class SeqRange(InputPartition):
         """SPK-42: a served store's partitions prefer its host (Spark 4.3 does not ask)."""
         owner = getattr(self, "owner", None)
         return [owner] if owner else []
+
+
+class ColdRange(SeqRange):
+    """Seqs ``lo..hi`` of a cold tier alone, with the pinned manifest version and the segments
+    to read (SPK-32)."""
+
+    def __init__(self, lo: int, hi: int, plan: coldsource.ColdPlan) -> None:
+        super().__init__(lo, hi)
+        self.plan = plan
 
 
 @dataclass
@@ -97,6 +106,8 @@ def _check_log_schema(schema: StructType, opts: SourceOptions) -> None:
 def _read(opts: SourceOptions, target: pa.Schema, part: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(part, SeqRange):
         return iter(())  # Spark's stand-in when partitions() planned none: nothing to read
+    if isinstance(part, ColdRange):
+        return coldsource.read_cold(opts, part.lo, part.hi, part.plan)
     planned = getattr(part, "planned", None)  # a partition pickled by an older adapter has none
     if opts.slot is None:
         return reading.read_log(opts, part.lo, part.hi, planned)
@@ -146,6 +157,7 @@ class TidelogDataSource(DataSource):
     def _opts(self) -> SourceOptions:
         opts = parse_options(dict(self.options))
         netread.check_served(opts)  # what a served store offers Spark (SPK-40)
+        coldsource.check_cold(opts)  # ... and a cold tier alone (SPK-31)
         return opts
 
     def schema(self) -> StructType | str:
@@ -158,13 +170,16 @@ class TidelogDataSource(DataSource):
         return TidelogReader(self._opts(), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return TidelogStreamReader(self._opts(), schema)
+        opts = self._opts()
+        coldsource.refuse(opts, "a streaming read")
+        return TidelogStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> TidelogWriter:
         if overwrite:
             raise BadOption("a tidelog topic is an append-only log: use .mode('append')")
         opts = self._opts()
         netread.refuse_write(opts)  # SPK-40: a served store is read-only for Spark for now
+        coldsource.refuse(opts, "a write")
         return TidelogWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TidelogStreamWriter:
@@ -172,6 +187,7 @@ class TidelogDataSource(DataSource):
             raise BadOption("a tidelog topic is an append-only log: use outputMode('append')")
         opts = self._opts()
         netread.refuse_write(opts)
+        coldsource.refuse(opts, "a write")
         return TidelogStreamWriter(opts, query_key(dict(self.options), opts))
 
 
@@ -192,6 +208,8 @@ class TidelogReader(DataSourceReader):
         self.target = _target_for(opts, schema)
 
     def partitions(self) -> Sequence[InputPartition]:
+        if coldsource.is_cold(self.opts.root):  # the pinned manifest's segments (SPK-32)
+            return [ColdRange(a, b, p) for a, b, p in coldsource.plan_partitions(self.opts)]
         lo, hi = reading.seq_bounds(self.opts)
         return _partitions(self.opts, lo, hi)
 

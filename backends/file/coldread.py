@@ -9,6 +9,8 @@ version and hands each executor segments to read by ranged reads). Nothing is ev
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from typing import Any
 
 from tidelog.config import TopicConfig
@@ -17,12 +19,26 @@ from tidelog.fsio import OsFS
 from tidelog.records import Item
 
 from ..common.index import TopicLog
-from .coldchunk import ColdCache, data_key, idx_key
+from .coldchunk import ColdCache, ColdChunk, data_key, idx_key
 from .manifest import read_manifest, versions
 from .segstore import SegmentStore, open_segment_store, redact
 from .tiers import cold_chunk
 
-__all__ = ["ColdView", "open_cold"]
+__all__ = ["ColdView", "open_cold", "cold_url", "COLD_PREFIX"]
+
+#: a location ``cold+URL`` names the cold tier at TIER-1's ``URL`` alone (TIER-12)
+COLD_PREFIX = "cold+"
+
+
+def cold_url(location: str) -> str | None:
+    """The cold URL of a ``cold+URL`` location (TIER-12), or None for any other location. A
+    relative local path is made absolute (``cold+./dir``)."""
+    if location[: len(COLD_PREFIX)].lower() != COLD_PREFIX:
+        return None
+    url = location[len(COLD_PREFIX) :]
+    if "://" not in url and not os.path.isabs(url):
+        url = os.path.abspath(url)
+    return url
 
 
 class ColdView:
@@ -36,11 +52,12 @@ class ColdView:
         self.cache = ColdCache(cache)
         self._entries = {t["name"]: t for t in self.manifest["topics"]}
         self._logs: dict[str, TopicLog] = {}
+        self._chunks: dict[tuple[int, int], ColdChunk] = {}  # (topic id, first seq) -> chunk
 
     def topics(self) -> list[str]:
         return sorted(self._entries)
 
-    def _entry(self, topic: str) -> dict[str, Any]:
+    def entry(self, topic: str) -> dict[str, Any]:
         entry = self._entries.get(topic)
         if entry is None:
             raise NoSuchTopic(
@@ -51,12 +68,12 @@ class ColdView:
 
     def head(self, topic: str) -> int:
         """The last seq the cold tier holds of ``topic`` (later ones are not in it)."""
-        segments = self._entry(topic)["segments"]
+        segments = self.entry(topic)["segments"]
         return int(segments[-1][1]) if segments else 0
 
     def segments(self, topic: str) -> list[dict[str, Any]]:
         """Each cold segment: first and last seq and its two object keys (TIER-3)."""
-        entry = self._entry(topic)
+        entry = self.entry(topic)
         tid = int(entry["id"])
         return [
             {
@@ -68,23 +85,49 @@ class ColdView:
             for lo, hi in entry["segments"]
         ]
 
-    def _log(self, topic: str) -> TopicLog:
-        log = self._logs.get(topic)
-        if log is not None:
-            return log
-        entry = self._entry(topic)
+    def evict_floor(self, topic: str) -> int:
+        """The topic's ``evict_floor`` when the manifest was written (TMB-1)."""
+        return int(self.entry(topic)["evict_floor"])
+
+    def check_pinned(self) -> None:
+        """``not_found`` when this version has been collected since it was opened (TIER-10):
+        a reader that goes on pinning it must not trust objects it may no longer name."""
+        read_manifest(self.store, self.store_id, self.version)
+
+    def _chunk(self, entry: dict[str, Any], first: int) -> ColdChunk:
         tid = int(entry["id"])
+        chunk = self._chunks.get((tid, first))
+        if chunk is None:
+            chunk = cold_chunk(self.store, self.cache, self.store_id, tid, first)
+            for lo, hi in entry["dead"]:
+                chunk.mark_dead(int(lo), int(hi))  # clipped to the chunk
+            self._chunks[(tid, first)] = chunk
+        return chunk
+
+    def log(self, topic: str, firsts: Iterable[int] | None = None) -> TopicLog:
+        """The topic as a ``TopicLog`` of its cold segments (only those starting at ``firsts``,
+        for a reader of a seq range that knows which segments cover it: the others' ``.idx``
+        are never read), with the manifest's floor and loss ranges (TMB)."""
+        if firsts is None and topic in self._logs:
+            return self._logs[topic]
+        entry = self.entry(topic)
+        wanted = None if firsts is None else {int(f) for f in firsts}
         log = TopicLog(topic, TopicConfig())
-        for lo, _ in entry["segments"]:
-            log.add_chunk(cold_chunk(self.store, self.cache, self.store_id, tid, int(lo)))
-        for lo, hi in entry["dead"]:
-            for c in log.chunks:
-                c.mark_dead(int(lo), int(hi))  # type: ignore[attr-defined]
+        chunks = [
+            self._chunk(entry, int(lo))
+            for lo, _ in entry["segments"]
+            if wanted is None or int(lo) in wanted
+        ]
+        for chunk in chunks:
+            log.add_chunk(chunk)
         log.head = log.visible = self.head(topic)
         log.base = log.head + 1
         log.evict_floor = int(entry["evict_floor"])
         log.losses = [(int(lo), int(hi)) for lo, hi in entry["losses"]]
-        self._logs[topic] = log
+        log.count = sum(c.live for c in chunks)  # TOP-3's totals of what it holds
+        log.nbytes = sum(c.nbytes for c in chunks)
+        if firsts is None:
+            self._logs[topic] = log
         return log
 
     def read(
@@ -93,12 +136,12 @@ class ColdView:
         """Records and tombstones after ``after``, up to the last cold seq (TOP-7, TMB)."""
         if limit < 1:
             raise BadArgument(f"limit={limit}: must be at least 1")
-        return self._log(topic).read(after, limit, exclude_node)
+        return self.log(topic).read(after, limit, exclude_node)
 
     def read_segment(self, topic: str, first_seq: int) -> list[Item]:
         """The live records of one cold segment (no tombstones: the caller's plan has the
         floors), for a reader that splits the history by segment."""
-        log = self._log(topic)
+        log = self.log(topic)
         for c in log.chunks:
             if c.first_seq == first_seq:
                 items: list[Item] = []
@@ -107,10 +150,9 @@ class ColdView:
         raise BadArgument(f"topic {topic!r} has no cold segment from seq {first_seq} (TIER-11)")
 
     def close(self) -> None:
-        for log in self._logs.values():
-            for c in log.chunks:
-                c.close()  # type: ignore[attr-defined]
-        self._logs = {}
+        for c in self._chunks.values():
+            c.close()
+        self._chunks, self._logs = {}, {}
 
     def __enter__(self) -> ColdView:
         return self

@@ -15,10 +15,12 @@ import posixpath
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from tidelog.errors import BadOption, StorageError, TidelogError
 from tidelog.fsio import FS, make_dirs, write_whole
+from tidelog.uri import redact_text
+from tidelog.uri import redact_url as redact
 
 __all__ = [
     "SegmentStore",
@@ -53,18 +55,6 @@ class SegmentStore(Protocol):
     def size(self, key: str) -> int: ...
 
 
-def redact(url: str) -> str:
-    """``url`` without secrets in its query (access keys, tokens), for messages."""
-    parts = urlsplit(url)
-    if not parts.query:
-        return url
-    query = [
-        (k, "***" if any(s in k.lower() for s in ("secret", "key", "token", "password")) else v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    ]
-    return urlunsplit(parts._replace(query=urlencode(query, safe="*")))
-
-
 @contextmanager
 def _failing(store: SegmentStore, what: str, key: str) -> Iterator[None]:
     """TIER-2: any failure of a cold operation is io_error naming the URL and the key."""
@@ -73,7 +63,8 @@ def _failing(store: SegmentStore, what: str, key: str) -> Iterator[None]:
     except TidelogError:
         raise
     except (OSError, ValueError, RuntimeError) as exc:  # pyarrow raises OSError subclasses
-        err = StorageError(f"cold tier {redact(store.url)}: {what} {key}: {exc} (TIER-2)")
+        why = redact_text(str(exc), store.url)  # a library's message may quote the URL
+        err = StorageError(f"cold tier {redact(store.url)}: {what} {key}: {why} (TIER-2)")
         err.errno = getattr(exc, "errno", None)
         raise err from None
 
@@ -230,10 +221,14 @@ def open_segment_store(url: str, fs: FS) -> SegmentStore:
     parts = urlsplit(url)
     if parts.scheme == "file" and not parts.query:
         if not parts.path.startswith("/") or parts.netloc not in ("", "localhost"):
-            raise BadOption(f"cold={url!r}: a file:// cold tier needs an absolute path (TIER-1)")
+            raise BadOption(
+                f"cold={redact(url)!r}: a file:// cold tier needs an absolute path (TIER-1)"
+            )
         return LocalSegmentStore(fs, os.path.normpath(parts.path), url)
     if not parts.scheme:
-        raise BadOption(f"cold={url!r}: an absolute path or a URL pyarrow.fs opens (TIER-1)")
+        raise BadOption(
+            f"cold={redact(url)!r}: an absolute path or a URL pyarrow.fs opens (TIER-1)"
+        )
     try:
         import pyarrow.fs as pafs
 
@@ -242,6 +237,7 @@ def open_segment_store(url: str, fs: FS) -> SegmentStore:
         raise BadOption(f"cold={redact(url)!r}: pyarrow is not installed (TIER-1)") from None
     except (OSError, ValueError, TypeError) as exc:
         raise BadOption(
-            f"cold={redact(url)!r}: pyarrow.fs cannot open it: {exc} (TIER-1)"
+            f"cold={redact(url)!r}: pyarrow.fs cannot open it: {redact_text(str(exc), url)} "
+            "(TIER-1)"
         ) from None
     return ArrowSegmentStore(filesystem, base, url)

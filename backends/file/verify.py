@@ -53,6 +53,7 @@ class _Ctx:
         self.store_id: bytes | None = None
         self.replay_from: dict[str, object] = {}  # the newest valid snapshot's (stream -> pos)
         self.named: dict[int, set[int]] | None = None  # ... and its segments (tid -> firsts)
+        self.cold: dict[int, set[int]] = {}  # segments flipped cold: snapshot and TIER frames
 
     def add(self, severity: str, path: str, offset: int | None, rule: str, message: str) -> None:
         self.report.problems.append(Problem(path, offset, rule, severity, message))
@@ -224,6 +225,9 @@ def _take_store_id(ctx: _Ctx, path: str, body: dict[str, object]) -> None:
             for t in topics
             if isinstance(t, dict) and "id" in t
         }
+        for t in topics:  # TIER-5: the snapshot's cold segments live in the cold tier
+            if isinstance(t, dict) and "id" in t and isinstance(t.get("cold"), list):
+                ctx.cold.setdefault(int(t["id"]), set()).update(int(f) for f in t["cold"])
     wal_body = body.get("wal")
     if isinstance(wal_body, dict) and isinstance(wal_body.get("replay_from"), dict):
         ctx.replay_from = wal_body["replay_from"]
@@ -309,6 +313,8 @@ def _check_wal_file(
     result = wal.scan(data, seed=wal.frame_seed(header))
     _check_frames(ctx, path, result.frames, result.unknown)
     start = _replay_start(ctx, gen, f"{shard:02d}" if sharded else "flat")
+    if start is not None:  # what replay applies after the snapshot (which has the rest)
+        _note_tier(ctx, [f for f in result.frames if f.offset >= start])
     if _check_durable_end(ctx, path, data, header, result, start):
         return
     _check_batches(ctx, path, result, is_last=is_last)
@@ -427,6 +433,17 @@ def _frame_problem(frame: wal.Frame, unknown: bool) -> tuple[str, str, str] | No
     except FormatCorrupt as exc:
         return ERROR, exc.rule, exc.detail
     return None
+
+
+def _note_tier(ctx: _Ctx, frames: list[wal.Frame]) -> None:
+    """TIER-5: a TIER frame flips segments cold; their hot files may be gone (TIER-14)."""
+    for frame in frames:
+        if frame.type == wal.FrameType.TIER:
+            try:
+                firsts = frame.body.get("segments", [])
+                ctx.cold.setdefault(frame.topic_id, set()).update(int(f) for f in firsts)
+            except (FormatCorrupt, TypeError, ValueError):
+                continue  # reported by _check_frames
 
 
 def _check_batches(ctx: _Ctx, path: str, result: wal.ScanResult, *, is_last: bool) -> None:
@@ -557,7 +574,8 @@ def _check_segments(ctx: _Ctx, path: str, topic_id: int, pairs: dict[int, set[st
     a file it does not name is never read (a warning)."""
     if ctx.named is not None:
         named = ctx.named.get(topic_id, set())
-        for first_seq in sorted(named - set(pairs)):
+        cold = ctx.cold.get(topic_id, set())  # TIER-14: checked in the cold tier instead
+        for first_seq in sorted(named - set(pairs) - cold):
             ctx.error(_join(path, seg.data_name(first_seq)), None, "SEG-7", "missing: the "
                       "newest snapshot names this segment; recovery refuses (FLT-2)")  # fmt: skip
         for first_seq in sorted(set(pairs) - named):
@@ -627,6 +645,20 @@ def _check_segment(ctx: _Ctx, path: str, topic_id: int, first_seq: int) -> int |
     idx_bytes = ctx.read(idx_path, "SEG-4")
     if data is None or idx_bytes is None:
         return None
+    return check_segment_bytes(ctx, data_path, idx_path, data, idx_bytes, topic_id, first_seq)
+
+
+def check_segment_bytes(
+    ctx: _Ctx,
+    data_path: str,
+    idx_path: str,
+    data: bytes,
+    idx_bytes: bytes,
+    topic_id: int,
+    first_seq: int,
+) -> int | None:
+    """SEG-1..SEG-17 over one segment's bytes, wherever they were read from (a hot file, a
+    cold object: spec/TIERING.md TIER-14); its last seq when it is known."""
     header = _check_data_header(ctx, data_path, data, topic_id, first_seq)
     index = _read_index(ctx, idx_path, idx_bytes, topic_id, first_seq)
     if header is None:
@@ -786,8 +818,9 @@ def is_store(fs: FS, path: str) -> bool:
         return False
 
 
-def verify_store(fs: FS, root: str) -> Report:
-    """Check the store directory ``root`` (spec/FORMATS.md); never raises on bad content."""
+def verify_store(fs: FS, root: str, cold: str | None = None) -> Report:
+    """Check the store directory ``root`` (spec/FORMATS.md), and its cold tier at ``cold``
+    (spec/TIERING.md TIER-14); never raises on bad content."""
     ctx = _Ctx(fs, root)
     if not _check_root(ctx):
         return ctx.report
@@ -796,4 +829,20 @@ def verify_store(fs: FS, root: str) -> Report:
     _check_wal(ctx)
     _check_topics(ctx)
     _check_root_entries(ctx)
+    _check_cold(ctx, cold)
     return ctx.report
+
+
+def _check_cold(ctx: _Ctx, cold: str | None) -> None:
+    """TIER-14: the segments the state names cold, in the cold tier when it is given."""
+    flipped = {tid: firsts for tid, firsts in ctx.cold.items() if firsts}
+    if cold is None:
+        for tid, firsts in sorted(flipped.items()):
+            path = _join(ctx.root, TOPICS_DIR, f"{tid:016x}")
+            ctx.warn(path, None, "TIER-14", f"{len(firsts)} segment(s) in the cold tier not "
+                     "checked: give the store's cold tier (tidelog verify --cold URL)")  # fmt: skip
+        return
+    from .coldverify import check_cold_tier  # pyarrow.fs for a URL: only when asked
+
+    store_id = ctx.store_id.hex() if ctx.store_id is not None else None
+    check_cold_tier(ctx, cold, store_id, flipped)
