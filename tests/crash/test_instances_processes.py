@@ -265,3 +265,42 @@ def test_INST_3_processes_opening_a_new_store_at_once_each_get_a_slot(tmp_path: 
                     p.wait(timeout=30)
         assert [p.returncode for p in procs] == [0] * 8, [err[-1500:] for _, err in outs]
         assert all(0 <= int(out) < 8 for out, _ in outs)
+
+
+def test_INST_6_INST_18_INST_19_requests_to_a_writer_process(tmp_path: Path) -> None:
+    """INST-18, INST-19, INST-6 with another process holding an instance and appending: acks
+    of its records and a merged delete up to a cursor are applied by its writer (XPR-2); a
+    drop removes its copy while it appends, after which its handle gets no_such_topic
+    (TOP-10 across processes), and a re-create is empty in every instance."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?instances=2"
+    go = tmp_path / "go"
+    go.touch()
+    writer = Writer(uri, "p0", 0, go)
+    try:
+        writer.wait_ready()
+        assert writer.slot() == 0
+        writer.wait_for(30)
+        with tidelog.open(uri) as store:
+            topic = store.topic("events", durability="fsync")
+            sub = merged(topic).subscribe("s")
+            got = sub.poll(10).items
+            assert [e.instance for e in got] == [0] * 10
+            assert all(sub.ack(e.instance, e.item.seq) for e in got)
+            assert sub.hwm == "10.0"
+            cursor = merged(topic).read(None, 20).cursor
+            assert cursor == "30.0"  # the 10 acked records were trimmed (SUB-5)
+            assert merged(topic).delete(before=cursor) == 20
+            first = merged(topic).read(None, 1).items[0]
+            assert first.instance == 0 and first.item.seq == 31
+            store.drop_topic("events")
+            writer.proc.wait(timeout=60)
+            assert writer.proc.returncode != 0
+            assert "NoSuchTopic" in writer.stderr()
+            assert store.topics() == []
+            again = store.topic("events")
+            assert again.incarnation == 2 and merged(again).read().items == []
+    finally:
+        writer.kill()
+    with tidelog.open(f"file://{root}/instances/0?readonly=true") as view:
+        assert view.topics() == []
