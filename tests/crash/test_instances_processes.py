@@ -17,6 +17,7 @@ from pathlib import Path
 
 import tidelog
 from tidelog.backends.instances import merged
+from tidelog.errors import NoSuchTopic
 from tidelog.records import Record
 
 #: argv: uri, name, count, batch, go. Prints READY <slot>, waits for the file ``go`` (so
@@ -49,12 +50,48 @@ WRITER = textwrap.dedent(
 )
 
 
+#: WRITER's arguments (count: seconds to run, batch unused); after a drop (no_such_topic) it
+#: opens the topic again (a create when it is gone) and goes on; "A <incarnation> <seq>
+#: <payload>" per acknowledged record.
+REOPENING_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    import tidelog
+    from tidelog.errors import NoSuchTopic
+    uri, name, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    store = tidelog.open(uri)
+    topic = store.topic("events", durability="fsync")
+    out = sys.stdout
+    out.write(f"READY {store.describe()['slot']}\\n")
+    out.flush()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(sys.argv[5]) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    end, i = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        try:
+            seq = topic.append(f"{name}:{i}".encode())
+        except NoSuchTopic:
+            topic = store.topic("events", durability="fsync")
+            continue
+        out.write(f"A {topic.incarnation} {seq} {name}:{i}\\n")
+        out.flush()
+        i += 1
+    store.close()
+    out.write("DONE\\n")
+    out.flush()
+    """
+)
+
+
 class Writer:
     """A writer process, its output drained into ``lines`` so it never blocks on the pipe."""
 
-    def __init__(self, uri: str, name: str, count: int, go: Path, batch: int = 1) -> None:
+    def __init__(
+        self, uri: str, name: str, count: int, go: Path, batch: int = 1, script: str = WRITER
+    ) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, uri, name, str(count), str(batch), str(go)],
+            [sys.executable, "-c", script, uri, name, str(count), str(batch), str(go)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -304,3 +341,44 @@ def test_INST_6_INST_18_INST_19_requests_to_a_writer_process(tmp_path: Path) -> 
         writer.kill()
     with tidelog.open(f"file://{root}/instances/0?readonly=true") as view:
         assert view.topics() == []
+
+
+def test_INST_6_drops_and_re_creates_racing_writer_processes(tmp_path: Path) -> None:
+    """INST-6: two writer processes append and re-open the topic after each drop (creating
+    it again when it is gone) while this process drops it again and again; at the end the
+    merged read holds exactly the records acknowledged under the last incarnation: no record
+    of an earlier one survives in any instance, none acknowledged under the last is lost."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?instances=3"
+    go = tmp_path / "go"
+    writers = [Writer(uri, f"w{k}", 4, go, script=REOPENING_WRITER) for k in range(2)]
+    drops = 0
+    try:
+        for w in writers:
+            w.wait_ready()
+        with tidelog.open(uri) as store:
+            go.touch()
+            while any(w.proc.poll() is None for w in writers):
+                time.sleep(0.3)
+                try:
+                    store.drop_topic("events")
+                    drops += 1
+                except NoSuchTopic:
+                    pass  # dropped, and nobody has created it again yet
+            for w in writers:
+                w.finish()
+            assert drops >= 3
+            topic = store.topic("events", durability="fsync")
+            last = topic.incarnation
+            got = Counter(
+                e.item.payload.decode()
+                for e in merged(topic).read(None, 1_000_000).items
+                if isinstance(e.item, Record)
+            )
+    finally:
+        for w in writers:
+            w.kill()
+    acked = [line.split() for w in writers for line in w.lines if line.startswith("A ")]
+    assert {int(g) for g, _, _ in (a[1:] for a in acked)} >= {1, 2}
+    wanted = {p for _, g, _, p in acked if int(g) == last}
+    assert set(got) == wanted and set(got.values()) <= {1}

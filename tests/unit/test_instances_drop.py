@@ -145,6 +145,35 @@ def test_INST_6_a_create_finishes_a_drop_a_crash_left(tmp_path: Path, opened: li
         ta.append(b"x")
 
 
+def test_INST_6_a_copy_is_never_made_for_a_dropped_incarnation(
+    tmp_path: Path, opened: list
+) -> None:
+    """INST-6: a store that saw the topic live, then lost a race with a drop before making its
+    own copy, makes the copy only under the lock, as the next incarnation: its records are
+    never taken for the dropped one's, nor the dropped one's copy for the new one."""
+    a, b = _open(opened, tmp_path, 2), _open(opened, tmp_path, 2)
+    a.topic("t").append(b"old")
+    backend = hooks(b, InstancesBackend)
+    real = backend._shared_topic
+    done: list[bool] = []
+
+    def racing(name: str):  # type: ignore[no-untyped-def]
+        found = real(name)
+        if not done:  # b has read "live, incarnation 1": now a drops the topic
+            done.append(True)
+            a.drop_topic("t")
+        return found
+
+    backend._shared_topic = racing  # type: ignore[method-assign]
+    tb = b.topic("t")
+    backend._shared_topic = real  # type: ignore[method-assign]
+    assert done and tb.incarnation == 2
+    tb.append(b"from-b")
+    ta = a.topic("t")
+    assert ta.incarnation == 2
+    assert _payloads(ta) == [(1, b"from-b")]
+
+
 # -- INST-18: per-seq ack and reject -------------------------------------------------------
 def test_INST_18_ack_and_reject_reach_the_owning_instance(tmp_path: Path, opened: list) -> None:
     """INST-18: ack/reject by (instance, seq) settle the record in its instance (own, held by
