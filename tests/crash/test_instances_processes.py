@@ -20,67 +20,62 @@ from tidelog.backends.instances import merged
 from tidelog.errors import NoSuchTopic
 from tidelog.records import Record
 
-#: argv: uri, name, count, batch, go. Prints READY <slot>, waits for the file ``go`` (so
-#: every writer holds its slot before any appends), then "A <seq> <payload>" per acknowledged
-#: record (count 0: forever), then DONE.
-WRITER = textwrap.dedent(
-    """
-    import os, sys, time
-    import tidelog
-    uri, name, count, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    store = tidelog.open(uri)
-    topic = store.topic("events", durability="fsync")
-    out = sys.stdout
-    out.write(f"READY {store.describe()['slot']}\\n")
+#: What every writer script starts with: argv uri, name, count, batch, go; it opens the store
+#: and the topic, prints READY <slot> and waits for the file ``go`` (so every writer holds
+#: its slot before any appends).
+_START = """
+import os, sys, time
+import tidelog
+from tidelog.errors import NoSuchTopic
+uri, name = sys.argv[1], sys.argv[2]
+store = tidelog.open(uri)
+topic = store.topic("events", durability="fsync")
+out = sys.stdout
+out.write(f"READY {store.describe()['slot']}\\n")
+out.flush()
+deadline = time.monotonic() + 60
+while not os.path.exists(sys.argv[5]) and time.monotonic() < deadline:
+    time.sleep(0.005)
+"""
+_END = """
+store.close()
+out.write("DONE\\n")
+out.flush()
+"""
+
+#: "A <seq> <payload>" per acknowledged record (count 0: forever), then DONE.
+WRITER = (
+    _START
+    + """
+count, batch, i = int(sys.argv[3]), int(sys.argv[4]), 0
+while count == 0 or i < count:
+    payloads = [f"{name}:{i + k}".encode() for k in range(batch)]
+    seqs = topic.append_many(payloads) if batch > 1 else [topic.append(payloads[0])]
+    out.write("".join(f"A {q} {p.decode()}\\n" for q, p in zip(seqs, payloads)))
     out.flush()
-    deadline = time.monotonic() + 60
-    while not os.path.exists(sys.argv[5]) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    i = 0
-    while count == 0 or i < count:
-        payloads = [f"{name}:{i + k}".encode() for k in range(batch)]
-        seqs = topic.append_many(payloads) if batch > 1 else [topic.append(payloads[0])]
-        out.write("".join(f"A {q} {p.decode()}\\n" for q, p in zip(seqs, payloads)))
-        out.flush()
-        i += batch
-    store.close()
-    out.write("DONE\\n")
-    out.flush()
-    """
+    i += batch
+"""
+    + _END
 )
 
-
-#: WRITER's arguments (count: seconds to run, batch unused); after a drop (no_such_topic) it
-#: opens the topic again (a create when it is gone) and goes on; "A <incarnation> <seq>
-#: <payload>" per acknowledged record.
-REOPENING_WRITER = textwrap.dedent(
-    """
-    import os, sys, time
-    import tidelog
-    from tidelog.errors import NoSuchTopic
-    uri, name, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    store = tidelog.open(uri)
-    topic = store.topic("events", durability="fsync")
-    out = sys.stdout
-    out.write(f"READY {store.describe()['slot']}\\n")
+#: count is the seconds to run; after a drop (no_such_topic) it opens the topic again (a
+#: create when it is gone) and goes on; "A <incarnation> <seq> <payload>" per acknowledged
+#: record.
+REOPENING_WRITER = (
+    _START
+    + """
+end, i = time.monotonic() + float(sys.argv[3]), 0
+while time.monotonic() < end:
+    try:
+        seq = topic.append(f"{name}:{i}".encode())
+    except NoSuchTopic:
+        topic = store.topic("events", durability="fsync")
+        continue
+    out.write(f"A {topic.incarnation} {seq} {name}:{i}\\n")
     out.flush()
-    deadline = time.monotonic() + 60
-    while not os.path.exists(sys.argv[5]) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    end, i = time.monotonic() + seconds, 0
-    while time.monotonic() < end:
-        try:
-            seq = topic.append(f"{name}:{i}".encode())
-        except NoSuchTopic:
-            topic = store.topic("events", durability="fsync")
-            continue
-        out.write(f"A {topic.incarnation} {seq} {name}:{i}\\n")
-        out.flush()
-        i += 1
-    store.close()
-    out.write("DONE\\n")
-    out.flush()
-    """
+    i += 1
+"""
+    + _END
 )
 
 
