@@ -1,6 +1,7 @@
 """The instances store against its model (tidelog.model.instances), stateful: two instances
 held by two stores in this process (each applies the other's XPR-2 requests on its
-maintenance tick), with creates, appends, drops and re-creates (INST-6), merged
+maintenance tick, or itself when the other is closed: XPR-3), with creates, appends, a
+holder closing and reopening (INST-3), drops and re-creates (INST-6), merged
 subscribers with per-seq acks (INST-15, INST-16, INST-18) and deletes (INST-19). After every
 step the merged read of the whole topic (INST-7) is the model's, entry for entry."""
 
@@ -49,7 +50,8 @@ class InstancesMachine(RuleBasedStateMachine):
         ]
         self.model.held = {0, 1}
         self.handles: dict[int, Topic] = {}
-        self.stale: list[Topic] = []
+        self.closed: int | None = None  # a slot nobody holds: requests are handed off (XPR-3)
+        self.sub_on = 0
         self.sub: MergedSubscriber | None = None
         self.session = [0] * N
         self.polled: list[Entry] = []
@@ -57,14 +59,41 @@ class InstancesMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
-            for s in self.stores:
-                s.close()
+            for i, s in enumerate(self.stores):
+                if i != self.closed:
+                    s.close()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    @precondition(lambda self: self.closed is None)
+    @rule(i=st.integers(0, N - 1))
+    def close(self, i: int) -> None:
+        """INST-3: a holder closes; its instance is held by nobody until it reopens."""
+        self.stores[i].close()
+        self.model.release(i, self.clock)
+        self.closed = i
+        self.handles.pop(i, None)
+        if self.sub is not None and self.sub_on == i:
+            self.sub, self.polled, self.session = None, [], [0] * N
+
+    @precondition(lambda self: self.closed is not None)
+    @rule()
+    def reopen(self) -> None:
+        """INST-3: the next open takes the free slot, recovered."""
+        i = self.closed
+        assert i is not None
+        store = Store(open_instances(OsFS(), self.dir, self.clock, OPTIONS), f"file://{self.dir}")
+        self.stores[i] = store
+        assert store.describe()["slot"] == i == self.model.take()
+        self.closed = None
+        if "t" in self.model.configs:
+            self.create(i)
 
     @rule(i=st.integers(0, N - 1))
     def create(self, i: int) -> None:
         """INST-5: every instance opens the shared topic (the first creates it)."""
+        if i == self.closed:
+            return
         self.model.topic(i, "t", {})
         self.handles[i] = self.stores[i].topic("t")
         assert self.handles[i].incarnation == self.model.incarnations["t"]
@@ -87,12 +116,13 @@ class InstancesMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, N - 1))
     def drop(self, i: int) -> None:
         """INST-6: gone everywhere; every handle from before raises no_such_topic."""
+        if i == self.closed:
+            i = 1 - i
         self.model.drop("t")
         self.stores[i].drop_topic("t")
-        self.stale += self.handles.values()
-        self.handles = {}
+        stale, self.handles = list(self.handles.values()), {}
         self.sub, self.polled, self.session = None, [], [0] * N
-        for old in self.stale[-2:]:
+        for old in stale:
             try:
                 old.append(b"x")
             except NoSuchTopic:
@@ -127,6 +157,7 @@ class InstancesMachine(RuleBasedStateMachine):
         i = min(self.handles)
         self.model.subscribe("t", "s", "earliest")
         self.sub = merged(self.handles[i]).subscribe("s")
+        self.sub_on = i
 
     @precondition(lambda self: self.sub is not None)
     @rule(limit=st.integers(1, 5))
@@ -154,7 +185,8 @@ class InstancesMachine(RuleBasedStateMachine):
     def merged_read_is_the_models(self) -> None:
         """INST-7: the whole topic, merged, as the model has it (and the hwms, INST-17)."""
         if not self.handles:
-            assert self.stores[0].topics() == self.model.topics()
+            open_one = self.stores[1 if self.closed == 0 else 0]
+            assert open_one.topics() == self.model.topics()
             return
         handle = self.handles[min(self.handles)]
         want, _ = self.model.read("t", None, 1000)
