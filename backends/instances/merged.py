@@ -174,5 +174,7 @@ class MergedSubscriber:
     def hwm(self) -> str:
         """The instances' hwms as a cursor text (0 where not registered, INST-17)."""
         m = self._merged
-        hwms = m._live().sub_hwms(m._topic.name, self._name)
+        backend = m._live()
+        hwms = backend.sub_hwms(m._topic.name, self._name)
+        backend.check_live(m._topic._ref)  # INST-6: not the hwms of a later incarnation
         return cursor_text([0 if h is None else h for h in hwms])

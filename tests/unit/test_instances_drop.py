@@ -222,6 +222,10 @@ def test_INST_18_bad_addresses_and_stale_handles(tmp_path: Path, opened: list) -
         sub.ack(1, 1)
     with pytest.raises(NoSuchTopic):
         sub.commit("1.1.0")
+    with pytest.raises(NoSuchTopic):
+        sub.hwm  # noqa: B018
+    with pytest.raises(NoSuchTopic):
+        sub.poll(10)
     assert new.hwm == "0.0.0"
     assert [e.item.payload for e in new.poll(10).items] == [b"new"]
 
