@@ -1,7 +1,7 @@
 """The model of a store of several instances (spec/INSTANCES.md): one ``ModelStore`` per
 instance, the shared topic config (INST-5), slots (INST-3), the merged read and its cursor
 (INST-7, INST-8), the caps divided per instance (INST-9) and the merged subscribers
-(INST-15..INST-17: one SUB subscriber per instance).
+(INST-15..INST-18: one SUB subscriber per instance), drops (INST-6) and deletes (INST-19).
 
 The cursor codec and the cap shares are pure functions the ``file://`` layer uses too, so the
 text a reader stores and the share a config gets cannot drift apart; the merge is written here
@@ -127,6 +127,7 @@ class InstancesModel:
         self.configs: dict[str, TopicConfig] = {}  # the shared part (INST-5)
         self.subscribers: dict[str, dict[str, str]] = {}  # topic -> name -> start (INST-15)
         self.held: set[int] = set()
+        self.incarnations: dict[str, int] = {}  # INST-6: the shared g, kept after a drop
 
     # -- slots (INST-3) ---------------------------------------------------------------------
     def take(self) -> int:
@@ -152,6 +153,7 @@ class InstancesModel:
             config = TopicConfig.from_options(name, options)
             share = share_config(name, config, self.n)  # refused before the shared file
             self.configs[name] = config
+            self.incarnations[name] = self.incarnations.get(name, 0) + 1  # INST-6
         else:
             config.check_matches(name, options)
             share = share_config(name, config, self.n)
@@ -171,6 +173,38 @@ class InstancesModel:
 
     def topics(self) -> list[str]:
         return sorted(self.configs)
+
+    def drop(self, name: str) -> None:
+        """INST-6: the topic leaves every instance and the shared part at once (its merged
+        subscribers with it); a re-create is the next incarnation."""
+        if name not in self.configs:
+            raise NoSuchTopic(f"topic {name!r} does not exist")
+        del self.configs[name]
+        self.subscribers.pop(name, None)
+        for store in self.stores:
+            if name in store.topics:
+                store.drop_topic(name)
+
+    def delete(
+        self, name: str, positions: Sequence[int] | None, tag: str | None, tag_glob: str | None
+    ) -> int:
+        """INST-19: DEL in every instance holding the topic; with ``positions`` instance i
+        deletes only seqs up to p_i."""
+        total = 0
+        for i, store in enumerate(self.stores):
+            ref = self._ref(i, name)
+            before = None if positions is None else positions[i] + 1
+            if ref is None or before == 1:
+                continue
+            total += store.delete(ref, before, tag, tag_glob)
+        return total
+
+    def settle(self, topic: str, name: str, instance: int, seq: int, op: str) -> bool:
+        """INST-18: SUB-3's ack or reject of ``seq`` in ``instance``."""
+        store, ref = self.stores[instance], self._ref(instance, topic)
+        if ref is None:
+            raise BadArgument(f"instance {instance} holds no copy of {topic!r} (INST-18)")
+        return store.ack(ref, name, seq) if op == "ack" else store.reject(ref, name, seq)
 
     def append(self, instance: int, name: str, payloads: Sequence[bytes]) -> list[int]:
         store = self.stores[instance]

@@ -5,6 +5,8 @@
 problem comes back as a ``Problem`` (path, byte offset, rule id, severity, message) in one
 ``Report``. It never raises on bad content.
 
+* a directory with ``instances.json``: a store of several instances (spec/INSTANCES.md
+  INST-20; ``backends.instances.verify``), its shared part and every instance;
 * a directory with ``meta/``: a file-backend store (spec/FORMATS.md; ``backends.file.verify``);
 * a directory holding ``sf-*.sfa`` segments or an ``.ack-watermark``: a store-and-forward slot
   (spec/FORWARD.md SF-1..SF-20, with recovery's own findings); a directory of such slots: each;
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 #: the built-in kinds; a registered backend whose descriptor can ``detect`` adds its scheme
-KINDS = ("file", "sf", "sf_dir", "qseg", "blockdev")
+KINDS = ("file", "instances", "sf", "sf_dir", "qseg", "blockdev")
 
 
 def _is_slot(fs: FS, path: str) -> bool:
@@ -60,6 +62,11 @@ def detect(path: str, fs: FS | None = None) -> str | None:
         return None
     if not is_dir and path.endswith(".qseg"):
         return "qseg"
+    if is_dir:
+        from tidelog.backends.instances.verify import is_instances_root
+
+        if is_instances_root(fs, path):
+            return "instances"  # INST-20: before the file store (neither has the other's marks)
     for described in registry.descriptors():  # the built-in ones first: file before sf
         if described.has("detect") and described.tool("detect")(fs, path):
             return described.scheme
@@ -106,6 +113,10 @@ def verify_path(
         return slots
     if kind == "qseg":
         return verify_qseg(fs, path)
+    if kind == "instances":
+        from tidelog.backends.instances.verify import verify_instances
+
+        return verify_instances(fs, path)
     described = registry.find(kind) if kind is not None else None
     if described is None or not described.has("verify"):
         # Not recognisably anything else: check it as a file-backend store, whose LAY-1 errors

@@ -21,7 +21,7 @@ from tidelog import dirlock, registry, storedir
 from tidelog.api import Store
 from tidelog.backend import StoreOptions
 from tidelog.clock import Clock
-from tidelog.errors import BadArgument, Closed, Corrupt, StorageError, TidelogError
+from tidelog.errors import BadArgument, Closed, Corrupt, NoSuchTopic, StorageError, TidelogError
 from tidelog.fsio import FS, Handle, io_errors, make_dirs, storage_error
 
 from ..common.engine import Engine, EngineTopic
@@ -502,6 +502,24 @@ class FileBackend(Engine):
                 self.flush()  # durable before the requester is told
                 return {"ok": True, "seqs": [seqs[0], seqs[-1]] if seqs else []}
             topic = store.topic(body["topic"], create=False)
+            if "incarnation" in body and topic.incarnation != int(body["incarnation"]):
+                # INST-6: a request for a copy that was dropped (and maybe made again) since
+                raise NoSuchTopic(f"topic {body['topic']!r} was dropped (TOP-10)")
+            if op == "drop":  # INST-6: a topic of an instances store dropped in every instance
+                store.drop_topic(body["topic"])
+                self.flush()
+                return {"ok": True}
+            if op == "delete":  # INST-19: a delete across instances
+                deleted = topic.delete(
+                    body.get("before_seq"), tag=body.get("tag"), tag_glob=body.get("tag_glob")
+                )
+                self.flush()
+                return {"ok": True, "deleted": deleted}
+            if op in ("ack", "reject"):  # INST-18: per-seq progress of a merged subscriber
+                sub = topic.subscriber(body["subscriber"])
+                done = sub.ack(int(body["seq"])) if op == "ack" else sub.reject(int(body["seq"]))
+                sub.flush()
+                return {"ok": True, "done": done, "hwm": sub.hwm}
             if op == "subscribe":
                 sub = topic.subscribe(body["subscriber"], start=body.get("start", "resume"))
                 sub.flush()

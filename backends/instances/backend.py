@@ -20,6 +20,7 @@ from tidelog.clock import Clock
 from tidelog.config import DURABILITY_CLASSES, TopicConfig
 from tidelog.errors import (
     ERROR_CODES,
+    BadArgument,
     BadOption,
     BadURI,
     Closed,
@@ -50,11 +51,12 @@ from .merge import merge
 
 __all__ = ["InstancesBackend", "CAPABILITIES"]
 
-#: INST-10: what needs writes into instances other processes own is not claimed
+#: INST-10: deletes reach other instances through XPR-2 (INST-19); queue and routers need
+#: writes into other instances on every op and are not claimed
 CAPABILITIES = Capabilities(
     persistent=True,
     crash_safe=True,
-    deletes=False,
+    deletes=True,
     subscribers=False,
     queue=False,
     multi_topic=True,
@@ -62,6 +64,10 @@ CAPABILITIES = Capabilities(
     routers=False,
     durability=frozenset(DURABILITY_CLASSES),
 )
+
+
+#: how long a request to another instance's writer may take (XPR-2: its maintenance tick)
+REQUEST_TIMEOUT_S = 60.0
 
 
 def _has_snapshot(fs: FS, directory: str) -> bool:
@@ -96,7 +102,8 @@ class InstancesBackend(Backend):
         self.own: FileBackend | None = None
         self.slot: int | None = None
         self.views: dict[int, FileBackend] = {}
-        self.configs: dict[str, TopicConfig] = {}
+        self.configs: dict[str, tuple[int, TopicConfig]] = {}  # name -> (g, shared config)
+        self.locals: dict[TopicRef, TopicRef] = {}  # (name, g) -> the own instance's copy
         if fs.is_dir(os.path.join(root, "meta")):
             raise BadOption(
                 f"{root} is a single-instance store: open it without the instances option (INST-1)"
@@ -214,45 +221,86 @@ class InstancesBackend(Backend):
         return self.own
 
     # -- topics (INST-5, INST-6) ------------------------------------------------------------
-    def open_topic(self, name: str, options: Mapping[str, object], create: bool) -> TopicRef:
-        self._check_open()
+    def _shared_topic(self, name: str) -> shared.SharedTopic | None:
         with io_errors(f"reading the config of topic {name!r} in {self.root}"):
-            stored = shared.read_config(self.fs, self.root, name)
+            return shared.read_topic(self.fs, self.root, name)
+
+    def open_topic(self, name: str, options: Mapping[str, object], create: bool) -> TopicRef:
+        """INST-5, INST-6: the ref carries the shared incarnation; the own instance's copy is
+        made only under ``.shared.lock`` while the shared file is ``live``."""
+        self._check_open()
+        found = self._shared_topic(name)
         if self.readonly:
-            if stored is None:
+            if found is None or not found.live:
                 if create:
                     raise ReadOnly(f"cannot create topic {name!r}: the store is read-only")
                 raise NoSuchTopic(f"topic {name!r} does not exist")
-            config = self._config(name, stored)
-            config.check_matches(name, options)
-            return TopicRef(name, 0)
+            self._config(name, found.config).check_matches(name, options)
+            return TopicRef(name, found.incarnation)
         own = self._writer()
-        if stored is None:
-            if not create:
-                raise NoSuchTopic(f"topic {name!r} does not exist")
-            with (
-                io_errors(f"creating topic {name!r} in {self.root}"),
-                shared.shared_lock(self.fs, self.root),
-            ):
-                stored = shared.read_config(self.fs, self.root, name)
-                if stored is None:  # the first to take the lock decides (INST-5)
-                    config = TopicConfig.from_options(name, options)
-                    share_config(name, config, self.n)  # refused before anything is written
-                    shared.write_config(self.fs, self.root, name, config.to_dict())
-                    stored = config.to_dict()
-        config = self._config(name, stored)
-        config.check_matches(name, options)
-        ref = own.open_topic(name, share_config(name, config, self.n).to_dict(), True)
+        if found is not None and found.live:
+            self._config(name, found.config).check_matches(name, options)
+            try:
+                local = own.open_topic(name, {}, False)
+            except NoSuchTopic:
+                pass
+            else:
+                again = self._shared_topic(name)  # a drop and a new incarnation meanwhile
+                if again == found:
+                    return self._opened(name, found, local)
+        elif not create:
+            raise NoSuchTopic(f"topic {name!r} does not exist")
+        with (
+            io_errors(f"creating topic {name!r} in {self.root}"),
+            shared.shared_lock(self.fs, self.root),
+        ):
+            found = shared.read_topic(self.fs, self.root, name)
+            if found is None or not found.live:
+                if not create:
+                    raise NoSuchTopic(f"topic {name!r} does not exist")
+                config = TopicConfig.from_options(name, options)
+                share_config(name, config, self.n)  # refused before anything is written
+                if found is not None and found.state == shared.DROPPING:
+                    self._finish_drop(name, found)  # a crash left it half dropped (INST-6)
+                g = 1 if found is None else found.incarnation + 1
+                found = shared.SharedTopic(config.to_dict(), g, shared.LIVE)
+                shared.write_topic(self.fs, self.root, name, found.config, g, shared.LIVE)
+            config = self._config(name, found.config)
+            config.check_matches(name, options)
+            local = own.open_topic(name, share_config(name, config, self.n).to_dict(), True)
+            return self._opened(name, found, local)
+
+    def _opened(self, name: str, found: shared.SharedTopic, local: TopicRef) -> TopicRef:
+        """The own copy ``local`` of ``name`` at shared incarnation ``found``: its merged
+        subscribers registered (INST-15), remembered for this incarnation's handles."""
+        own = self._writer()
         with io_errors(f"reading the subscribers of topic {name!r} in {self.root}"):
             subs = shared.read_subscribers(self.fs, self.root, name)
-        have = own.subscribers(ref)
+        have = own.subscribers(local)
         for sub, start in subs.items():  # INST-15: registered here once the topic is here
             if sub not in have:
-                own.subscribe(ref, sub, start)
-                own.flush_subscriber(ref, sub)  # its progress file: other processes see it
+                own.subscribe(local, sub, start)
+                own.flush_subscriber(local, sub)  # its progress file: other processes see it
+        ref = TopicRef(name, found.incarnation)
         with self.lock:
-            self.configs[name] = config
+            self.configs[name] = (found.incarnation, self._config(name, found.config))
+            self.locals[ref] = local
         return ref
+
+    def _local(self, ref: TopicRef) -> TopicRef:
+        """The own instance's copy behind a handle of shared incarnation ``ref.incarnation``:
+        gone once the topic was dropped (TOP-10, INST-6)."""
+        local = self.locals.get(ref)
+        if local is None:
+            raise NoSuchTopic(f"topic {ref.name!r} was dropped (TOP-10, INST-6)")
+        return local
+
+    def check_live(self, ref: TopicRef) -> None:
+        """INST-6: the topic is still ``live`` at the handle's incarnation, else
+        ``no_such_topic``; a merged read checks this after reading the instances."""
+        found = self._shared_topic(ref.name)
+        if found is None or not found.live or found.incarnation != ref.incarnation:
+            raise NoSuchTopic(f"topic {ref.name!r} was dropped (TOP-10, INST-6)")
 
     def _config(self, name: str, stored: dict[str, Any]) -> TopicConfig:
         try:
@@ -264,14 +312,13 @@ class InstancesBackend(Backend):
         """The topic's shared config (its caps undivided, INST-9)."""
         self._check_open()
         with self.lock:
-            config = self.configs.get(ref.name)
-        if config is None:
-            with io_errors(f"reading the config of topic {ref.name!r}"):
-                stored = shared.read_config(self.fs, self.root, ref.name)
-            if stored is None:
-                raise NoSuchTopic(f"topic {ref.name!r} does not exist")
-            config = self._config(ref.name, stored)
-        return config
+            cached = self.configs.get(ref.name)
+        if cached is not None and cached[0] == ref.incarnation:
+            return cached[1]
+        found = self._shared_topic(ref.name)
+        if found is None or not found.live or found.incarnation != ref.incarnation:
+            raise NoSuchTopic(f"topic {ref.name!r} does not exist")
+        return self._config(ref.name, found.config)
 
     def list_topics(self) -> list[str]:
         self._check_open()
@@ -279,11 +326,69 @@ class InstancesBackend(Backend):
             return shared.list_configs(self.fs, self.root)
 
     def drop_topic(self, name: str) -> None:
+        """INST-6: ``dropping``, every instance's copy dropped, the merged subscribers
+        forgotten, ``dropped``; all under ``.shared.lock``."""
         self._check_open()
-        raise NotAvailable(
-            f"drop_topic({name!r}): a topic of an instances store lives in every instance; "
-            "dropping it needs every instance's writer and is not supported (INST-6)"
+        self._writer()
+        with (
+            io_errors(f"dropping topic {name!r} in {self.root}"),
+            shared.shared_lock(self.fs, self.root),
+        ):
+            found = shared.read_topic(self.fs, self.root, name)
+            if found is None or found.state == shared.DROPPED:
+                raise NoSuchTopic(f"topic {name!r} does not exist")
+            if found.live:
+                found = found._replace(state=shared.DROPPING)
+                shared.write_topic(
+                    self.fs, self.root, name, found.config, found.incarnation, found.state
+                )
+            self._finish_drop(name, found)
+
+    def _finish_drop(self, name: str, found: shared.SharedTopic) -> None:
+        """INST-6 steps (2) to (4); the caller holds ``.shared.lock`` and the state is
+        ``dropping``. Every step may be done again after a crash."""
+        own = self._writer()
+        for i in range(self.n):
+            if i == self.slot:
+                if name in own.list_topics():
+                    own.drop_topic(name)
+                    own.flush()  # durable before the state says dropped
+            elif _has_snapshot(self.fs, shared.instance_dir(self.root, i)):
+                _outcome(self._request(i, {"op": "drop", "topic": name}), ("no_such_topic",))
+        with self.lock:
+            for ref in [r for r in self.locals if r.name == name]:
+                del self.locals[ref]
+            self.configs.pop(name, None)
+        shared.remove_subscribers(self.fs, self.root, name)
+        shared.write_topic(
+            self.fs, self.root, name, found.config, found.incarnation, shared.DROPPED
         )
+
+    def _request(self, i: int, body: dict[str, Any]) -> dict[str, Any]:
+        """An XPR-2 request to instance ``i``, through this store's file system: applied by
+        its writer, or here when no process holds it (XPR-3's hand-off)."""
+        directory = shared.instance_dir(self.root, i)
+        handoff = replace(self.fopts, readonly=False, background=False, create="false")
+        rid = requests.submit(self.fs, directory, body)
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        delay = 0.005
+        while True:
+            result = requests.outcome(self.fs, directory, rid)
+            if result is not None:
+                return result
+            try:  # opening it applies every pending request (XPR-3)
+                FileBackend(self.fs, directory, self.clock, self.options, handoff).close()
+            except Locked:
+                pass  # its holder's maintenance tick applies the request
+            else:
+                continue
+            if time.monotonic() > deadline:
+                raise StorageError(
+                    f"request {rid} to instance {i} ({directory}) not applied within "
+                    f"{REQUEST_TIMEOUT_S:g} s: is its holder stuck? (XPR-2, INST-6)"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
     # -- the own instance (INST-10) ---------------------------------------------------------
     def append(
@@ -294,13 +399,16 @@ class InstancesBackend(Backend):
         node: str | None,
         producer: tuple[str, int] | None = None,
     ) -> list[int]:
-        return self._writer().append(ref, payloads, tag, node, producer)
+        own = self._writer()
+        return own.append(self._local(ref), payloads, tag, node, producer)
 
     def lane(self, ref: TopicRef) -> Callable[[bytes], int | None] | None:
         """The own instance's lane (INST-10): it checks that instance's store is open on every
         call, which close() closes right after this one (an append racing it is flushed)."""
         own = self.own
-        return None if own is None or self.closed else own.lane(ref)
+        if own is None or self.closed or ref not in self.locals:
+            return None
+        return own.lane(self.locals[ref])
 
     def append_records(
         self,
@@ -308,7 +416,8 @@ class InstancesBackend(Backend):
         records: Sequence[tuple[bytes, str | None, str | None]],
         producer: tuple[str, int] | None = None,
     ) -> list[int]:
-        return self._writer().append_records(ref, records, producer)
+        own = self._writer()
+        return own.append_records(self._local(ref), records, producer)
 
     def read(self, ref: TopicRef, after: int, limit: int, exclude_node: str | None) -> list[Item]:
         self._check_open()
@@ -326,10 +435,11 @@ class InstancesBackend(Backend):
                 f"topic {ref.name!r}: a read-only instances store has no own instance; "
                 "describe() has every instance's state (INST-10)"
             )
-        return self.own.state(ref)
+        return self.own.state(self._local(ref))
 
     def changes(self, ref: TopicRef) -> int:
-        return 0 if self.own is None else self.own.changes(ref)
+        local = self.locals.get(ref)
+        return 0 if self.own is None or local is None else self.own.changes(local)
 
     def flush(self) -> None:
         self._check_open()
@@ -362,10 +472,16 @@ class InstancesBackend(Backend):
             self.own.abandon()
 
     # -- the merged read (INST-7, INST-8) ---------------------------------------------------
-    def merged_read(self, name: str, cursor: str | None, limit: int) -> tuple[list[Entry], str]:
+    def merged_read(
+        self, name: str, cursor: str | None, limit: int, incarnation: int | None = None
+    ) -> tuple[list[Entry], str]:
+        """INST-7; with ``incarnation`` (the handle's shared one) the topic must still be
+        ``live`` at it after the instances were read, else ``no_such_topic`` (INST-6)."""
         positions = parse_cursor(cursor, self.n)
         self.refresh()
         entries = merge(self._streams(name, positions, limit), positions, limit)
+        if incarnation is not None:
+            self.check_live(TopicRef(name, incarnation))
         return entries, cursor_text(positions)
 
     def _backend(self, i: int) -> FileBackend | None:
@@ -392,17 +508,87 @@ class InstancesBackend(Backend):
             streams.append(backend.read(ref, after, limit, None))
         return streams
 
-    # -- merged subscribers (INST-15..INST-17) ----------------------------------------------
-    def sub_register(self, name: str, sub: str, start: str) -> str:
+    def _copies(self, ref: TopicRef) -> dict[int, int]:
+        """The local incarnation of each other instance's copy of the topic of handle ``ref``
+        (views refreshed, then INST-6's check: every copy seen belongs to ``ref``'s
+        incarnation). A request carries it, so its writer refuses it on a newer copy."""
+        self.refresh()
+        with self.lock:
+            others = [i for i in range(self.n) if i != self.slot]
+            copies = {i: found[1].incarnation for i in others if (found := self._ref(i, ref.name))}
+        self.check_live(ref)
+        return copies
+
+    def _route(
+        self, ref: TopicRef, i: int, copies: dict[int, int], body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """An XPR-2 request about topic ``ref`` to instance ``i``'s copy; None when the
+        instance has no copy (INST-17: skipped)."""
+        if i not in copies:
+            return None
+        full = {**body, "topic": ref.name, "incarnation": copies[i]}
+        with io_errors(f"a request to instance {i} of {self.root}"):
+            result = self._request(i, full)
+        _outcome(result, ())
+        return result
+
+    # -- deletes (INST-19) ------------------------------------------------------------------
+    def delete(
+        self, ref: TopicRef, before_seq: int | None, tag: str | None, tag_glob: str | None
+    ) -> int:
+        """INST-19: ``Topic.delete`` by tag or glob deletes in every instance; a seq names a
+        record only within its instance, so ``before_seq`` is refused (use the merged
+        delete with a cursor)."""
+        self._check_open()
+        if before_seq is not None:
+            raise BadArgument(
+                f"delete(before_seq={before_seq}) on topic {ref.name!r} of an instances store: "
+                "a seq names a record only within its instance; use "
+                "merged(topic).delete(before=cursor) (INST-19)"
+            )
+        return self.merged_delete(ref, None, tag, tag_glob)
+
+    def merged_delete(
+        self,
+        ref: TopicRef,
+        positions: Sequence[int] | None,
+        tag: str | None,
+        tag_glob: str | None,
+    ) -> int:
+        """INST-19: DEL in each instance (``positions``: instance i deletes seqs up to p_i),
+        each durable in its instance before this returns; the number removed in all."""
+        own, local = self._writer(), self._local(ref)
+        copies = self._copies(ref)
+        total = 0
+        for i in range(self.n):
+            before = None if positions is None else positions[i] + 1
+            if before == 1:
+                continue  # nothing at or below position 0
+            if i == self.slot:
+                total += own.delete(local, before, tag, tag_glob)
+                own.flush()
+                continue
+            body = {"op": "delete", "before_seq": before, "tag": tag, "tag_glob": tag_glob}
+            result = self._route(ref, i, copies, body)
+            total += 0 if result is None else int(result.get("deleted", 0))
+        return total
+
+    # -- merged subscribers (INST-15..INST-18) ----------------------------------------------
+    def sub_register(self, name: str, sub: str, start: str, incarnation: int | None = None) -> str:
         """INST-15: the shared record first, then every instance; returns the stored start."""
         self._check_open()
-        with io_errors(f"registering subscriber {sub!r} of {name!r} in {self.root}"):
-            with shared.shared_lock(self.fs, self.root):
-                stored = shared.read_subscribers(self.fs, self.root, name)
-                if sub not in stored:
-                    shared.write_subscriber(self.fs, self.root, name, sub, start)
-                    stored[sub] = start
+        with (
+            io_errors(f"registering subscriber {sub!r} of {name!r} in {self.root}"),
+            shared.shared_lock(self.fs, self.root),
+        ):
+            if incarnation is not None:
+                self.check_live(TopicRef(name, incarnation))  # no drop meanwhile
+            stored = shared.read_subscribers(self.fs, self.root, name)
+            if sub not in stored:
+                shared.write_subscriber(self.fs, self.root, name, sub, start)
+                stored[sub] = start
             start = stored[sub]
+            # under the lock: a drop (INST-6) cannot come between the record and these
             for i in range(self.n):
                 if i == self.slot:
                     found = self._ref(i, name)
@@ -413,7 +599,7 @@ class InstancesBackend(Backend):
                 directory = shared.instance_dir(self.root, i)
                 if _has_snapshot(self.fs, directory):
                     body = {"op": "subscribe", "topic": name, "subscriber": sub, "start": start}
-                    _outcome(requests.call(directory, body), ("no_such_topic",))
+                    _outcome(self._request(i, body), ("no_such_topic",))
         return start
 
     def sub_hwms(self, name: str, sub: str) -> list[int | None]:
@@ -439,9 +625,18 @@ class InstancesBackend(Backend):
             out.append(hwm)
         return out
 
-    def sub_commit(self, name: str, sub: str, start: str, positions: Sequence[int]) -> None:
+    def sub_commit(
+        self,
+        name: str,
+        sub: str,
+        start: str,
+        positions: Sequence[int],
+        incarnation: int | None = None,
+    ) -> None:
         """INST-17: commit each position, durably, in its instance."""
         self._check_open()
+        ref = None if incarnation is None else TopicRef(name, incarnation)
+        copies = None if ref is None else self._copies(ref)
         for i, seq in enumerate(positions):
             if seq <= 0:
                 continue
@@ -449,22 +644,54 @@ class InstancesBackend(Backend):
                 found = self._ref(i, name)
                 if found is None or sub not in found[0].subscribers(found[1]):
                     continue
-                backend, ref = found
-                backend.commit(ref, sub, min(seq, backend.state(ref).head_seq))
-                backend.flush_subscriber(ref, sub)
+                backend, local = found if ref is None else (found[0], self._local(ref))
+                backend.commit(local, sub, min(seq, backend.state(local).head_seq))
+                backend.flush_subscriber(local, sub)
+                continue
+            body = {"op": "commit", "topic": name, "subscriber": sub, "seq": seq, "start": start}
+            if ref is not None and copies is not None:
+                self._route(ref, i, copies, body)
                 continue
             directory = shared.instance_dir(self.root, i)
-            body = {"op": "commit", "topic": name, "subscriber": sub, "seq": seq, "start": start}
             with io_errors(f"committing subscriber {sub!r} of {name!r} in {directory}"):
-                _outcome(requests.call(directory, body), ("no_such_topic",))
+                _outcome(self._request(i, body), ("no_such_topic",))
 
-    def merged_wait(self, name: str, cursor: str | None, limit: int, wait_ms: int) -> Any:
+    def sub_settle(self, ref: TopicRef, sub: str, instance: int, seq: int, op: str) -> bool:
+        """INST-18: SUB-3's ``ack`` or ``reject`` of ``seq`` in ``instance``, durable in it
+        (its own directly, another's through an XPR-2 request) before this returns."""
+        self._check_open()
+        if not 0 <= instance < self.n:
+            raise BadArgument(
+                f"instance {instance} is not one of this store's {self.n} instances (INST-18)"
+            )
+        if instance == self.slot:
+            own, local = self._writer(), self._local(ref)
+            done = own.ack(local, sub, seq) if op == "ack" else own.reject(local, sub, seq)
+            own.flush_subscriber(local, sub)
+            return done
+        copies = self._copies(ref)
+        if instance not in copies:
+            raise BadArgument(
+                f"seq {seq} of instance {instance}: it holds no copy of topic {ref.name!r} "
+                "(INST-18)"
+            )
+        result = self._route(ref, instance, copies, {"op": op, "subscriber": sub, "seq": seq})
+        return bool(result is not None and result.get("done"))
+
+    def merged_wait(
+        self,
+        name: str,
+        cursor: str | None,
+        limit: int,
+        wait_ms: int,
+        incarnation: int | None = None,
+    ) -> Any:
         """CON-3 for the merged read: an empty result is retried until ``wait_ms`` pass
         (other instances change in other processes: this polls, backing off to 50 ms)."""
         deadline = time.monotonic() + wait_ms / 1000.0
         delay = 0.002
         while True:
-            entries, text = self.merged_read(name, cursor, limit)
+            entries, text = self.merged_read(name, cursor, limit, incarnation)
             left = deadline - time.monotonic()
             if entries or left <= 0:
                 return entries, text

@@ -10,7 +10,7 @@ from tidelog.api import Topic
 from tidelog.errors import BadArgument, Closed
 from tidelog.hooks import hooks
 from tidelog.model.instances import Entry, cursor_text, parse_cursor
-from tidelog.names import check_subscriber_name
+from tidelog.names import check_label, check_subscriber_name
 
 from .backend import InstancesBackend
 from .merge import merge
@@ -52,11 +52,11 @@ class Merged:
         _check_int(wait_ms, "wait_ms", 0)
         if cursor is not None and not isinstance(cursor, str):
             raise BadArgument(f"cursor must be a string or None, got {cursor!r} (INST-8)")
-        name = self._topic.name
+        name, g = self._topic.name, self._topic.incarnation
         if wait_ms > 0:
-            items, text = self._backend.merged_wait(name, cursor, limit, wait_ms)
+            items, text = self._backend.merged_wait(name, cursor, limit, wait_ms, g)
         else:
-            items, text = self._backend.merged_read(name, cursor, limit)
+            items, text = self._backend.merged_read(name, cursor, limit, g)
         return MergedRead(items, text)
 
     def subscribe(self, name: str, start: str = "earliest") -> MergedSubscriber:
@@ -65,8 +65,27 @@ class Merged:
         check_subscriber_name(name)
         if start not in ("earliest", "latest"):
             raise BadArgument(f"start must be earliest or latest, got {start!r} (INST-15)")
-        stored = self._backend.sub_register(self._topic.name, name, start)
+        topic = self._topic
+        stored = self._backend.sub_register(topic.name, name, start, topic.incarnation)
         return MergedSubscriber(self, name, stored)
+
+    def delete(
+        self, before: str | None = None, *, tag: str | None = None, tag_glob: str | None = None
+    ) -> int:
+        """INST-19: DEL's delete in every instance; ``before`` is a cursor (INST-8): instance
+        ``i`` deletes only records with seqs up to its position ``p_i``. Returns how many
+        records were removed in all."""
+        backend = self._live()
+        if before is None and tag is None and tag_glob is None:
+            raise BadArgument("delete needs before, tag or tag_glob (DEL-6, INST-19)")
+        if tag is not None and tag_glob is not None:
+            raise BadArgument("delete takes tag or tag_glob, not both (DEL-6)")
+        if before is not None and not isinstance(before, str):
+            raise BadArgument(f"before must be a cursor text, got {before!r} (INST-8, INST-19)")
+        check_label(tag, "tag")
+        check_label(tag_glob, "tag_glob")
+        positions = None if before is None else parse_cursor(before, backend.n)
+        return backend.merged_delete(self._topic._ref, positions, tag, tag_glob)
 
     def _live(self) -> InstancesBackend:
         if self._topic.store.closed:
@@ -111,9 +130,11 @@ class MergedSubscriber:
         delay = 0.002
         while True:
             positions = self._positions()
-            streams = backend._streams(self._merged._topic.name, positions, max)
+            topic = self._merged._topic
+            streams = backend._streams(topic.name, positions, max)
             moved = [0 if p is None else p for p in positions]
             items = merge(streams, moved, max)
+            backend.check_live(topic._ref)  # INST-6: never a result mixing incarnations
             for i, p in enumerate(positions):
                 if p is not None:
                     self._session[i] = moved[i]
@@ -130,11 +151,30 @@ class MergedSubscriber:
         if not isinstance(cursor, str):
             raise BadArgument(f"cursor must be a string, got {cursor!r} (INST-8)")
         positions = parse_cursor(cursor, m.instances)
-        backend.sub_commit(m._topic.name, self._name, self._start, positions)
+        topic = m._topic
+        backend.sub_commit(topic.name, self._name, self._start, positions, topic.incarnation)
+
+    def ack(self, instance: int, seq: int) -> bool:
+        """SUB-3's ``ack`` of record ``seq`` of ``instance`` (an ``Entry``'s two fields), in
+        that instance and durable there (INST-18)."""
+        return self._settle(instance, seq, "ack")
+
+    def reject(self, instance: int, seq: int) -> bool:
+        """SUB-3's ``reject`` of record ``seq`` of ``instance``, durable there (INST-18)."""
+        return self._settle(instance, seq, "reject")
+
+    def _settle(self, instance: int, seq: int, op: str) -> bool:
+        m = self._merged
+        backend = m._live()
+        _check_int(instance, "instance", 0)
+        _check_int(seq, "seq", 1)
+        return backend.sub_settle(m._topic._ref, self._name, instance, seq, op)
 
     @property
     def hwm(self) -> str:
         """The instances' hwms as a cursor text (0 where not registered, INST-17)."""
         m = self._merged
-        hwms = m._live().sub_hwms(m._topic.name, self._name)
+        backend = m._live()
+        hwms = backend.sub_hwms(m._topic.name, self._name)
+        backend.check_live(m._topic._ref)  # INST-6: not the hwms of a later incarnation
         return cursor_text([0 if h is None else h for h in hwms])

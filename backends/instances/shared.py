@@ -11,7 +11,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from tidelog.errors import BadOption, Corrupt, Locked
 from tidelog.fsio import FS, Handle, make_dirs, read_whole, replace_file
@@ -31,6 +31,13 @@ __all__ = [
     "write_identity",
     "read_config",
     "write_config",
+    "SharedTopic",
+    "read_topic",
+    "write_topic",
+    "remove_subscribers",
+    "LIVE",
+    "DROPPING",
+    "DROPPED",
     "list_configs",
     "SUBSCRIBERS_DIR",
     "read_subscribers",
@@ -42,6 +49,9 @@ CONFIG_DIR = "config"
 INSTANCES_DIR = "instances"
 SUBSCRIBERS_DIR = "subscribers"
 SHARED_LOCK = ".shared.lock"
+#: INST-6: a topic's states in its shared file
+LIVE, DROPPING, DROPPED = "live", "dropping", "dropped"
+STATES = (LIVE, DROPPING, DROPPED)
 #: how long a change of the shared part waits for another process's change (a few file writes)
 LOCK_WAIT_S = 30.0
 
@@ -135,28 +145,67 @@ def _config_path(root: str, name: str) -> str:
     return os.path.join(root, CONFIG_DIR, name + ".json")
 
 
-def read_config(fs: FS, root: str, name: str) -> dict[str, Any] | None:
-    """The shared config of topic ``name`` (its TopicConfig as a dict), or None."""
+class SharedTopic(NamedTuple):
+    """A topic's shared file (INST-5, INST-6): its config, shared incarnation and state."""
+
+    config: dict[str, Any]
+    incarnation: int
+    state: str
+
+    @property
+    def live(self) -> bool:
+        return self.state == LIVE
+
+
+def read_topic(fs: FS, root: str, name: str) -> SharedTopic | None:
+    """The shared file of topic ``name`` whatever its state (INST-6), or None. A file written
+    before incarnations existed is incarnation 1, ``live``."""
     path = _config_path(root, name)
     if not fs.exists(path):
         return None
     body = _load(fs, path, "a topic config")
     config = body.get("config")
-    if body.get("name") != name or not isinstance(config, dict):
-        raise Corrupt(f"{path}: not the config of topic {name!r} (INST-2)")
-    return config
+    incarnation = body.get("incarnation", 1)
+    state = body.get("state", LIVE)
+    if (
+        body.get("name") != name
+        or not isinstance(config, dict)
+        or isinstance(incarnation, bool)
+        or not isinstance(incarnation, int)
+        or incarnation < 1
+        or state not in STATES
+    ):
+        raise Corrupt(f"{path}: not the shared config of topic {name!r} (INST-2, INST-6)")
+    return SharedTopic(config, incarnation, state)
+
+
+def read_config(fs: FS, root: str, name: str) -> dict[str, Any] | None:
+    """The shared config of topic ``name`` (its TopicConfig as a dict) while it is ``live``,
+    else None (INST-6: a topic that is not live does not exist)."""
+    found = read_topic(fs, root, name)
+    return found.config if found is not None and found.live else None
+
+
+def write_topic(
+    fs: FS, root: str, name: str, config: dict[str, Any], incarnation: int, state: str
+) -> None:
+    """Replace the shared file of ``name`` atomically (LAY-3); the caller holds the lock."""
+    make_dirs(fs, os.path.join(root, CONFIG_DIR))
+    body = {"config": config, "incarnation": incarnation, "name": name, "state": state}
+    replace_file(fs, _config_path(root, name), _canonical(body))
 
 
 def write_config(fs: FS, root: str, name: str, config: dict[str, Any]) -> None:
-    make_dirs(fs, os.path.join(root, CONFIG_DIR))
-    replace_file(fs, _config_path(root, name), _canonical({"config": config, "name": name}))
+    write_topic(fs, root, name, config, 1, LIVE)
 
 
 def list_configs(fs: FS, root: str) -> list[str]:
+    """The names of the ``live`` topics, sorted (INST-5, INST-6)."""
     directory = os.path.join(root, CONFIG_DIR)
     if not fs.is_dir(directory):
         return []
-    return sorted(n[:-5] for n in fs.listdir(directory) if n.endswith(".json"))
+    names = sorted(n[:-5] for n in fs.listdir(directory) if n.endswith(".json"))
+    return [n for n in names if read_config(fs, root, n) is not None]
 
 
 def _subscribers_dir(root: str, topic: str) -> str:
@@ -177,6 +226,16 @@ def read_subscribers(fs: FS, root: str, topic: str) -> dict[str, str]:
                 raise Corrupt(f"{directory}/{entry}: no valid start (INST-15)")
             out[entry[:-5]] = start
     return out
+
+
+def remove_subscribers(fs: FS, root: str, topic: str) -> None:
+    """INST-6 (3): forget every merged subscriber of ``topic`` (each removal durable)."""
+    directory = _subscribers_dir(root, topic)
+    if not fs.is_dir(directory):
+        return
+    for entry in sorted(fs.listdir(directory)):
+        fs.unlink(os.path.join(directory, entry))
+    fs.fsync_dir(directory)
 
 
 def write_subscriber(fs: FS, root: str, topic: str, name: str, start: str) -> None:

@@ -17,44 +17,76 @@ from pathlib import Path
 
 import tidelog
 from tidelog.backends.instances import merged
+from tidelog.errors import NoSuchTopic
 from tidelog.records import Record
 
-#: argv: uri, name, count, batch, go. Prints READY <slot>, waits for the file ``go`` (so
-#: every writer holds its slot before any appends), then "A <seq> <payload>" per acknowledged
-#: record (count 0: forever), then DONE.
-WRITER = textwrap.dedent(
-    """
-    import os, sys, time
-    import tidelog
-    uri, name, count, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    store = tidelog.open(uri)
-    topic = store.topic("events", durability="fsync")
-    out = sys.stdout
-    out.write(f"READY {store.describe()['slot']}\\n")
+#: What every writer script starts with: argv uri, name, count, batch, go; it opens the store
+#: and the topic, prints READY <slot> and waits for the file ``go`` (so every writer holds
+#: its slot before any appends).
+_START = """
+import os, sys, time
+import tidelog
+from tidelog.errors import NoSuchTopic
+uri, name = sys.argv[1], sys.argv[2]
+store = tidelog.open(uri)
+topic = store.topic("events", durability="fsync")
+out = sys.stdout
+out.write(f"READY {store.describe()['slot']}\\n")
+out.flush()
+deadline = time.monotonic() + 60
+while not os.path.exists(sys.argv[5]) and time.monotonic() < deadline:
+    time.sleep(0.005)
+"""
+_END = """
+store.close()
+out.write("DONE\\n")
+out.flush()
+"""
+
+#: "A <seq> <payload>" per acknowledged record (count 0: forever), then DONE.
+WRITER = (
+    _START
+    + """
+count, batch, i = int(sys.argv[3]), int(sys.argv[4]), 0
+while count == 0 or i < count:
+    payloads = [f"{name}:{i + k}".encode() for k in range(batch)]
+    seqs = topic.append_many(payloads) if batch > 1 else [topic.append(payloads[0])]
+    out.write("".join(f"A {q} {p.decode()}\\n" for q, p in zip(seqs, payloads)))
     out.flush()
-    deadline = time.monotonic() + 60
-    while not os.path.exists(sys.argv[5]) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    i = 0
-    while count == 0 or i < count:
-        payloads = [f"{name}:{i + k}".encode() for k in range(batch)]
-        seqs = topic.append_many(payloads) if batch > 1 else [topic.append(payloads[0])]
-        out.write("".join(f"A {q} {p.decode()}\\n" for q, p in zip(seqs, payloads)))
-        out.flush()
-        i += batch
-    store.close()
-    out.write("DONE\\n")
+    i += batch
+"""
+    + _END
+)
+
+#: count is the seconds to run; after a drop (no_such_topic) it opens the topic again (a
+#: create when it is gone) and goes on; "A <incarnation> <seq> <payload>" per acknowledged
+#: record.
+REOPENING_WRITER = (
+    _START
+    + """
+end, i = time.monotonic() + float(sys.argv[3]), 0
+while time.monotonic() < end:
+    try:
+        seq = topic.append(f"{name}:{i}".encode())
+    except NoSuchTopic:
+        topic = store.topic("events", durability="fsync")
+        continue
+    out.write(f"A {topic.incarnation} {seq} {name}:{i}\\n")
     out.flush()
-    """
+    i += 1
+"""
+    + _END
 )
 
 
 class Writer:
     """A writer process, its output drained into ``lines`` so it never blocks on the pipe."""
 
-    def __init__(self, uri: str, name: str, count: int, go: Path, batch: int = 1) -> None:
+    def __init__(
+        self, uri: str, name: str, count: int, go: Path, batch: int = 1, script: str = WRITER
+    ) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, uri, name, str(count), str(batch), str(go)],
+            [sys.executable, "-c", script, uri, name, str(count), str(batch), str(go)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -265,3 +297,83 @@ def test_INST_3_processes_opening_a_new_store_at_once_each_get_a_slot(tmp_path: 
                     p.wait(timeout=30)
         assert [p.returncode for p in procs] == [0] * 8, [err[-1500:] for _, err in outs]
         assert all(0 <= int(out) < 8 for out, _ in outs)
+
+
+def test_INST_6_INST_18_INST_19_requests_to_a_writer_process(tmp_path: Path) -> None:
+    """INST-18, INST-19, INST-6 with another process holding an instance and appending: acks
+    of its records and a merged delete up to a cursor are applied by its writer (XPR-2); a
+    drop removes its copy while it appends, after which its handle gets no_such_topic
+    (TOP-10 across processes), and a re-create is empty in every instance."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?instances=2"
+    go = tmp_path / "go"
+    go.touch()
+    writer = Writer(uri, "p0", 0, go)
+    try:
+        writer.wait_ready()
+        assert writer.slot() == 0
+        writer.wait_for(30)
+        with tidelog.open(uri) as store:
+            topic = store.topic("events", durability="fsync")
+            sub = merged(topic).subscribe("s")
+            got = sub.poll(10).items
+            assert [e.instance for e in got] == [0] * 10
+            assert all(sub.ack(e.instance, e.item.seq) for e in got)
+            assert sub.hwm == "10.0"
+            cursor = merged(topic).read(None, 20).cursor
+            assert cursor == "30.0"  # the 10 acked records were trimmed (SUB-5)
+            assert merged(topic).delete(before=cursor) == 20
+            first = merged(topic).read(None, 1).items[0]
+            assert first.instance == 0 and first.item.seq == 31
+            store.drop_topic("events")
+            writer.proc.wait(timeout=60)
+            assert writer.proc.returncode != 0
+            assert "NoSuchTopic" in writer.stderr()
+            assert store.topics() == []
+            again = store.topic("events")
+            assert again.incarnation == 2 and merged(again).read().items == []
+    finally:
+        writer.kill()
+    with tidelog.open(f"file://{root}/instances/0?readonly=true") as view:
+        assert view.topics() == []
+
+
+def test_INST_6_drops_and_re_creates_racing_writer_processes(tmp_path: Path) -> None:
+    """INST-6: two writer processes append and re-open the topic after each drop (creating
+    it again when it is gone) while this process drops it again and again; at the end the
+    merged read holds exactly the records acknowledged under the last incarnation: no record
+    of an earlier one survives in any instance, none acknowledged under the last is lost."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?instances=3"
+    go = tmp_path / "go"
+    writers = [Writer(uri, f"w{k}", 4, go, script=REOPENING_WRITER) for k in range(2)]
+    drops = 0
+    try:
+        for w in writers:
+            w.wait_ready()
+        with tidelog.open(uri) as store:
+            go.touch()
+            while any(w.proc.poll() is None for w in writers):
+                time.sleep(0.3)
+                try:
+                    store.drop_topic("events")
+                    drops += 1
+                except NoSuchTopic:
+                    pass  # dropped, and nobody has created it again yet
+            for w in writers:
+                w.finish()
+            assert drops >= 3
+            topic = store.topic("events", durability="fsync")
+            last = topic.incarnation
+            got = Counter(
+                e.item.payload.decode()
+                for e in merged(topic).read(None, 1_000_000).items
+                if isinstance(e.item, Record)
+            )
+    finally:
+        for w in writers:
+            w.kill()
+    acked = [line.split() for w in writers for line in w.lines if line.startswith("A ")]
+    assert {int(g) for g, _, _ in (a[1:] for a in acked)} >= {1, 2}
+    wanted = {p for _, g, _, p in acked if int(g) == last}
+    assert set(got) == wanted and set(got.values()) <= {1}

@@ -195,16 +195,6 @@ def test_INST_5_a_bad_config_writes_no_shared_file(tmp_path: Path, opened: list)
     assert a.topics() == []
 
 
-# -- INST-6: drop ----------------------------------------------------------------------------
-def test_INST_6_drop_is_not_available(tmp_path: Path, opened: list) -> None:
-    """INST-6: dropping a topic of an instances store is refused and changes nothing."""
-    a = _open(opened, tmp_path, "instances=2")
-    a.topic("t").append(b"x")
-    with pytest.raises(NotAvailable, match="INST-6"):
-        a.drop_topic("t")
-    assert a.topics() == ["t"] and len(_all(a.topic("t"))) == 1
-
-
 # -- INST-7, INST-8: the merged read and its cursor ------------------------------------------
 def test_INST_7_merged_order_is_commit_time_then_instance(tmp_path: Path, opened: list) -> None:
     """INST-7: records merge by (ts, instance, seq); one instance's items keep their order."""
@@ -341,13 +331,13 @@ def test_INST_9_max_bytes_is_divided(tmp_path: Path, opened: list) -> None:
 
 # -- INST-10: what an instances store offers -------------------------------------------------
 def test_INST_10_capabilities_and_the_own_instance(tmp_path: Path, opened: list) -> None:
-    """INST-10: deletes, subscribers, queue and routers are not claimed (not_available);
-    Topic.read is not_available; state() and seqs are the own instance's."""
+    """INST-10: subscribers, queue and routers are not claimed (not_available), deletes are
+    (INST-19); Topic.read is not_available; state() and seqs are the own instance's."""
     a = _open(opened, tmp_path, "instances=2")
     b = _open(opened, tmp_path, "instances=2")
     caps = a.capabilities
     assert caps.persistent and caps.crash_safe and caps.multi_topic
-    assert not (caps.deletes or caps.subscribers or caps.queue or caps.routers)
+    assert caps.deletes and not (caps.subscribers or caps.queue or caps.routers)
     ta, tb = a.topic("t"), b.topic("t")
     assert ta.append(b"a") == 1 and tb.append(b"b") == 1
     assert ta.append_records([(b"c", "tag", None)]) == [2]
@@ -356,7 +346,6 @@ def test_INST_10_capabilities_and_the_own_instance(tmp_path: Path, opened: list)
         ta.read()
     for call in (
         lambda: ta.subscribe("s"),
-        lambda: ta.delete(before_seq=2),
         lambda: ta.claim("n"),
         lambda: a.router("r", "t", "t"),
     ):
