@@ -25,7 +25,7 @@ def test_the_runnable_readme_examples_are_the_expected_ones() -> None:
     assert len(_blocks()) == 5
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(5))
 def test_readme_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # file://./buf and blockdev://./ring.img land here
     code = _blocks()[index]
