@@ -44,13 +44,12 @@ from pyspark.sql.types import StructType
 
 from tidelog.errors import BadArgument, BadOption
 
-from . import guard, netread, reading, staging
+from . import guard, netread, netsink, reading, staging
 from .columns import SEQ_COLUMN, log_ddl, log_schema, slot_schema
+from .netsink import QUERY_ID_KEY
 from .options import SourceOptions, parse_options
 
 __all__ = ["TidelogDataSource", "SeqRange", "StagedFile"]
-
-QUERY_ID_KEY = "sql.streaming.queryId"  # local property Spark sets on every streaming job
 
 
 class SeqRange(InputPartition):
@@ -147,18 +146,20 @@ class TidelogDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return TidelogStreamReader(self._opts(), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> TidelogWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
             raise BadOption("a tidelog topic is an append-only log: use .mode('append')")
         opts = self._opts()
-        netread.refuse_write(opts)  # SPK-40: a served store is read-only for Spark for now
+        if netread.is_served(opts.root):  # staged on the owner (SPK-44)
+            return netsink.ServedWriter(opts)
         return TidelogWriter(opts)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> TidelogStreamWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         if overwrite:
             raise BadOption("a tidelog topic is an append-only log: use outputMode('append')")
         opts = self._opts()
-        netread.refuse_write(opts)
+        if netread.is_served(opts.root):  # staged on the owner (SPK-44)
+            return netsink.ServedStreamWriter(opts)
         return TidelogStreamWriter(opts, query_key(dict(self.options), opts))
 
 
@@ -377,14 +378,8 @@ class TidelogStreamWriter(_Attempt, DataSourceStreamArrowWriter):
         return StagedFile(path, rows, query_id)
 
     def _producer(self, messages: list[Any], batch_id: int) -> tuple[str, int]:
-        if self.opts.producer_id:
-            return self.opts.producer_id, batch_id + 1
         ids = {m.query_id for m in messages if isinstance(m, StagedFile) and m.query_id}
-        if len(ids) != 1:
-            raise BadOption(
-                "cannot tell which streaming query wrote this batch; set option producerId"
-            )
-        return f"spark-{ids.pop()}", batch_id + 1
+        return staging.stream_producer(self.opts, ids, batch_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         files = [m.path for m in messages if isinstance(m, StagedFile) and m.path]
