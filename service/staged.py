@@ -56,11 +56,12 @@ Append = Callable[[list[tuple[bytes, str | None, str | None]], tuple[str, int] |
 
 def staging_directory(store: Store) -> tuple[str, bool]:
     """SVC-68: (directory, temporary): ``served/`` in SPK-6's default staging directory of a
-    file store, else a new temporary directory."""
+    file store, else a temporary directory of a name no one can guess, made (private to this
+    user) by the first chunk, so a service that stages nothing leaves nothing behind."""
     if offers(store, FileBackend):
         root = hooks(store, FileBackend).root
         return os.path.join(SourceOptions(root=root, topic="").staging, "served"), False
-    return tempfile.mkdtemp(prefix="tidelog-staged-"), True
+    return os.path.join(tempfile.gettempdir(), f"tidelog-staged-{uuid.uuid4().hex}"), True
 
 
 def check_chunk(data: bytes) -> int:
@@ -146,6 +147,11 @@ class StagedWrites:
         except FileNotFoundError:
             return None
 
+    def _mkdir(self, wdir: str) -> None:
+        if self.temporary:  # private to this user
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        os.makedirs(wdir, exist_ok=True)
+
     def _touch(self, wdir: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.utime(wdir)
@@ -167,7 +173,7 @@ class StagedWrites:
                     f"({self._bytes} staged) (SVC-65)"
                 )
             self._bytes += size  # reserved: released below when the chunk does not stay
-            os.makedirs(wdir, exist_ok=True)
+            self._mkdir(wdir)
         final = self._chunk(wdir, part, attempt, chunk)
         tmp = f"{final}.{uuid.uuid4().hex}.tmp"  # a concurrent repeat writes its own
         kept = False
@@ -253,7 +259,7 @@ class StagedWrites:
 
     def _finish(self, wdir: str, outcome: dict[str, Any]) -> None:
         """Record the outcome (so a late chunk is refused), then drop every chunk."""
-        os.makedirs(wdir, exist_ok=True)
+        self._mkdir(wdir)
         path = os.path.join(wdir, _OUTCOME)
         with self._lock:
             xpr_tmp = f"{path}.tmp"

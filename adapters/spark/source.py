@@ -6,7 +6,8 @@ Where each piece runs (SPK-2, SPK-9) decides how it reaches the store:
 * ``schema`` / ``reader`` / ``partitions`` / ``writer``: short-lived planner workers on the
   driver -> a read-only view (XPR-1).
 * ``read`` and ``write``: executor workers -> a read-only view per worker process; writes only
-  stage files (SPK-2, SPK-6).
+  stage files (SPK-2, SPK-6). A served store (``http(s)://``) is read through its owner's
+  Arrow reads and written by staging chunks on it (SPK-40, SPK-44; netread.py, netsink.py).
 * writer ``commit`` / ``abort``: one more worker on the driver, on an unpickled copy of the
   planner's writer -> one ingest request to the owner (XPR-2..4), or deleting staged files.
 * stream reader ``initialOffset`` / ``latestOffset`` / ``commit``: one long-lived source runner

@@ -223,10 +223,11 @@ def test_SVC_68_a_memory_store_stages_in_a_temporary_directory_removed_at_stop()
     try:
         assert thread.service is not None
         directory = thread.service.staged.directory
+        assert not os.path.exists(directory)  # made by the first chunk only
         client = Client(thread.url)
         assert put(client, 0, 0, 0, chunk([b"a"]))[0] == 200
         client.close()
-        assert os.path.isdir(directory)
+        assert os.path.isdir(directory) and os.stat(directory).st_mode & 0o777 == 0o700
     finally:
         thread.stop()
         store.close()
