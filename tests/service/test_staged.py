@@ -74,6 +74,8 @@ def test_SVC_65_SVC_66_only_the_named_attempts_are_appended_once(served: Served)
     assert tags == ["x", "x", None, None]
     assert staged.staged_bytes == 0  # the failed attempt's chunk went too
     assert c.post(W + "/commit", commit) == (200, {"seqs": [1, 4]})  # asked again: recorded
+    assert c.delete(W)[0] == 204  # SVC-67: the driver's abort after its commit
+    assert c.post(W + "/commit", commit) == (200, {"seqs": [1, 4]})  # the commit is kept
     assert payloads(served.store) == [b"a0", b"a1", b"a2", b"b0"]
     status, body = put(c, 2, 0, 0, chunk([b"late"]))
     assert status == 404 and body["error"]["code"] == "not_found"
