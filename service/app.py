@@ -34,7 +34,7 @@ from tidelog.errors import (
 )
 from tidelog.records import TopicState
 
-from . import arrowread, endpoints, streams
+from . import arrowread, endpoints, staged, streams
 from .auth import ANYONE, Authorizer, Principal
 from .calls import Calls
 from .hub import ChangeHub
@@ -90,6 +90,7 @@ class Service:
         self.store = store
         self.store_id = arrowread.served_store_id(store)  # SVC-62
         self.calls = Calls(store, workers)
+        self.staged = staged.StagedWrites.for_store(store, self.limits)  # SVC-65..SVC-68
         self.sse_heartbeat_ms = sse_heartbeat_ms
         self.sse_stall_ms = sse_stall_ms
         self.replays = Replays(replay_window_ms, max_replays)
@@ -261,6 +262,7 @@ class Service:
         endpoints.add_routes(app, self)
         streams.add_routes(app, self)
         arrowread.add_routes(app, self)
+        staged.add_routes(app, self)
         app[REQUEST_TIMEOUT_S] = self.limits.request_timeout_ms / 1000.0
         app[SERVICE] = self
         app.on_startup.append(self._startup)
@@ -294,6 +296,7 @@ class Service:
 
     async def _cleanup(self, app: web.Application) -> None:
         self.calls.close()
+        self.staged.close()
 
     def _route_info(self, route: Any) -> tuple[str, str, str | None]:
         """A route's template (SVC-53, SVC-55), the right it needs (SVC-48) and its topic when

@@ -30,7 +30,7 @@ from .wire import item_to_json, lease_to_json, state_to_json, unb64
 if TYPE_CHECKING:
     from .app import Service
 
-__all__ = ["add_routes", "topic_json"]
+__all__ = ["add_routes", "topic_json", "producer_from_json"]
 
 
 def _ok(obj: object, status: int = 200) -> web.Response:
@@ -65,7 +65,7 @@ def _items(items: list[Any]) -> list[dict[str, Any]]:
     return [item_to_json(i) for i in items]
 
 
-def _producer(value: object) -> tuple[str, int] | None:
+def producer_from_json(value: object) -> tuple[str, int] | None:
     if value is None:
         return None
     if not isinstance(value, dict) or set(value) != {"id", "seq"}:
@@ -177,7 +177,7 @@ def add_routes(app: web.Application, svc: Service) -> None:
     async def batch(request: web.Request) -> web.Response:
         check_query(request, ("incarnation",))
         body = await json_body(request, ("payloads", "records", "tag", "node", "producer"))
-        producer = _producer(body.get("producer"))
+        producer = producer_from_json(body.get("producer"))
         if ("payloads" in body) == ("records" in body):
             raise BadArgument("a batch has either 'payloads' or 'records', exactly one (SVC-15)")
         if "payloads" in body:

@@ -48,6 +48,12 @@ class Limits:
     max_wait_ms: int = _limit(
         30_000, 0, MAX_WAIT_MS, "Longest wait of a read, poll or changes request."
     )
+    max_staged_bytes: int = _limit(
+        4 * _GIB, _MIB, 1 << 40, "Chunks staged by all writes; more: 507 store_full.", size=True
+    )
+    staged_ttl_ms: int = _limit(
+        3_600_000, 1000, 7 * 86_400_000, "A staged write idle this long is deleted."
+    )
 
     @classmethod
     def from_options(cls, **options: object) -> Limits:

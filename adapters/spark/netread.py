@@ -40,7 +40,6 @@ __all__ = [
     "ERROR_KEY",
     "is_served",
     "check_served",
-    "refuse_write",
     "store",
     "topic",
     "plan",
@@ -74,15 +73,6 @@ def check_served(opts: SourceOptions) -> None:
         raise BadOption(
             f"option slot={opts.slot}: slot reads of a served store ({_shown(opts)}) are not "
             "supported yet; read the log columns (SPK-40)"
-        )
-
-
-def refuse_write(opts: SourceOptions) -> None:
-    """SPK-40: a served store is read-only for Spark for now."""
-    if is_served(opts.root):
-        raise BadOption(
-            f"{_shown(opts)} is a served store, read-only for Spark for now: write to its "
-            "file:// path on the owner's host, or append through the service's API (SPK-40)"
         )
 
 

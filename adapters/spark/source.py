@@ -6,7 +6,8 @@ Where each piece runs (SPK-2, SPK-9) decides how it reaches the store:
 * ``schema`` / ``reader`` / ``partitions`` / ``writer``: short-lived planner workers on the
   driver -> a read-only view (XPR-1).
 * ``read`` and ``write``: executor workers -> a read-only view per worker process; writes only
-  stage files (SPK-2, SPK-6).
+  stage files (SPK-2, SPK-6). A served store (``http(s)://``) is read through its owner's
+  Arrow reads and written by staging chunks on it (SPK-40, SPK-44; netread.py, netsink.py).
 * writer ``commit`` / ``abort``: one more worker on the driver, on an unpickled copy of the
   planner's writer -> one ingest request to the owner (XPR-2..4), or deleting staged files.
 * stream reader ``initialOffset`` / ``latestOffset`` / ``commit``: one long-lived source runner
@@ -44,13 +45,12 @@ from pyspark.sql.types import StructType
 
 from tidelog.errors import BadArgument, BadOption
 
-from . import coldsource, guard, netread, reading, staging
+from . import coldsource, guard, netread, netsink, reading, staging
 from .columns import SEQ_COLUMN, log_ddl, log_schema, slot_schema
+from .netsink import QUERY_ID_KEY
 from .options import SourceOptions, parse_options
 
 __all__ = ["TidelogDataSource", "SeqRange", "StagedFile"]
-
-QUERY_ID_KEY = "sql.streaming.queryId"  # local property Spark sets on every streaming job
 
 
 class SeqRange(InputPartition):
@@ -174,20 +174,22 @@ class TidelogDataSource(DataSource):
         coldsource.refuse(opts, "a streaming read")
         return TidelogStreamReader(opts, schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> TidelogWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
             raise BadOption("a tidelog topic is an append-only log: use .mode('append')")
         opts = self._opts()
-        netread.refuse_write(opts)  # SPK-40: a served store is read-only for Spark for now
         coldsource.refuse(opts, "a write")
+        if netread.is_served(opts.root):  # staged on the owner (SPK-44)
+            return netsink.ServedWriter(opts)
         return TidelogWriter(opts)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> TidelogStreamWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         if overwrite:
             raise BadOption("a tidelog topic is an append-only log: use outputMode('append')")
         opts = self._opts()
-        netread.refuse_write(opts)
         coldsource.refuse(opts, "a write")
+        if netread.is_served(opts.root):  # staged on the owner (SPK-44)
+            return netsink.ServedStreamWriter(opts)
         return TidelogStreamWriter(opts, query_key(dict(self.options), opts))
 
 
@@ -408,14 +410,8 @@ class TidelogStreamWriter(_Attempt, DataSourceStreamArrowWriter):
         return StagedFile(path, rows, query_id)
 
     def _producer(self, messages: list[Any], batch_id: int) -> tuple[str, int]:
-        if self.opts.producer_id:
-            return self.opts.producer_id, batch_id + 1
         ids = {m.query_id for m in messages if isinstance(m, StagedFile) and m.query_id}
-        if len(ids) != 1:
-            raise BadOption(
-                "cannot tell which streaming query wrote this batch; set option producerId"
-            )
-        return f"spark-{ids.pop()}", batch_id + 1
+        return staging.stream_producer(self.opts, ids, batch_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         files = [m.path for m in messages if isinstance(m, StagedFile) and m.path]

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from tidelog.backends.file import requests
-from tidelog.errors import ERROR_CODES, TidelogError
+from tidelog.errors import ERROR_CODES, BadOption, TidelogError
 
 from . import netread
 from .columns import staged_table
@@ -41,6 +41,7 @@ __all__ = [
     "sweep",
     "ingest",
     "request",
+    "stream_producer",
     "StagingGone",
 ]
 
@@ -180,3 +181,13 @@ def ingest(opts: SourceOptions, files: list[str], producer: tuple[str, int]) -> 
         body["config"] = dict(opts.topic_config)
     seqs: list[int] = request(opts, body, create=True)["seqs"]
     return seqs
+
+
+def stream_producer(opts: SourceOptions, query_ids: set[str], batch_id: int) -> tuple[str, int]:
+    """SPK-11: micro-batch ``batch_id``'s producer, ``(spark-<queryId>, batch_id + 1)``, the
+    query id being option producerId or the one its tasks saw."""
+    if opts.producer_id:
+        return opts.producer_id, batch_id + 1
+    if len(query_ids) != 1:
+        raise BadOption("cannot tell which streaming query wrote this batch; set option producerId")
+    return f"spark-{next(iter(query_ids))}", batch_id + 1

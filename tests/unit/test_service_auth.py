@@ -517,6 +517,8 @@ def test_SVC_51_limits_defaults_and_what_get_v0_shows() -> None:
         "max_streams": 4096,
         "max_streams_per_token": 256,
         "max_wait_ms": 30_000,
+        "max_staged_bytes": 4 << 30,
+        "staged_ttl_ms": 3_600_000,
     }
     options = Limits.options()
     assert [(o, n) for o, n, _, _ in options][:2] == [
