@@ -129,8 +129,10 @@ def shared_lock(fs: FS, root: str) -> Iterator[None]:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
         mark = f"{os.getpid()}\n".encode()  # INST-21: a waiter that gives up names us
-        handle.truncate(0)
-        handle.pwrite(mark, 0)
+        if handle.pread(32, 0) != mark:  # once per process: synced, so no crash state grows
+            handle.truncate(0)
+            handle.pwrite(mark, 0)
+            handle.fsync()
         yield
     finally:
         handle.close()
