@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from tidelog.backend import StoreOptions, TopicRef
 from tidelog.clock import Clock
 from tidelog.config import TopicConfig
-from tidelog.errors import BadArgument, BadOption, Locked, NoSuchTopic
+from tidelog.errors import BadArgument, BadOption, Locked, NoSuchSubscriber, NoSuchTopic
 from tidelog.records import Item, Record, Tombstone
 
 from .log import ModelStore
@@ -235,6 +235,17 @@ class InstancesModel:
         for i in range(self.n):
             self._register(i, topic)
         return stored
+
+    def unregister(self, topic: str, name: str) -> None:
+        """INST-22: gone from the shared part and from every instance at once; a later
+        ``subscribe`` of the name starts anew."""
+        if name not in self.subscribers.get(topic, {}):
+            raise NoSuchSubscriber(f"subscriber {name!r} of topic {topic!r} does not exist")
+        del self.subscribers[topic][name]
+        for i, store in enumerate(self.stores):
+            ref = self._ref(i, topic)
+            if ref is not None and name in store.subscribers(ref):
+                store.unregister(ref, name)
 
     def hwms(self, topic: str, name: str) -> list[int | None]:
         out: list[int | None] = []

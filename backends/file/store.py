@@ -520,6 +520,10 @@ class FileBackend(Engine):
                 done = sub.ack(int(body["seq"])) if op == "ack" else sub.reject(int(body["seq"]))
                 sub.flush()
                 return {"ok": True, "done": done, "hwm": sub.hwm}
+            if op == "unregister":  # INST-22: a merged subscriber leaves every instance
+                topic.subscriber(body["subscriber"]).unregister()
+                self.flush()  # durable (its progress file removed) before the requester goes on
+                return {"ok": True}
             if op == "subscribe":
                 sub = topic.subscribe(body["subscriber"], start=body.get("start", "resume"))
                 sub.flush()

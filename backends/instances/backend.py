@@ -26,6 +26,7 @@ from tidelog.errors import (
     Closed,
     Corrupt,
     Locked,
+    NoSuchSubscriber,
     NoSuchTopic,
     NotAvailable,
     ReadOnly,
@@ -66,17 +67,14 @@ CAPABILITIES = Capabilities(
 )
 
 
-#: how long a request to another instance's writer may take (XPR-2: its maintenance tick)
-REQUEST_TIMEOUT_S = 60.0
-
-
 def _has_snapshot(fs: FS, directory: str) -> bool:
     meta = os.path.join(directory, "meta")
     return fs.is_dir(meta) and any(snapfmt.parse_file_name(n) is not None for n in fs.listdir(meta))
 
 
 def _outcome(result: dict[str, Any], fine: tuple[str, ...]) -> None:
-    """An XPR-2 outcome: ok, or an error code the caller expects, else raised with its code."""
+    """An XPR-2 outcome: ok, or an error code the caller expects, else raised with its code
+    (INST-15)."""
     if result.get("ok") or result.get("code") in fine:
         return
     cls = ERROR_CODES.get(str(result.get("code")), StorageError)
@@ -247,7 +245,7 @@ class InstancesBackend(Backend):
             else:
                 again = self._shared_topic(name)  # a drop and a new incarnation meanwhile
                 if again == found:
-                    return self._opened(name, found, local)
+                    return self._opened(name, found, local, locked=False)
         elif not create:
             raise NoSuchTopic(f"topic {name!r} does not exist")
         with (
@@ -263,29 +261,47 @@ class InstancesBackend(Backend):
                 if found is not None and found.state == shared.DROPPING:
                     self._finish_drop(name, found)  # a crash left it half dropped (INST-6)
                 g = 1 if found is None else found.incarnation + 1
-                found = shared.SharedTopic(config.to_dict(), g, shared.LIVE)
-                shared.write_topic(self.fs, self.root, name, found.config, g, shared.LIVE)
+                found = shared.SharedTopic(config.to_dict(), g, shared.LIVE, ())
             config = self._config(name, found.config)
             config.check_matches(name, options)
+            if found.copies is not None and self.slot not in found.copies:
+                # INST-6: listed before the copy is made, so a drop reaches every copy
+                found = found._replace(copies=(*found.copies, self.slot))
+                shared.write_topic(self.fs, self.root, name, *found[:3], found.copies)
             local = own.open_topic(name, share_config(name, config, self.n).to_dict(), True)
-            return self._opened(name, found, local)
+            return self._opened(name, found, local, locked=True)
 
-    def _opened(self, name: str, found: shared.SharedTopic, local: TopicRef) -> TopicRef:
+    def _opened(
+        self, name: str, found: shared.SharedTopic, local: TopicRef, locked: bool
+    ) -> TopicRef:
         """The own copy ``local`` of ``name`` at shared incarnation ``found``: its merged
         subscribers registered (INST-15), remembered for this incarnation's handles."""
         own = self._writer()
         with io_errors(f"reading the subscribers of topic {name!r} in {self.root}"):
-            subs = shared.read_subscribers(self.fs, self.root, name)
-        have = own.subscribers(local)
-        for sub, start in subs.items():  # INST-15: registered here once the topic is here
-            if sub not in have:
-                own.subscribe(local, sub, start)
-                own.flush_subscriber(local, sub)  # its progress file: other processes see it
+            missing = set(shared.read_subscribers(self.fs, self.root, name))
+            missing -= set(own.subscribers(local))
+            if missing and locked:
+                self._register_own(name, local)
+            elif missing:  # INST-22: registered only under the lock, never after an unregister
+                with shared.shared_lock(self.fs, self.root):
+                    if shared.read_topic(self.fs, self.root, name) == found:
+                        self._register_own(name, local)
         ref = TopicRef(name, found.incarnation)
         with self.lock:
             self.configs[name] = (found.incarnation, self._config(name, found.config))
             self.locals[ref] = local
         return ref
+
+    def _register_own(self, name: str, local: TopicRef) -> None:
+        """INST-15 in the own instance, under ``.shared.lock``: every merged subscriber the
+        shared part has, after the instance's pending requests (INST-21)."""
+        own = self._writer()
+        own.apply_requests()
+        have = own.subscribers(local)
+        for sub, start in shared.read_subscribers(self.fs, self.root, name).items():
+            if sub not in have:
+                own.subscribe(local, sub, start)
+                own.flush_subscriber(local, sub)  # its progress file: other processes see it
 
     def _local(self, ref: TopicRef) -> TopicRef:
         """The own instance's copy behind a handle of shared incarnation ``ref.incarnation``:
@@ -339,53 +355,85 @@ class InstancesBackend(Backend):
                 raise NoSuchTopic(f"topic {name!r} does not exist")
             if found.live:
                 found = found._replace(state=shared.DROPPING)
-                shared.write_topic(
-                    self.fs, self.root, name, found.config, found.incarnation, found.state
-                )
+                shared.write_topic(self.fs, self.root, name, *found)
             self._finish_drop(name, found)
 
     def _finish_drop(self, name: str, found: shared.SharedTopic) -> None:
         """INST-6 steps (2) to (4); the caller holds ``.shared.lock`` and the state is
         ``dropping``. Every step may be done again after a crash."""
         own = self._writer()
-        for i in range(self.n):
-            if i == self.slot:
-                if name in own.list_topics():
-                    own.drop_topic(name)
-                    own.flush()  # durable before the state says dropped
-            elif _has_snapshot(self.fs, shared.instance_dir(self.root, i)):
-                _outcome(self._request(i, {"op": "drop", "topic": name}), ("no_such_topic",))
+        own.apply_requests()  # INST-21: none left behind overtakes this drop or what follows
+        if name in own.list_topics():
+            own.drop_topic(name)
+            own.flush()  # durable before the state says dropped
+        targets = self._targets(found)
+        results = self._round({i: {"op": "drop", "topic": name} for i in targets}, "drop")
+        for result in results.values():
+            _outcome(result, ("no_such_topic",))
         with self.lock:
             for ref in [r for r in self.locals if r.name == name]:
                 del self.locals[ref]
             self.configs.pop(name, None)
         shared.remove_subscribers(self.fs, self.root, name)
         shared.write_topic(
-            self.fs, self.root, name, found.config, found.incarnation, shared.DROPPED
+            self.fs, self.root, name, found.config, found.incarnation, shared.DROPPED, ()
         )
 
+    def _targets(self, found: shared.SharedTopic) -> list[int]:
+        """INST-6: the other instances that may hold a copy of ``found``'s incarnation, for a
+        caller holding ``.shared.lock`` (no copy is made meanwhile): those its file lists,
+        or, for a file from before the list, every one that has a snapshot."""
+        if found.copies is not None:
+            return [i for i in found.copies if i != self.slot and i < self.n]
+        return [
+            i
+            for i in range(self.n)
+            if i != self.slot and _has_snapshot(self.fs, shared.instance_dir(self.root, i))
+        ]
+
     def _request(self, i: int, body: dict[str, Any]) -> dict[str, Any]:
-        """An XPR-2 request to instance ``i``, through this store's file system: applied by
-        its writer, or here when no process holds it (XPR-3's hand-off)."""
-        directory = shared.instance_dir(self.root, i)
+        """An XPR-2 request to instance ``i`` (INST-21's bound)."""
+        return self._round({i: body}, str(body.get("op")))[i]
+
+    def _round(self, bodies: dict[int, dict[str, Any]], what: str) -> dict[int, dict[str, Any]]:
+        """INST-21: one step's XPR-2 requests, submitted to every instance at once through
+        this store's file system, each applied by the instance's writer or here when nobody
+        holds it (XPR-3's hand-off), all within one bound R; an instance that has not applied
+        its request by then is ``locked`` naming it and its holder's PID."""
         handoff = replace(self.fopts, readonly=False, background=False, create="false")
-        rid = requests.submit(self.fs, directory, body)
-        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        deadline = time.monotonic() + shared.REQUEST_TIMEOUT_S
+        ids = {
+            i: requests.submit(self.fs, shared.instance_dir(self.root, i), body)
+            for i, body in bodies.items()
+        }
+        results: dict[int, dict[str, Any]] = {}
         delay = 0.005
         while True:
-            result = requests.outcome(self.fs, directory, rid)
-            if result is not None:
-                return result
-            try:  # opening it applies every pending request (XPR-3)
-                FileBackend(self.fs, directory, self.clock, self.options, handoff).close()
-            except Locked:
-                pass  # its holder's maintenance tick applies the request
-            else:
-                continue
+            for i, rid in ids.items():
+                if i in results:
+                    continue
+                directory = shared.instance_dir(self.root, i)
+                result = requests.outcome(self.fs, directory, rid)
+                if result is None:
+                    try:  # opening it applies every pending request (XPR-3)
+                        FileBackend(self.fs, directory, self.clock, self.options, handoff).close()
+                    except Locked:
+                        continue  # its holder's maintenance tick applies the request
+                    result = requests.outcome(self.fs, directory, rid)
+                if result is not None:
+                    results[i] = result
+            if len(results) == len(ids):
+                return results
             if time.monotonic() > deadline:
-                raise StorageError(
-                    f"request {rid} to instance {i} ({directory}) not applied within "
-                    f"{REQUEST_TIMEOUT_S:g} s: is its holder stuck? (XPR-2, INST-6)"
+                stuck = ", ".join(
+                    f"instance {i} (held by pid "
+                    f"{dirlock.holder(self.fs, shared.instance_dir(self.root, i)) or 'unknown'})"
+                    for i in ids
+                    if i not in results
+                )
+                raise Locked(
+                    f"{self.root}: {stuck} did not apply the {what} request within "
+                    f"{shared.REQUEST_TIMEOUT_S:g} s: is its holder stuck? (INST-21, XPR-2)"
                 )
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
@@ -520,7 +568,12 @@ class InstancesBackend(Backend):
         return copies
 
     def _route(
-        self, ref: TopicRef, i: int, copies: dict[int, int], body: dict[str, Any]
+        self,
+        ref: TopicRef,
+        i: int,
+        copies: dict[int, int],
+        body: dict[str, Any],
+        fine: tuple[str, ...] = (),
     ) -> dict[str, Any] | None:
         """An XPR-2 request about topic ``ref`` to instance ``i``'s copy; None when the
         instance has no copy (INST-17: skipped)."""
@@ -529,7 +582,7 @@ class InstancesBackend(Backend):
         full = {**body, "topic": ref.name, "incarnation": copies[i]}
         with io_errors(f"a request to instance {i} of {self.root}"):
             result = self._request(i, full)
-        _outcome(result, ())
+        _outcome(result, fine)
         return result
 
     # -- deletes (INST-19) ------------------------------------------------------------------
@@ -583,27 +636,76 @@ class InstancesBackend(Backend):
         ):
             if incarnation is not None:
                 self.check_live(TopicRef(name, incarnation))  # no drop meanwhile
+            topic = shared.read_topic(self.fs, self.root, name)
+            if topic is None or not topic.live:
+                raise NoSuchTopic(f"topic {name!r} does not exist")
+            if sub in shared.unregistering_subscribers(self.fs, self.root, name):
+                self._finish_unregister(topic, name, sub)  # INST-22: never resumed
             stored = shared.read_subscribers(self.fs, self.root, name)
             if sub not in stored:
                 shared.write_subscriber(self.fs, self.root, name, sub, start)
                 stored[sub] = start
             start = stored[sub]
             # under the lock: a drop (INST-6) cannot come between the record and these
-            for i in range(self.n):
-                if i == self.slot:
-                    found = self._ref(i, name)
-                    if found is not None:
-                        found[0].subscribe(found[1], sub, start)
-                        found[0].flush_subscriber(found[1], sub)
-                    continue
-                directory = shared.instance_dir(self.root, i)
-                if _has_snapshot(self.fs, directory):
-                    body = {"op": "subscribe", "topic": name, "subscriber": sub, "start": start}
-                    _outcome(self._request(i, body), ("no_such_topic",))
+            if self.own is not None:
+                self.own.apply_requests()  # INST-21: none left behind overtakes these
+                found = self._ref(self.slot, name) if self.slot is not None else None
+                if found is not None:
+                    found[0].subscribe(found[1], sub, start)
+                    found[0].flush_subscriber(found[1], sub)
+            body = {"op": "subscribe", "topic": name, "subscriber": sub, "start": start}
+            bodies = {i: body for i in self._targets(topic)}
+            for result in self._round(bodies, "subscribe").values():
+                _outcome(result, ("no_such_topic",))
         return start
+
+    def sub_unregister(self, ref: TopicRef, sub: str) -> None:
+        """INST-22: the shared record marked first, then every instance's registration
+        removed (each durable), then the record; all under ``.shared.lock``."""
+        self._check_open()
+        with (
+            io_errors(f"unregistering subscriber {sub!r} of {ref.name!r} in {self.root}"),
+            shared.shared_lock(self.fs, self.root),
+        ):
+            self.check_live(ref)
+            topic = shared.read_topic(self.fs, self.root, ref.name)
+            assert topic is not None  # live, checked above
+            start = shared.read_subscribers(self.fs, self.root, ref.name).get(sub)
+            if start is None:
+                raise NoSuchSubscriber(
+                    f"subscriber {sub!r} of topic {ref.name!r} does not exist (INST-22)"
+                )
+            shared.mark_unregistering(self.fs, self.root, ref.name, sub, start)
+            self._finish_unregister(topic, ref.name, sub)
+
+    def _finish_unregister(self, topic: shared.SharedTopic, name: str, sub: str) -> None:
+        """INST-22 steps (2) and (3); the caller holds ``.shared.lock`` and the record says
+        ``unregistering``. Every step may be done again after a crash."""
+        if self.own is not None:
+            own = self.own
+            own.apply_requests()  # INST-21: none left behind overtakes this
+            found = self._ref(self.slot, name) if self.slot is not None else None
+            if found is not None and sub in own.subscribers(found[1]):
+                own.unregister(found[1], sub)
+                own.flush()  # durable before the record goes
+        body = {"op": "unregister", "topic": name, "subscriber": sub}
+        bodies = {i: body for i in self._targets(topic)}
+        for result in self._round(bodies, "unregister").values():
+            _outcome(result, ("no_such_topic", "no_such_subscriber"))
+        shared.remove_subscriber(self.fs, self.root, name, sub)
+
+    def check_subscriber(self, name: str, sub: str) -> None:
+        """INST-22: ``no_such_subscriber`` once the merged subscriber was unregistered."""
+        with io_errors(f"reading the subscribers of topic {name!r} in {self.root}"):
+            registered = sub in shared.read_subscribers(self.fs, self.root, name)
+        if not registered:
+            raise NoSuchSubscriber(
+                f"subscriber {sub!r} of topic {name!r} was unregistered (INST-22)"
+            )
 
     def sub_hwms(self, name: str, sub: str) -> list[int | None]:
         """Each instance's hwm of ``sub`` (None where it is not registered), views refreshed."""
+        self.check_subscriber(name, sub)
         self.refresh()
         out: list[int | None] = []
         for i in range(self.n):
@@ -633,8 +735,10 @@ class InstancesBackend(Backend):
         positions: Sequence[int],
         incarnation: int | None = None,
     ) -> None:
-        """INST-17: commit each position, durably, in its instance."""
+        """INST-17: commit each position, durably, in its instance. A commit never registers
+        the subscriber (INST-22: it could outlive an unregister)."""
         self._check_open()
+        self.check_subscriber(name, sub)
         ref = None if incarnation is None else TopicRef(name, incarnation)
         copies = None if ref is None else self._copies(ref)
         for i, seq in enumerate(positions):
@@ -648,18 +752,19 @@ class InstancesBackend(Backend):
                 backend.commit(local, sub, min(seq, backend.state(local).head_seq))
                 backend.flush_subscriber(local, sub)
                 continue
-            body = {"op": "commit", "topic": name, "subscriber": sub, "seq": seq, "start": start}
+            body = {"op": "commit", "topic": name, "subscriber": sub, "seq": seq}
             if ref is not None and copies is not None:
-                self._route(ref, i, copies, body)
+                self._route(ref, i, copies, body, ("no_such_subscriber",))
                 continue
             directory = shared.instance_dir(self.root, i)
             with io_errors(f"committing subscriber {sub!r} of {name!r} in {directory}"):
-                _outcome(self._request(i, body), ("no_such_topic",))
+                _outcome(self._request(i, body), ("no_such_topic", "no_such_subscriber"))
 
     def sub_settle(self, ref: TopicRef, sub: str, instance: int, seq: int, op: str) -> bool:
         """INST-18: SUB-3's ``ack`` or ``reject`` of ``seq`` in ``instance``, durable in it
         (its own directly, another's through an XPR-2 request) before this returns."""
         self._check_open()
+        self.check_subscriber(ref.name, sub)
         if not 0 <= instance < self.n:
             raise BadArgument(
                 f"instance {instance} is not one of this store's {self.n} instances (INST-18)"

@@ -170,6 +170,12 @@ class MergedSubscriber:
         _check_int(seq, "seq", 1)
         return backend.sub_settle(m._topic._ref, self._name, instance, seq, op)
 
+    def unregister(self) -> None:
+        """Remove the subscriber from every instance and the shared part (INST-22): its
+        records are no longer held for it, and a re-open never registers it again."""
+        m = self._merged
+        m._live().sub_unregister(m._topic._ref, self._name)
+
     @property
     def hwm(self) -> str:
         """The instances' hwms as a cursor text (0 where not registered, INST-17)."""

@@ -42,6 +42,12 @@ __all__ = [
     "SUBSCRIBERS_DIR",
     "read_subscribers",
     "write_subscriber",
+    "unregistering_subscribers",
+    "mark_unregistering",
+    "remove_subscriber",
+    "REQUEST_TIMEOUT_S",
+    "LOCK_MARGIN_S",
+    "lock_wait_s",
 ]
 
 IDENTITY = "instances.json"
@@ -52,8 +58,19 @@ SHARED_LOCK = ".shared.lock"
 #: INST-6: a topic's states in its shared file
 LIVE, DROPPING, DROPPED = "live", "dropping", "dropped"
 STATES = (LIVE, DROPPING, DROPPED)
-#: how long a change of the shared part waits for another process's change (a few file writes)
-LOCK_WAIT_S = 30.0
+#: INST-21: R, how long a holder of ``.shared.lock`` waits for other instances' writers to apply
+#: one step's XPR-2 requests (their maintenance tick; a hand-off's recovery when nobody holds one)
+REQUEST_TIMEOUT_S = 60.0
+#: INST-21: W - R, what a waiter for ``.shared.lock`` allows beyond a holder's R (its file writes)
+LOCK_MARGIN_S = 30.0
+#: INST-22: a subscriber file's state while its unregister is not finished
+UNREGISTERING = "unregistering"
+
+
+def lock_wait_s() -> float:
+    """INST-21: W = R + margin, read at each wait (tests shorten R)."""
+    return REQUEST_TIMEOUT_S + LOCK_MARGIN_S
+
 
 ROOT_ENTRIES = frozenset(
     {IDENTITY, IDENTITY + ".tmp", CONFIG_DIR, INSTANCES_DIR, SHARED_LOCK, SUBSCRIBERS_DIR}
@@ -88,11 +105,15 @@ def instance_dir(root: str, i: int) -> str:
 
 @contextlib.contextmanager
 def shared_lock(fs: FS, root: str) -> Iterator[None]:
-    """Hold ``.shared.lock`` while the shared part changes (INST-2). Another process holds it
-    only for a few file writes, so this waits (up to LOCK_WAIT_S) rather than failing."""
-    handle: Handle = fs.open(os.path.join(root, SHARED_LOCK))
+    """Hold ``.shared.lock`` while the shared part changes (INST-2). A holder keeps it for a
+    few file writes and at most one bound R of requests (INST-21), so this waits up to
+    W = R + margin: a caller gets ``locked`` here only from a holder stuck outside its
+    requests, named by the PID it wrote in the lock file."""
+    path = os.path.join(root, SHARED_LOCK)
+    handle: Handle = fs.open(path)
     try:
-        deadline = time.monotonic() + LOCK_WAIT_S
+        wait = lock_wait_s()
+        deadline = time.monotonic() + wait
         delay = 0.001
         while True:
             try:
@@ -101,14 +122,28 @@ def shared_lock(fs: FS, root: str) -> Iterator[None]:
             except Locked:
                 if time.monotonic() > deadline:
                     raise Locked(
-                        f"{root}: the shared part has been locked by another process for "
-                        f"{LOCK_WAIT_S:g} s (INST-2)"
+                        f"{root}: the shared part has been locked by pid "
+                        f"{_holder(handle) or 'unknown'} for {wait:g} s, longer than any "
+                        "request it may wait on (INST-21)"
                     ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
+        mark = f"{os.getpid()}\n".encode()  # INST-21: a waiter that gives up names us
+        if handle.pread(32, 0) != mark:  # once per process: synced, so no crash state grows
+            handle.truncate(0)
+            handle.pwrite(mark, 0)
+            handle.fsync()
         yield
     finally:
         handle.close()
+
+
+def _holder(handle: Handle) -> str | None:
+    try:
+        text = handle.pread(32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return text if text.isdigit() else None
 
 
 def _canonical(body: dict[str, Any]) -> bytes:
@@ -151,6 +186,9 @@ class SharedTopic(NamedTuple):
     config: dict[str, Any]
     incarnation: int
     state: str
+    #: INST-6: the instances that may hold a copy of this incarnation (None: a file written
+    #: before the list existed, every instance that has a snapshot may)
+    copies: tuple[int, ...] | None = None
 
     @property
     def live(self) -> bool:
@@ -167,6 +205,7 @@ def read_topic(fs: FS, root: str, name: str) -> SharedTopic | None:
     config = body.get("config")
     incarnation = body.get("incarnation", 1)
     state = body.get("state", LIVE)
+    copies = body.get("copies")
     if (
         body.get("name") != name
         or not isinstance(config, dict)
@@ -174,9 +213,16 @@ def read_topic(fs: FS, root: str, name: str) -> SharedTopic | None:
         or not isinstance(incarnation, int)
         or incarnation < 1
         or state not in STATES
+        or not (copies is None or _instance_list(copies))
     ):
         raise Corrupt(f"{path}: not the shared config of topic {name!r} (INST-2, INST-6)")
-    return SharedTopic(config, incarnation, state)
+    return SharedTopic(config, incarnation, state, None if copies is None else tuple(copies))
+
+
+def _instance_list(value: object) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 256 for i in value
+    )
 
 
 def read_config(fs: FS, root: str, name: str) -> dict[str, Any] | None:
@@ -187,11 +233,25 @@ def read_config(fs: FS, root: str, name: str) -> dict[str, Any] | None:
 
 
 def write_topic(
-    fs: FS, root: str, name: str, config: dict[str, Any], incarnation: int, state: str
+    fs: FS,
+    root: str,
+    name: str,
+    config: dict[str, Any],
+    incarnation: int,
+    state: str,
+    copies: tuple[int, ...] | None = None,
 ) -> None:
-    """Replace the shared file of ``name`` atomically (LAY-3); the caller holds the lock."""
+    """Replace the shared file of ``name`` atomically (LAY-3); the caller holds the lock.
+    ``copies`` (INST-6): the instances that may hold a copy; None leaves the list out."""
     make_dirs(fs, os.path.join(root, CONFIG_DIR))
-    body = {"config": config, "incarnation": incarnation, "name": name, "state": state}
+    body: dict[str, Any] = {
+        "config": config,
+        "incarnation": incarnation,
+        "name": name,
+        "state": state,
+    }
+    if copies is not None:
+        body["copies"] = sorted(set(copies))
     replace_file(fs, _config_path(root, name), _canonical(body))
 
 
@@ -212,20 +272,47 @@ def _subscribers_dir(root: str, topic: str) -> str:
     return os.path.join(root, SUBSCRIBERS_DIR, topic)
 
 
-def read_subscribers(fs: FS, root: str, topic: str) -> dict[str, str]:
-    """The merged subscribers of ``topic``: name -> start (INST-15)."""
+def _subscriber_files(fs: FS, root: str, topic: str) -> dict[str, tuple[str, bool]]:
+    """name -> (start, unregistering) of every subscriber file of ``topic``."""
     directory = _subscribers_dir(root, topic)
     if not fs.is_dir(directory):
         return {}
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, bool]] = {}
     for entry in sorted(fs.listdir(directory)):
         if entry.endswith(".json"):
             body = _load(fs, os.path.join(directory, entry), "a subscriber")
-            start = body.get("start")
-            if start not in ("earliest", "latest"):
-                raise Corrupt(f"{directory}/{entry}: no valid start (INST-15)")
-            out[entry[:-5]] = start
+            start, state = body.get("start"), body.get("state")
+            if start not in ("earliest", "latest") or state not in (None, UNREGISTERING):
+                raise Corrupt(f"{directory}/{entry}: no valid start and state (INST-15, INST-22)")
+            out[entry[:-5]] = (start, state == UNREGISTERING)
     return out
+
+
+def read_subscribers(fs: FS, root: str, topic: str) -> dict[str, str]:
+    """The merged subscribers of ``topic``: name -> start (INST-15); one whose unregister is
+    not finished is none (INST-22)."""
+    files = _subscriber_files(fs, root, topic)
+    return {name: start for name, (start, gone) in files.items() if not gone}
+
+
+def unregistering_subscribers(fs: FS, root: str, topic: str) -> dict[str, str]:
+    """INST-22: name -> start of the subscribers whose unregister a crash or a stuck
+    instance left unfinished."""
+    files = _subscriber_files(fs, root, topic)
+    return {name: start for name, (start, gone) in files.items() if gone}
+
+
+def mark_unregistering(fs: FS, root: str, topic: str, name: str, start: str) -> None:
+    """INST-22 (1): from this durable write on, ``name`` is no subscriber of ``topic``."""
+    body = {"start": start, "state": UNREGISTERING}
+    replace_file(fs, os.path.join(_subscribers_dir(root, topic), name + ".json"), _canonical(body))
+
+
+def remove_subscriber(fs: FS, root: str, topic: str, name: str) -> None:
+    """INST-22 (3): the subscriber file removed, durably."""
+    directory = _subscribers_dir(root, topic)
+    fs.unlink(os.path.join(directory, name + ".json"))
+    fs.fsync_dir(directory)
 
 
 def remove_subscribers(fs: FS, root: str, topic: str) -> None:

@@ -15,9 +15,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import tidelog
-from tidelog.backends.instances import merged
-from tidelog.errors import NoSuchTopic
+from tidelog.backends.instances import merged, shared
+from tidelog.errors import Locked, NoSuchSubscriber, NoSuchTopic
 from tidelog.records import Record
 
 #: What every writer script starts with: argv uri, name, count, batch, go; it opens the store
@@ -377,3 +379,76 @@ def test_INST_6_drops_and_re_creates_racing_writer_processes(tmp_path: Path) -> 
     assert {int(g) for g, _, _ in (a[1:] for a in acked)} >= {1, 2}
     wanted = {p for _, g, _, p in acked if int(g) == last}
     assert set(got) == wanted and set(got.values()) <= {1}
+
+
+def _subscribers_of(root: Path, i: int) -> list[str]:
+    with tidelog.open(f"file://{root}/instances/{i}?readonly=true") as view:
+        return view.topic("events", create=False).subscribers()
+
+
+def test_INST_21_a_stuck_writer_process_is_named_and_its_drop_finished_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """INST-21, INST-6: a writer process that never applies requests (no maintenance thread)
+    holds instance 0 and appends; a drop here is ``locked`` within R naming instance 0 and
+    that process's PID, and leaves the topic gone (dropping); once the process is killed, the
+    next drop recovers its instance (XPR-3) and finishes, removing its copy."""
+    monkeypatch.setattr(shared, "REQUEST_TIMEOUT_S", 1.0)
+    root = tmp_path / "s"
+    uri = f"file://{root}?instances=2"
+    go = tmp_path / "go"
+    go.touch()
+    writer = Writer(uri + "&background=false", "p0", 0, go)
+    try:
+        writer.wait_ready()
+        assert writer.slot() == 0
+        writer.wait_for(5)
+        with tidelog.open(uri) as store:
+            store.topic("events")
+            with pytest.raises(Locked, match=rf"instance 0 \(held by pid {writer.proc.pid}\)"):
+                store.drop_topic("events")
+            assert store.topics() == []
+            writer.kill()
+            store.drop_topic("events")
+        assert list((root / "instances" / "0" / "requests").glob("*.req")) == []
+        with tidelog.open(f"file://{root}/instances/0?readonly=true") as view:
+            assert view.topics() == []
+    finally:
+        writer.kill()
+
+
+def test_INST_22_unregister_reaches_a_writer_process_and_its_successor_never_resurrects_it(
+    tmp_path: Path,
+) -> None:
+    """INST-22, INST-15: another process holds instance 0 and appends; a merged subscriber
+    registered there is unregistered from here (its writer applies the request); after that
+    process is SIGKILLed and a new one takes the slot and opens the topic again, the
+    subscriber is still gone from instance 0."""
+    root = tmp_path / "s"
+    uri = f"file://{root}?instances=2"
+    go = tmp_path / "go"
+    go.touch()
+    first = Writer(uri, "p0", 0, go)
+    second: Writer | None = None
+    try:
+        first.wait_ready()
+        assert first.slot() == 0
+        first.wait_for(5)
+        with tidelog.open(uri) as store:
+            sub = merged(store.topic("events", durability="fsync")).subscribe("s")
+            assert _subscribers_of(root, 0) == ["s"]
+            sub.commit(sub.poll(3).cursor)
+            sub.unregister()
+            assert _subscribers_of(root, 0) == []
+            first.kill()
+            second = Writer(uri, "p1", 0, go)
+            second.wait_ready()
+            assert second.slot() == 0
+            second.wait_for(3)
+            assert _subscribers_of(root, 0) == []
+            with pytest.raises(NoSuchSubscriber):
+                sub.poll(1)
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()

@@ -2,7 +2,8 @@
 held by two stores in this process (each applies the other's XPR-2 requests on its
 maintenance tick, or itself when the other is closed: XPR-3), with creates, appends, a
 holder closing and reopening (INST-3), drops and re-creates (INST-6), merged
-subscribers with per-seq acks (INST-15, INST-16, INST-18) and deletes (INST-19). After every
+subscribers with per-seq acks (INST-15, INST-16, INST-18), unregistered and registered again
+(INST-22), and deletes (INST-19). After every
 step the merged read of the whole topic (INST-7) is the model's, entry for entry."""
 
 from __future__ import annotations
@@ -158,6 +159,15 @@ class InstancesMachine(RuleBasedStateMachine):
         self.model.subscribe("t", "s", "earliest")
         self.sub = merged(self.handles[i]).subscribe("s")
         self.sub_on = i
+
+    @precondition(lambda self: self.sub is not None)
+    @rule()
+    def unregister(self) -> None:
+        """INST-22: gone from every instance; a later subscribe of the name starts anew."""
+        assert self.sub is not None
+        self.model.unregister("t", "s")
+        self.sub.unregister()
+        self.sub, self.polled, self.session = None, [], [0] * N
 
     @precondition(lambda self: self.sub is not None)
     @rule(limit=st.integers(1, 5))
