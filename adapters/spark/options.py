@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tidelog.backends.instances import parse_instances
 from tidelog.errors import BadOption
 from tidelog.names import check_subscriber_name, check_topic_name
 from tidelog.options import parse_choice, parse_int, parse_size
@@ -46,6 +47,7 @@ KNOWN_OPTIONS = {
     "coldcachesegments",
     "hotretainsegments",
     "hotretainbytes",
+    "instances",  # a store of several instances (SPK-44); also ?instances= in the URI
 }
 #: Options Spark itself passes to every sink/source; ignored here.
 _SPARK_OPTIONS = {"checkpointlocation", "queryname"}
@@ -79,6 +81,7 @@ class SourceOptions:
     cold_cache_segments: int | None = None
     hot_retain_segments: int | None = None
     hot_retain_bytes: int | None = None
+    instances: str | None = None  # an instances store's count or "auto" (SPK-44, INST-1)
 
     def view_options(self) -> dict[str, Any]:
         """``tidelog.open`` options of the read-only views Spark's processes open (SPK-30: a
@@ -129,6 +132,14 @@ def store_root(location: str) -> str:
     return os.path.abspath(location)
 
 
+def _uri_instances(location: str) -> str | None:
+    """``instances`` of a ``file://`` URI's query (INST-1), as the option (SPK-44)."""
+    if "://" not in location:
+        return None
+    uri = parse_uri(location)
+    return uri.options.get("instances") if uri.scheme == "file" else None
+
+
 def _ts(key: str, value: str) -> int:
     """Milliseconds since the epoch: an integer, or an ISO-8601 time (UTC if no zone)."""
     text = value.strip()
@@ -168,6 +179,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise BadOption("no store given: use .load('/path/to/store') or .option('uri', 'file://…')")
     if "topic" not in opts:
         raise BadOption("option 'topic' is required")
+    instances = opts.get("instances") or _uri_instances(location)
     out: dict[str, object] = {
         "root": store_root(location),
         "topic": check_topic_name(opts["topic"]),
@@ -213,6 +225,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         out["subscriber"] = check_subscriber_name(opts["subscriber"])
     if opts.get("stagingdir"):
         out["staging_dir"] = os.path.abspath(opts["stagingdir"])
+    if instances:
+        parse_instances("instances", instances)  # a count 1..256 or auto (INST-1)
+        out["instances"] = str(instances).strip().lower()
     if opts.get("token"):
         out["token"] = str(opts["token"])
     if opts.get("producerid"):

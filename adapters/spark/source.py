@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from tidelog.errors import BadArgument, BadOption
 
-from . import guard, netread, reading, staging
+from . import guard, instances, netread, reading, staging
 from .columns import SEQ_COLUMN, log_ddl, log_schema, slot_schema
 from .options import SourceOptions, parse_options
 
@@ -137,21 +137,29 @@ class TidelogDataSource(DataSource):
 
     def schema(self) -> StructType | str:
         opts = self._opts()
+        if opts.instances is not None:
+            return instances.ddl(opts)  # SPK-44
         if opts.slot is None:
             return log_ddl(opts.tombstones == "rows")
         return from_arrow_schema(slot_schema(reading.infer_slot_columns(opts)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TidelogReader(self._opts(), schema)
+        opts = self._opts()
+        if opts.instances is not None:
+            return instances.InstancesReader(opts, schema, _records_per_task)  # SPK-44
+        return TidelogReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return TidelogStreamReader(self._opts(), schema)
+        opts = self._opts()
+        instances.refuse(opts, "streaming read")
+        return TidelogStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> TidelogWriter:
         if overwrite:
             raise BadOption("a tidelog topic is an append-only log: use .mode('append')")
         opts = self._opts()
         netread.refuse_write(opts)  # SPK-40: a served store is read-only for Spark for now
+        instances.refuse(opts, "write")
         return TidelogWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TidelogStreamWriter:
@@ -159,6 +167,7 @@ class TidelogDataSource(DataSource):
             raise BadOption("a tidelog topic is an append-only log: use outputMode('append')")
         opts = self._opts()
         netread.refuse_write(opts)
+        instances.refuse(opts, "streaming write")
         return TidelogStreamWriter(opts, query_key(dict(self.options), opts))
 
 
