@@ -1,11 +1,12 @@
-"""A batch read of a topic of an instances store (spec/BUNDLES.md SPK-44, spec/INSTANCES.md).
+"""Reading a topic of an instances store (spec/BUNDLES.md SPK-44, SPK-45; spec/INSTANCES.md).
 
 Each instance directory, ``<root>/instances/<i>``, is a complete ``file://`` store (INST-2): its
 copy of the topic is read exactly as a single store's topic is (SPK-3, SPK-4), through this
 process's read-only view of that directory, with a plan per instance (SPK-14) and SPK-15's
 whole-range check per task. The rows carry the instance they come from in an ``instance``
-column: a seq names a record only within its instance (INST-7). Imports pyspark (reached from
-``source``).
+column: a seq names a record only within its instance (INST-7). A streaming read's offset is an
+INST-8 cursor and its progress a merged subscriber (INST-15..INST-17). Imports pyspark (reached
+from ``source``).
 """
 
 from __future__ import annotations
@@ -15,19 +16,36 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
-from tidelog.backends.instances import parse_instances, shared
+import tidelog
+from tidelog.api import Store
+from tidelog.backends.instances import MergedSubscriber, merged, parse_instances, shared
 from tidelog.errors import BadArgument, BadOption, NoSuchTopic
 from tidelog.fsio import OsFS
+from tidelog.model.instances import cursor_text, parse_cursor
 
 from . import guard, netread, reading
 from .columns import log_ddl, log_schema
 from .options import SourceOptions
 
-__all__ = ["INSTANCE_COLUMN", "InstanceRange", "InstancesReader", "ddl", "refuse", "schema"]
+__all__ = [
+    "INSTANCE_COLUMN",
+    "InstanceRange",
+    "InstancesReader",
+    "InstancesStreamReader",
+    "ddl",
+    "refuse",
+    "schema",
+]
 
 INSTANCE_COLUMN = "instance"
 
@@ -46,7 +64,7 @@ def refuse(opts: SourceOptions, what: str) -> None:
     if opts.instances is not None:
         raise BadOption(
             f"option instances: a {what} of a store of several instances is not supported yet "
-            "(only a batch read is, SPK-44; INST-12)"
+            "(only reads are, SPK-44, SPK-45; INST-12)"
         )
 
 
@@ -93,6 +111,31 @@ class InstanceRange(InputPartition):
         self.instance, self.lo, self.hi, self.planned = instance, lo, hi, planned
 
 
+def _ranges(
+    opts: SourceOptions, i: int, lo: int, hi: int, per_task: Callable[[SourceOptions], int]
+) -> list[InstanceRange]:
+    """Seqs ``lo..hi`` of instance ``i``'s copy as tasks, planned from its view (SPK-14)."""
+    if lo > hi:
+        return []
+    one = _instance(opts, i)
+    planned = reading.plan(one)
+    size = opts.partition_records or per_task(one)
+    return [InstanceRange(i, a, b, planned) for a, b in reading.split(lo, hi, size)]
+
+
+def _state(opts: SourceOptions, i: int) -> tuple[int, int, int] | None:
+    """(evict_floor, earliest_seq, head_seq) of instance ``i``'s copy in this process's view,
+    None where the instance has no store yet (a slot never taken, INST-2) or no copy."""
+    one = _instance(opts, i)
+    if not os.path.isdir(os.path.join(one.root, "meta")):
+        return None
+    try:
+        state = reading.topic(one).state()
+    except NoSuchTopic:
+        return None
+    return state.evict_floor, state.earliest_seq, state.head_seq
+
+
 def partitions(
     opts: SourceOptions, per_task: Callable[[SourceOptions], int]
 ) -> list[InstanceRange]:
@@ -101,19 +144,11 @@ def partitions(
     out: list[InstanceRange] = []
     found = False
     for i in range(_count(opts)):
-        one = _instance(opts, i)
-        if not os.path.isdir(os.path.join(one.root, "meta")):
-            continue  # a slot no writer has taken yet (INST-2)
-        try:
-            lo, hi = reading.seq_bounds(one)
-        except NoSuchTopic:
+        state = _state(opts, i)
+        if state is None:
             continue
         found = True
-        if lo > hi:
-            continue
-        planned = reading.plan(one)
-        size = opts.partition_records or per_task(one)
-        out += [InstanceRange(i, a, b, planned) for a, b in reading.split(lo, hi, size)]
+        out += _ranges(opts, i, state[0], state[2], per_task)
     if not found and shared.read_config(OsFS(), opts.root, opts.topic) is None:
         raise NoSuchTopic(f"topic {opts.topic!r} does not exist in {opts.root}")
     return out
@@ -127,18 +162,22 @@ def read(opts: SourceOptions, part: InstanceRange) -> Iterator[pa.RecordBatch]:
         yield batch.append_column(pa.field(INSTANCE_COLUMN, pa.int32()), column)
 
 
+def _check_schema(opts: SourceOptions, user: StructType) -> None:
+    got = to_arrow_schema(user, timezone="UTC")
+    if not got.equals(schema(opts)):
+        raise BadArgument(
+            f"a read of an instances store has the schema `{ddl(opts)}`; got "
+            f"`{user.simpleString()}` (SPK-44)"
+        )
+
+
 class InstancesReader(DataSourceReader):
     """``spark.read`` of a topic of an instances store (SPK-44)."""
 
     def __init__(
         self, opts: SourceOptions, user: StructType, per_task: Callable[[SourceOptions], int]
     ) -> None:
-        got = to_arrow_schema(user, timezone="UTC")
-        if not got.equals(schema(opts)):
-            raise BadArgument(
-                f"a read of an instances store has the schema `{ddl(opts)}`; got "
-                f"`{user.simpleString()}` (SPK-44)"
-            )
+        _check_schema(opts, user)
         self.opts = opts
         self.per_task = per_task
 
@@ -148,4 +187,106 @@ class InstancesReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, InstanceRange):
             return iter(())  # Spark's stand-in when partitions() planned none
+        return read(self.opts, partition)
+
+
+class InstancesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream`` of a topic of an instances store (SPK-45). Offsets are
+    ``{"cursor": "p0.p1..."}``, an INST-8 cursor: every seq <= ``p_i`` of instance ``i`` has
+    been offered. A micro-batch ``(start, end]`` reads seqs ``start_i + 1 .. end_i`` of each
+    instance; ``commit`` commits the merged subscriber to ``end`` (INST-17)."""
+
+    def __init__(
+        self, opts: SourceOptions, user: StructType, per_task: Callable[[SourceOptions], int]
+    ) -> None:
+        _check_schema(opts, user)
+        if opts.starting_offsets not in ("resume", "earliest", "latest"):
+            raise BadOption(
+                f"option startingOffsets={opts.starting_offsets}: with instances a seq names a "
+                "record only within its instance: resume, earliest or latest (SPK-45)"
+            )
+        self.opts = opts
+        self.per_task = per_task
+        self.n = _count(opts)
+        self._runner_state()
+
+    def _runner_state(self) -> None:
+        self._store: Store | None = None
+        self._sub: MergedSubscriber | None = None
+        self._initial: str | None = None
+        self._until: list[int] | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"opts": self.opts, "per_task": self.per_task, "n": self.n}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._runner_state()
+
+    # runner side -------------------------------------------------------------------------------
+    def _subscriber(self, start: str) -> MergedSubscriber:
+        """The merged subscriber (INST-15), registered through a read-only open of the store
+        that takes no slot (INST-4): every instance holds what this query has not committed."""
+        if self._sub is None:
+            uri = f"file://{self.opts.root}?instances={self.n}&readonly=true"
+            self._store = tidelog.open(uri, **self.opts.view_options())
+            topic = self._store.topic(self.opts.topic, create=False)
+            self._sub = merged(topic).subscribe(self.opts.subscriber, start=start)
+        return self._sub
+
+    def _heads(self) -> list[int]:
+        return [0 if (st := _state(self.opts, i)) is None else st[2] for i in range(self.n)]
+
+    def initialOffset(self) -> dict[str, str]:
+        # Spark calls this twice (SPK-9): the first answer is kept
+        if self._initial is None:
+            start = self.opts.starting_offsets
+            sub = self._subscriber("latest" if start == "latest" else "earliest")
+            if start == "resume":
+                positions = parse_cursor(sub.hwm, self.n)
+            elif start == "latest":
+                positions = self._heads()
+            else:
+                states = [_state(self.opts, i) for i in range(self.n)]
+                positions = [0 if st is None else st[1] - 1 for st in states]
+            self._initial = cursor_text(positions)
+        return {"cursor": self._initial}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_records_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._until = self._heads()
+
+    def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
+        begin = parse_cursor(start["cursor"], self.n)
+        end = self._until if self._until is not None else self._heads()
+        if isinstance(limit, ReadMaxRows):  # each instance's share of the rows of a trigger
+            share = max(1, limit.max_rows // self.n)
+            end = [min(e, b + share) for b, e in zip(begin, end)]
+        return {"cursor": cursor_text([max(b, e) for b, e in zip(begin, end)])}
+
+    def reportLatestOffset(self) -> dict[str, str]:
+        return {"cursor": cursor_text(self._heads())}
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
+        lo, hi = parse_cursor(start["cursor"], self.n), parse_cursor(end["cursor"], self.n)
+        out: list[InstanceRange] = []
+        for i in range(self.n):
+            out += _ranges(self.opts, i, lo[i] + 1, hi[i], self.per_task)
+        return out
+
+    def commit(self, end: dict[str, str]) -> None:
+        # SPK-10: everything up to ``end`` is durably in the sink; never beyond
+        self._subscriber("earliest").commit(end["cursor"])
+
+    def stop(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    # executor side -------------------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, InstanceRange):
+            return iter(())
         return read(self.opts, partition)

@@ -151,7 +151,8 @@ class TidelogDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts = self._opts()
-        instances.refuse(opts, "streaming read")
+        if opts.instances is not None:
+            return instances.InstancesStreamReader(opts, schema, _records_per_task)  # SPK-45
         return TidelogStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> TidelogWriter:

@@ -5,6 +5,7 @@ without a session."""
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 import tidelog
 from tidelog.adapters.spark.guard import Planned, StaleView
 from tidelog.adapters.spark.options import parse_options
+from tidelog.backends.instances import merged
 from tidelog.clock import FakeClock
 from tidelog.errors import BadOption
 
@@ -94,8 +96,8 @@ def test_SPK_44_instance_without_the_topic_and_an_untaken_slot(spark: Any, tmp_p
 
 def test_SPK_44_refusals_at_planning(spark: Any, tmp_path: Path) -> None:
     """SPK-44, INST-1, INST-12: fromSeq/toSeq and slot with instances, a count other than the
-    store's, instances on a single store, and a streaming read or any write of an instances
-    store are bad_option at planning; without the option the store is refused as before."""
+    store's, instances on a single store, and a write of an instances store are bad_option at
+    planning; without the option the store is refused as before."""
     root, single = tmp_path / "s", tmp_path / "single"
     a, b, _ = _fill(root)
     tidelog.open(f"file://{single}?{SMALL}").close()
@@ -111,24 +113,55 @@ def test_SPK_44_refusals_at_planning(spark: Any, tmp_path: Path) -> None:
             _read(spark, str(single), instances="2").collect()
         with pytest.raises(Exception, match="INST-1"):
             _read(spark, str(root)).collect()
-        stream = spark.readStream.format("tidelog").option("topic", "ev")
-        query = (
-            stream.load(f"file://{root}?instances=2")
-            .writeStream.format("memory")
-            .queryName("inst")
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .start()
-        )
-        try:
-            with pytest.raises(Exception, match="streaming read"):
-                query.processAllAvailable()
-        finally:
-            query.stop()
         df = spark.createDataFrame([(b"p",)], "payload binary")
         with pytest.raises(Exception, match="write of a store of several instances"):
             df.write.format("tidelog").option("topic", "ev").mode("append").save(
                 f"file://{root}?instances=2"
             )
+    finally:
+        a.close()
+        b.close()
+
+
+def _stream(spark: Any, root: Path, out: Path, **options: object) -> Any:
+    reader = spark.readStream.format("tidelog")
+    for key, value in {"topic": "ev", "subscriber": "pq", **options}.items():
+        reader = reader.option(key, value)
+    query = (
+        reader.load(f"file://{root}?instances=2")
+        .writeStream.format("parquet")
+        .option("path", str(out / "data"))
+        .option("checkpointLocation", str(out / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+    return query
+
+
+def test_SPK_45_streaming_read_with_the_cursor_as_offset(spark: Any, tmp_path: Path) -> None:
+    """SPK-45, INST-15..INST-17: a streaming read of an instances store; its offsets are INST-8
+    cursors, maxRecordsPerTrigger shared among the instances; the merged subscriber is
+    committed one batch late (SPK-10); a restart from the checkpoint reads only what came
+    since, every record of both instances exactly once (SPK-12)."""
+    root, out = tmp_path / "s", tmp_path / "out"
+    a, b, want = _fill(root)
+    try:
+        q = _stream(spark, root, out, maxRecordsPerTrigger=4)
+        sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+        assert sizes == [4, 4, 2, 1]  # 2 of each instance per trigger while it has them
+        assert json.loads(q.lastProgress["sources"][0]["endOffset"]) == {"cursor": "7.4"}
+        sub = merged(a.topic("ev")).subscribe("pq")
+        assert sub.hwm == "6.4"  # the last batch is acknowledged by the next one (SPK-10)
+        for i in range(7, 9):
+            want[(0, a.topic("ev").append(b"a%d" % i))] = b"a%d" % i
+        want[(1, b.topic("ev").append(b"b4"))] = b"b4"
+        _stream(spark, root, out, maxRecordsPerTrigger=4)
+        rows = spark.read.parquet(str(out / "data")).collect()
+        assert sorted((r.instance, r.seq) for r in rows) == sorted(want)  # once each
+        assert {(r.instance, r.seq): bytes(r.payload) for r in rows} == want
+        assert sub.hwm == "7.4"
     finally:
         a.close()
         b.close()
@@ -170,3 +203,27 @@ def test_SPK_44_a_task_checks_its_instance_plan(tmp_path: Path) -> None:
         b.close()
         for i in (0, 1):
             reading._forget(str(root / "instances" / str(i)))
+
+
+def test_SPK_45_starting_offsets_seq_refused(tmp_path: Path) -> None:
+    """SPK-45: a seq as startingOffsets names no position of a topic of several instances:
+    bad_option when the stream reader is made (planning)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from tidelog.adapters.spark import instances
+
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}?instances=2&{SMALL}") as store:
+        store.topic("ev").append(b"x")
+        base = {"path": f"file://{root}?instances=2", "topic": "ev"}
+        opts = parse_options({**base, "startingOffsets": "5"})
+        user = from_arrow_schema(instances.schema(opts))
+        with pytest.raises(BadOption, match="SPK-45"):
+            instances.InstancesStreamReader(opts, user, lambda _o: 100)
+        latest = parse_options({**base, "startingOffsets": "latest", "subscriber": "z"})
+        reader = instances.InstancesStreamReader(latest, user, lambda _o: 100)
+        try:
+            assert reader.initialOffset() == {"cursor": "1.0"}
+            assert merged(store.topic("ev")).subscribe("z").hwm == "1.0"  # registered at head
+        finally:
+            reader.stop()
