@@ -50,17 +50,20 @@ def _instance_cases() -> list[Case]:
     (the figure the others are compared with, ``instance_cases.targets``); each beside its
     ceiling: N processes of raw pwrite + fdatasync, one file each."""
     out: list[Case] = []
-    for cid, n, batch, raw in instance_cases.CASES:
+    for cid, n, batch, kind in instance_cases.CASES:
         what = "append" if batch == 1 else f"append_many({batch})"
-        if raw:
+        if kind == "raw":
             what = "pwrite+fdatasync" if batch == 1 else f"{batch} joined: pwrite+fdatasync"
             out.append(Case(cid, f"raw {what}, {n} process(es), a preallocated file each",
                             "limit", P(instance_cases.instances_append, procs=n, batch=batch,
                                        raw=True), "durable", "single" if batch == 1 else "batch",
                             guarantee=_DUR, sizes=(100,)))  # fmt: skip
             continue
-        out.append(Case(cid, f"tidelog file://?instances={n} fsync {what}, {n} process(es)",
-                        "tidelog", P(instance_cases.instances_append, procs=n, batch=batch),
+        steady = kind == "steady"
+        state = ", steady state (recycled WAL files, WAL-15)" if steady else ""
+        out.append(Case(cid, f"tidelog file://?instances={n} fsync {what}, {n} process(es)"
+                        f"{state}", "tidelog",
+                        P(instance_cases.instances_append, procs=n, batch=batch, steady=steady),
                         "durable", "single" if batch == 1 else "batch",
                         limit=instance_cases.ceiling(cid), guarantee=_DUR,
                         sizes=(100,)))  # fmt: skip

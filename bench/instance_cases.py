@@ -59,9 +59,26 @@ CHILD = textwrap.dedent(
     data = random.Random(size).randbytes(size)
     many = [data] * batch
     before = rss()
-    if mode == "tidelog":
+    if mode != "raw":
         import tidelog
+        from tidelog.backends.instances import InstancesBackend
+        from tidelog.hooks import hooks
         store = tidelog.open(target)
+        own = hooks(store, InstancesBackend).own  # this process's instance (INST-3)
+
+        def wal():
+            return dict(own.describe()["wal"])
+
+        if mode == "steady":
+            # as cases._steady: until a recycled WAL file (WAL-15) takes the frames, then
+            # checkpoint and sync, so the window pays neither new files nor the warm-up
+            warm = store.topic("warm-up", durability="disk")
+            big = [bytes(4096)] * 256
+            while wal()["recycled_files"] < 1:
+                warm.append_many(big)
+            own.checkpoint()
+            os.sync()
+        recycled = wal()["recycled_files"]  # before the window: 1 or more once steady
         topic = store.topic("bench", durability="fsync")
         topic.append(data)  # warm: topic created in this instance, first file touched
 
@@ -93,6 +110,7 @@ CHILD = textwrap.dedent(
         time.sleep(0.001)
     n, lat = 0, []
     cpu0, io0 = cpu(), written()
+    wal0 = wal() if mode != "raw" else {}
     t0 = time.perf_counter()
     end = t0 + seconds
     now = t0
@@ -103,14 +121,17 @@ CHILD = textwrap.dedent(
         now = t
     elapsed = now - t0
     cpu_s, wbytes = cpu() - cpu0, written() - io0
+    # the WAL's own counters over the window: syncs, frame bytes, bytes zeroed ahead
+    walw = {k: v - wal0[k] for k, v in wal().items() if k in wal0} if mode != "raw" else {}
     peak = rss()
-    if mode == "tidelog":
+    if mode != "raw":
         store.close()
     else:
         os.close(fd)
         os.unlink(target)
     print(json.dumps({"n": n, "elapsed": elapsed, "lat": lat, "rss": peak,
-                      "rss_store": peak - before, "cpu_s": cpu_s, "wchar": wbytes}),
+                      "rss_store": peak - before, "cpu_s": cpu_s, "wchar": wbytes,
+                      "wal": walw, "recycled_before": recycled if mode != "raw" else 0}),
           flush=True)
     """
 )
@@ -124,9 +145,14 @@ def run_writers(
     seconds: float,
     raw: bool = False,
     device: str | None = None,
+    steady: bool = False,
+    options: str = "",
 ) -> list[dict[str, Any]]:
     """Start ``procs`` writers on ``root`` (the store of ``procs`` instances, or with ``raw``
-    a directory of one file per writer), release them at once, and return their reports.
+    a directory of one file per writer), release them at once, and return their reports;
+    ``steady``: each writer first brings its instance to its steady state (a recycled WAL
+    file, WAL-15), as ``cases._steady`` does; ``options``: more ``file://`` options of the
+    store (``k=v&...``).
     With ``device``, the first report also has the device's ``dev`` counters from the release
     to the last report (``measure.Io``). Every process is killed by PID if it outlives its
     time."""
@@ -134,7 +160,9 @@ def run_writers(
         os.makedirs(root, exist_ok=True)
         targets = [("raw", os.path.join(root, f"w{i}")) for i in range(procs)]
     else:
-        targets = [("tidelog", f"file://{root}?instances={procs}")] * procs
+        mode = "steady" if steady else "tidelog"
+        extra = f"&{options}" if options else ""
+        targets = [(mode, f"file://{root}?instances={procs}{extra}")] * procs
     go = os.path.join(os.path.dirname(root), f"go-{os.path.basename(root)}")
     children = [
         subprocess.Popen(
@@ -172,13 +200,18 @@ def run_writers(
             os.unlink(go)
 
 
-def instances_append(ctx: Ctx, procs: int, batch: int = 1, raw: bool = False) -> Metrics:
+def instances_append(
+    ctx: Ctx, procs: int, batch: int = 1, raw: bool = False, steady: bool = False
+) -> Metrics:
     """``procs`` processes of fsync appends (``batch`` 1) or ``append_many(batch)`` on one
     store of ``procs`` instances, side by side in one window; with ``raw``, the ceiling: the
     same processes' raw pwrite + fdatasync of the same records, each into its own file."""
-    root = os.path.join(ctx.base, f"{'raw' if raw else 'inst'}-{procs}-{batch}")
+    kind = "raw" if raw else "steady" if steady else "inst"
+    root = os.path.join(ctx.base, f"{kind}-{procs}-{batch}")
     t0 = time.perf_counter()
-    reports = run_writers(root, procs, ctx.size, batch, ctx.seconds, raw=raw, device=ctx.device)
+    reports = run_writers(
+        root, procs, ctx.size, batch, ctx.seconds, raw=raw, device=ctx.device, steady=steady
+    )
     wall = time.perf_counter() - t0
     n = sum(r["n"] for r in reports)
     window = max(r["elapsed"] for r in reports)
@@ -199,6 +232,11 @@ def instances_append(ctx: Ctx, procs: int, batch: int = 1, raw: bool = False) ->
     out.update(
         {k: v for k, v in reports[0]["dev"].items() if k.startswith("dev_") and "payload" not in k}
     )
+    if not raw:  # the WAL's share of the bytes and syncs (describe()["wal"], per instance)
+        wal = {k: sum(r["wal"].get(k, 0) for r in reports) for k in reports[0]["wal"]}
+        out["wal_bytes_per_rec"] = wal.get("submitted_bytes", 0) / max(n, 1)
+        out["wal_zeroed_per_rec"] = wal.get("zeroed_bytes", 0) / max(n, 1)
+        out["fdatasync_per_rec"] = wal.get("fdatasyncs", 0) / max(n, 1)
     key = "p50_us" if batch == 1 else "p50_us_per_batch"
     out[key] = percentile(lat, 0.5) * 1e6
     if batch == 1:
@@ -208,25 +246,28 @@ def instances_append(ctx: Ctx, procs: int, batch: int = 1, raw: bool = False) ->
 
 # --- the report's part -------------------------------------------------------------------------
 
-#: (case id, processes, batch, raw): the cases ``catalog`` lists, one process first; each
-#: tidelog case ``tl_inst_..._pN`` has its ceiling ``raw_inst_..._pN`` (``ceiling``)
+#: (case id, processes, batch, kind): the cases ``catalog`` lists, one process first; kind
+#: "tidelog" (a new store), "steady" (each instance first in its steady state, WAL-15) or "raw"
+#: (the ceiling); each tidelog case ``tl_inst_..._pN`` has its ceiling (``ceiling``)
 CASES = (
-    ("tl_inst_fsync_p1", 1, 1, False),
-    ("tl_inst_fsync_p2", 2, 1, False),
-    ("tl_inst_fsync_p8", 8, 1, False),
-    ("tl_inst_fsync_many_p1", 1, 1000, False),
-    ("tl_inst_fsync_many_p2", 2, 1000, False),
-    ("raw_inst_fsync_p1", 1, 1, True),
-    ("raw_inst_fsync_p2", 2, 1, True),
-    ("raw_inst_fsync_p8", 8, 1, True),
-    ("raw_inst_fsync_many_p1", 1, 1000, True),
-    ("raw_inst_fsync_many_p2", 2, 1000, True),
+    ("tl_inst_fsync_p1", 1, 1, "tidelog"),
+    ("tl_inst_fsync_p2", 2, 1, "tidelog"),
+    ("tl_inst_fsync_p8", 8, 1, "tidelog"),
+    ("tl_inst_fsync_many_p1", 1, 1000, "tidelog"),
+    ("tl_inst_fsync_many_p2", 2, 1000, "tidelog"),
+    ("tl_inst_fsync_many_steady_p1", 1, 1000, "steady"),
+    ("tl_inst_fsync_many_steady_p2", 2, 1000, "steady"),
+    ("raw_inst_fsync_p1", 1, 1, "raw"),
+    ("raw_inst_fsync_p2", 2, 1, "raw"),
+    ("raw_inst_fsync_p8", 8, 1, "raw"),
+    ("raw_inst_fsync_many_p1", 1, 1000, "raw"),
+    ("raw_inst_fsync_many_p2", 2, 1000, "raw"),
 )
 
 
 def ceiling(cid: str) -> str:
     """The raw case of the same processes and batch as tidelog case ``cid``."""
-    return "raw_" + cid.removeprefix("tl_")
+    return "raw_" + cid.removeprefix("tl_").replace("_steady", "")
 
 
 TARGETS = [
@@ -282,8 +323,9 @@ def section(rows: list[dict[str, Any]]) -> list[str]:
         if not out:
             out = ["", "## several writer processes (file://?instances=N, spec/INSTANCES.md)", ""]
         raw = r["id"].startswith("raw_")
+        steady = "_steady" if "_steady_" in r["id"] else ""
         base = ("raw_" if raw else "tl_") + (
-            "inst_fsync_many_p1" if "_many_" in r["id"] else "inst_fsync_p1"
+            f"inst_fsync_many{steady}_p1" if "_many_" in r["id"] else "inst_fsync_p1"
         )
         ratio = _ratio(rows, r["id"], base)
         m = r["metrics"]
@@ -296,6 +338,12 @@ def section(rows: list[dict[str, Any]]) -> list[str]:
             line += (
                 f"; CPU {m['cpu_us_per_rec']['median']:.1f} µs/rec, write calls "
                 f"{m['bytes_per_rec']['median']:.0f} B/rec"
+            )
+        if "wal_bytes_per_rec" in m:
+            line += (
+                f" (WAL frames {m['wal_bytes_per_rec']['median']:.0f}, zeroed ahead "
+                f"{m['wal_zeroed_per_rec']['median']:.0f}; "
+                f"{m['fdatasync_per_rec']['median']:.3f} fdatasyncs/rec)"
             )
         if "dev_wbytes_per_rec" in m:
             line += f" (device: {m['dev_wbytes_per_rec']['median']:.0f} B/rec"

@@ -46,6 +46,20 @@ def test_bench_instances_ceiling_writers_sync_their_own_files(tmp_path: Path) ->
     assert os.listdir(root) == []
 
 
+def test_bench_instances_steady_writers_start_from_a_recycled_wal_file(tmp_path: Path) -> None:
+    """A steady writer's instance reaches a recycled WAL file (WAL-15) before its window; a
+    new store's writer has none and zeroes ahead of its new file. Both report the WAL's own
+    counters over the window. Small WAL files keep the warm-up short."""
+    small = "wal_file_bytes=1MiB"
+    fresh = run_writers(str(tmp_path / "f"), 1, 100, 1000, 0.2, options=small)[0]
+    steady = run_writers(str(tmp_path / "s"), 1, 100, 1000, 0.2, steady=True, options=small)[0]
+    assert fresh["recycled_before"] == 0 and fresh["wal"]["zeroed_bytes"] > 0
+    assert steady["recycled_before"] >= 1
+    for r in (fresh, steady):
+        assert r["wal"]["fdatasyncs"] >= r["n"] // 1000  # one sync per batch at least
+        assert r["wal"]["submitted_bytes"] >= 100 * r["n"]
+
+
 def test_bench_instances_rows_section_and_targets(tmp_path: Path) -> None:
     """`tidelog bench --only tl_inst_fsync_p --only raw_inst_fsync_p`: every instances row has
     a rate and memory per instance, each is compared with its ceiling (the raw row of the same
@@ -67,6 +81,7 @@ def test_bench_instances_rows_section_and_targets(tmp_path: Path) -> None:
         assert m["rec_per_s"]["median"] > 0 and m["rss_mib_per_instance"]["median"] > 1
         assert m["cpu_us_per_rec"]["median"] > 0 and m["bytes_per_rec"]["median"] >= 100
         assert rows[cid]["limit"] == cid.replace("tl_", "raw_") and "x_limit" in rows[cid]
+        assert m["fdatasync_per_rec"]["median"] >= 1 and m["wal_bytes_per_rec"]["median"] > 100
     assert rows["tl_inst_fsync_p2"]["metrics"]["procs"]["median"] == 2
     table = (out / "table.md").read_text()
     assert "## several writer processes" in table and "its ceiling" in table
