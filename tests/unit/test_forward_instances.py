@@ -96,6 +96,39 @@ def test_FWD_33_each_instance_is_sent_under_its_own_client_id(tmp_path: Path, rx
     }
 
 
+def test_FWD_33_an_instance_first_written_after_the_forwarder_started(
+    tmp_path: Path, rx: Receiver
+) -> None:
+    """FWD-33, INST-3, INST-15: a slot no writer had taken when the forwarder started (no
+    instance directory yet) is drained once a writer takes it: its records reach the receiver
+    under its client id, and the merged subscriber's position there is committed."""
+    root = tmp_path / "src"
+    a = tidelog.open(src_uri(root))
+    try:
+        a.topic("t").append(b"a0")
+        assert not (root / "instances" / "1").exists()
+        with (
+            tidelog.open(src_uri(root, "&readonly=true")) as view,
+            Forwarder.for_topic(conf(rx.port), view.topic("t", create=False)) as fwd,
+        ):
+            assert fwd.wait_acked(timeout=WAIT)
+            with tidelog.open(src_uri(root)) as b:
+                tb = b.topic("t")
+                tb.append_many([b"b0", b"b1"])
+                sub = merged(tb).subscribe("forward")
+                deadline = time.monotonic() + WAIT
+                while sub.hwm != "1.2" and time.monotonic() < deadline:
+                    time.sleep(0.01)  # committed by the source's manager after the ack
+                assert fwd.acked == "1.2" and sub.hwm == "1.2"
+    finally:
+        a.close()
+    rx.stop()
+    assert received(tmp_path / "rx") == {
+        "edge.0": [(0, b"a0")],
+        "edge.1": [(0, b"b0"), (1, b"b1")],
+    }
+
+
 def test_FWD_33_client_id_with_suffix_is_bounded(tmp_path: Path) -> None:
     """FWD-33, FWD-20: the suffixed client id is still at most 200 bytes, else bad_option
     before anything is registered."""
