@@ -1,12 +1,12 @@
-"""Reading a topic of an instances store (spec/BUNDLES.md SPK-44, SPK-45; spec/INSTANCES.md).
+"""Spark on a topic of an instances store (spec/BUNDLES.md SPK-44..SPK-46; spec/INSTANCES.md).
 
 Each instance directory, ``<root>/instances/<i>``, is a complete ``file://`` store (INST-2): its
 copy of the topic is read exactly as a single store's topic is (SPK-3, SPK-4), through this
 process's read-only view of that directory, with a plan per instance (SPK-14) and SPK-15's
 whole-range check per task. The rows carry the instance they come from in an ``instance``
 column: a seq names a record only within its instance (INST-7). A streaming read's offset is an
-INST-8 cursor and its progress a merged subscriber (INST-15..INST-17). Imports pyspark (reached
-from ``source``).
+INST-8 cursor and its progress a merged subscriber (INST-15..INST-17). Writes go into instance
+0's copy (SPK-46). Imports pyspark (reached from ``source``).
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from .columns import log_ddl, log_schema
 from .options import SourceOptions
 
 __all__ = [
+    "sink_options",
     "INSTANCE_COLUMN",
     "InstanceRange",
     "InstancesReader",
     "InstancesStreamReader",
     "ddl",
-    "refuse",
     "schema",
 ]
 
@@ -59,13 +59,25 @@ def ddl(opts: SourceOptions) -> str:
     return log_ddl(opts.tombstones == "rows") + f", {INSTANCE_COLUMN} int"
 
 
-def refuse(opts: SourceOptions, what: str) -> None:
-    """What is not offered on an instances store yet (SPK-44, INST-12): ``bad_option``."""
-    if opts.instances is not None:
+def sink_options(opts: SourceOptions) -> SourceOptions:
+    """SPK-46: the options a write of an instances store goes through: instance 0's copy of
+    the topic, the one every retry and replay agrees on, with the staging directory beside the
+    root (never inside ``instances/``, INST-2). Without ``instances``, ``opts`` unchanged."""
+    if opts.instances is None:
+        return opts
+    _count(opts)
+    if opts.topic_config:
         raise BadOption(
-            f"option instances: a {what} of a store of several instances is not supported yet "
-            "(only reads are, SPK-44, SPK-45; INST-12)"
+            "topic.<key> options with instances: a topic's config is shared by every instance "
+            "(INST-5); open the topic in a writer process with its config first (SPK-46)"
         )
+    if _state(opts, 0) is None:
+        raise NoSuchTopic(
+            f"topic {opts.topic!r} has no copy in instance 0 of {opts.root}: a Spark write "
+            "goes to instance 0, where a writer process must have opened the topic first "
+            "(INST-5, INST-15; SPK-46)"
+        )
+    return dataclasses.replace(_instance(opts, 0), staging_dir=opts.staging)
 
 
 def _count(opts: SourceOptions) -> int:

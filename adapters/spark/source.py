@@ -160,15 +160,14 @@ class TidelogDataSource(DataSource):
             raise BadOption("a tidelog topic is an append-only log: use .mode('append')")
         opts = self._opts()
         netread.refuse_write(opts)  # SPK-40: a served store is read-only for Spark for now
-        instances.refuse(opts, "write")
-        return TidelogWriter(opts)
+        return TidelogWriter(instances.sink_options(opts))  # SPK-46: instance 0
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TidelogStreamWriter:
         if overwrite:
             raise BadOption("a tidelog topic is an append-only log: use outputMode('append')")
         opts = self._opts()
         netread.refuse_write(opts)
-        instances.refuse(opts, "streaming write")
+        opts = instances.sink_options(opts)  # SPK-46: instance 0
         return TidelogStreamWriter(opts, query_key(dict(self.options), opts))
 
 

@@ -6,6 +6,7 @@ without a session."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -96,8 +97,8 @@ def test_SPK_44_instance_without_the_topic_and_an_untaken_slot(spark: Any, tmp_p
 
 def test_SPK_44_refusals_at_planning(spark: Any, tmp_path: Path) -> None:
     """SPK-44, INST-1, INST-12: fromSeq/toSeq and slot with instances, a count other than the
-    store's, instances on a single store, and a write of an instances store are bad_option at
-    planning; without the option the store is refused as before."""
+    store's and instances on a single store are bad_option at planning; without the option
+    the store is refused as before."""
     root, single = tmp_path / "s", tmp_path / "single"
     a, b, _ = _fill(root)
     tidelog.open(f"file://{single}?{SMALL}").close()
@@ -113,11 +114,6 @@ def test_SPK_44_refusals_at_planning(spark: Any, tmp_path: Path) -> None:
             _read(spark, str(single), instances="2").collect()
         with pytest.raises(Exception, match="INST-1"):
             _read(spark, str(root)).collect()
-        df = spark.createDataFrame([(b"p",)], "payload binary")
-        with pytest.raises(Exception, match="write of a store of several instances"):
-            df.write.format("tidelog").option("topic", "ev").mode("append").save(
-                f"file://{root}?instances=2"
-            )
     finally:
         a.close()
         b.close()
@@ -227,3 +223,72 @@ def test_SPK_45_starting_offsets_seq_refused(tmp_path: Path) -> None:
             assert merged(store.topic("ev")).subscribe("z").hwm == "1.0"  # registered at head
         finally:
             reader.stop()
+
+
+def test_SPK_46_a_write_goes_into_instance_0(spark: Any, tmp_path: Path) -> None:
+    """SPK-46, SPK-6: a batch write of an instances store is one ingest into instance 0's copy
+    of the topic (applied by the writer process holding it, XPR-2), its rows once, after the
+    records already there; instance 1 gets nothing; the staging directory is beside the root,
+    never inside it, and gone after the commit. A topic with no copy in instance 0 and
+    topic.<key> options are refused at planning, nothing written."""
+    from tidelog.backends.instances import merged
+
+    root = tmp_path / "s"
+    a, b, want = _fill(root)
+    try:
+        df = spark.createDataFrame([(b"w%d" % i,) for i in range(5)], "payload binary")
+        df.write.format("tidelog").option("topic", "ev").mode("append").save(
+            f"file://{root}?instances=2"
+        )
+        items, _ = merged(a.topic("ev")).read(None, 1000)
+        by = {(e.instance, e.item.seq): e.item.payload for e in items}
+        written = {k: v for k, v in by.items() if k not in want}
+        assert sorted(written.values()) == [b"w%d" % i for i in range(5)]
+        assert {k[0] for k in written} == {0} and min(k[1] for k in written) == 8
+        assert sorted(os.listdir(root / "instances")) == ["0", "1"]  # nothing staged inside
+        staging = tmp_path / ".s.spark-staging"  # beside the root (SPK-6's default place)
+        assert not staging.exists() or not list(staging.iterdir())
+        with pytest.raises(Exception, match=r"topic\.<key>"):
+            df.write.format("tidelog").option("topic", "ev").option(
+                "topic.durability", "fsync"
+            ).mode("append").save(f"file://{root}?instances=2")
+        b.topic("only1").append(b"x")
+        with pytest.raises(Exception, match="no copy in instance 0"):
+            df.write.format("tidelog").option("topic", "only1").mode("append").save(
+                f"file://{root}?instances=2"
+            )
+        assert a.topic("ev").state().head_seq == 12  # 7 + 5: the refused writes wrote nothing
+    finally:
+        a.close()
+        b.close()
+
+
+def test_SPK_46_streaming_from_instances_into_instance_0(spark: Any, tmp_path: Path) -> None:
+    """SPK-45, SPK-46, SPK-11: a streaming query reads topic `ev` of an instances store and
+    writes its payloads into topic `out` of the same store: every micro-batch is one ingest into
+    instance 0's copy with the query's producer mark, each record once."""
+    root = tmp_path / "s"
+    a, b, want = _fill(root)
+    try:
+        a.topic("out")  # instance 0's copy, opened by its writer (SPK-46)
+        location = f"file://{root}?instances=2"
+        query = (
+            spark.readStream.format("tidelog")
+            .option("topic", "ev")
+            .option("maxRecordsPerTrigger", 4)
+            .load(location)
+            .select("payload")
+            .writeStream.format("tidelog")
+            .option("topic", "out")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start(location)
+        )
+        query.awaitTermination(180)
+        assert query.exception() is None
+        out = merged(a.topic("out")).read(None, 1000).items
+        assert {e.instance for e in out} == {0}
+        assert sorted(e.item.payload for e in out) == sorted(want.values())
+    finally:
+        a.close()
+        b.close()
