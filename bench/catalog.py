@@ -47,14 +47,25 @@ _FWD_DUR = (
 
 def _instance_cases() -> list[Case]:
     """N processes of fsync appends or append_many(1000), one instance each, and one process
-    (the figure the others are compared with, ``instance_cases.targets``)."""
+    (the figure the others are compared with, ``instance_cases.targets``); each beside its
+    ceiling: N processes of raw pwrite + fdatasync, one file each."""
     out: list[Case] = []
-    for cid, n, batch in instance_cases.CASES:
+    for cid, n, batch, kind in instance_cases.CASES:
         what = "append" if batch == 1 else f"append_many({batch})"
-        out.append(Case(cid, f"tidelog file://?instances={n} fsync {what}, {n} process(es)",
-                        "tidelog", P(instance_cases.instances_append, procs=n, batch=batch),
+        if kind == "raw":
+            what = "pwrite+fdatasync" if batch == 1 else f"{batch} joined: pwrite+fdatasync"
+            out.append(Case(cid, f"raw {what}, {n} process(es), a preallocated file each",
+                            "limit", P(instance_cases.instances_append, procs=n, batch=batch,
+                                       raw=True), "durable", "single" if batch == 1 else "batch",
+                            guarantee=_DUR, sizes=(100,)))  # fmt: skip
+            continue
+        steady = kind == "steady"
+        state = ", steady state (recycled WAL files, WAL-15)" if steady else ""
+        out.append(Case(cid, f"tidelog file://?instances={n} fsync {what}, {n} process(es)"
+                        f"{state}", "tidelog",
+                        P(instance_cases.instances_append, procs=n, batch=batch, steady=steady),
                         "durable", "single" if batch == 1 else "batch",
-                        limit="raw_overwrite" if batch == 1 else "raw_joined", guarantee=_DUR,
+                        limit=instance_cases.ceiling(cid), guarantee=_DUR,
                         sizes=(100,)))  # fmt: skip
     return out
 

@@ -26,6 +26,7 @@ from tidelog.errors import BadArgument
 from tidelog.forward import Forwarder, Receiver
 from tidelog.forward.budget import ServeLimits
 from tidelog.forward.conf import _split, parse_conf
+from tidelog.forward.instances import InstancesForwarder
 from tidelog.fsio import storage_error
 from tidelog.names import check_topic_name
 from tidelog.service.options import service_options
@@ -318,7 +319,7 @@ def forward_cmd(
         raise SystemExit(EXIT_FAILED)
 
 
-def _wait(fwd: Forwarder, until_drained: bool, deadline: float | None) -> bool:
+def _wait(fwd: Forwarder | InstancesForwarder, until_drained: bool, deadline: float | None) -> bool:
     """Wait until drained (with ``until_drained``), the deadline, a halt, or Ctrl-C/SIGTERM
     (the normal end without ``until_drained``, CLI-1); True if everything was acknowledged."""
     with sigterm_as_interrupt():

@@ -15,6 +15,7 @@ from typing import Any
 
 from tidelog.backends.file.coldread import COLD_PREFIX, cold_url
 from tidelog.backends.file.segstore import redact
+from tidelog.backends.instances import parse_instances
 from tidelog.errors import BadOption
 from tidelog.names import check_subscriber_name, check_topic_name
 from tidelog.options import parse_choice, parse_int, parse_size
@@ -51,6 +52,7 @@ KNOWN_OPTIONS = {
     "hotretainbytes",
     "storeid",  # a cold+URL source's store and pinned manifest version (SPK-31)
     "manifest",
+    "instances",  # a store of several instances (SPK-50); also ?instances= in the URI
 }
 #: Options Spark itself passes to every sink/source; ignored here.
 _SPARK_OPTIONS = {"checkpointlocation", "queryname"}
@@ -87,6 +89,7 @@ class SourceOptions:
     hot_retain_bytes: int | None = None
     store_id: str | None = None  # a cold+URL source's store (SPK-31)
     manifest: int | None = None  # ... and its pinned manifest version (SPK-32)
+    instances: str | None = None  # an instances store's count or "auto" (SPK-50, INST-1)
 
     def __repr__(self) -> str:
         # a cold URL may carry credentials: shown redacted (TIER-13)
@@ -147,6 +150,14 @@ def store_root(location: str) -> str:
     return os.path.abspath(location)
 
 
+def _uri_instances(location: str) -> str | None:
+    """``instances`` of a ``file://`` URI's query (INST-1), as the option (SPK-50)."""
+    if "://" not in location:
+        return None
+    uri = parse_uri(location)
+    return uri.options.get("instances") if uri.scheme == "file" else None
+
+
 def _ts(key: str, value: str) -> int:
     """Milliseconds since the epoch: an integer, or an ISO-8601 time (UTC if no zone)."""
     text = value.strip()
@@ -186,6 +197,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise BadOption("no store given: use .load('/path/to/store') or .option('uri', 'file://…')")
     if "topic" not in opts:
         raise BadOption("option 'topic' is required")
+    instances = opts.get("instances") or _uri_instances(location)
     out: dict[str, object] = {
         "root": store_root(location),
         "topic": check_topic_name(opts["topic"]),
@@ -235,6 +247,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         out["staging_dir"] = os.path.abspath(opts["stagingdir"])
     if opts.get("storeid"):
         out["store_id"] = str(opts["storeid"]).strip().lower()
+    if instances:
+        parse_instances("instances", instances)  # a count 1..256 or auto (INST-1)
+        out["instances"] = str(instances).strip().lower()
     if opts.get("token"):
         out["token"] = str(opts["token"])
     if opts.get("producerid"):

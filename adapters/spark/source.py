@@ -45,7 +45,7 @@ from pyspark.sql.types import StructType
 
 from tidelog.errors import BadArgument, BadOption
 
-from . import coldsource, guard, netread, netsink, reading, staging
+from . import coldsource, guard, instances, netread, netsink, reading, staging
 from .columns import SEQ_COLUMN, log_ddl, log_schema, slot_schema
 from .netsink import QUERY_ID_KEY
 from .options import SourceOptions, parse_options
@@ -123,12 +123,15 @@ def _partitions(opts: SourceOptions, lo: int, hi: int) -> list[SeqRange]:
     if lo > hi:
         return []
     planned = reading.plan(opts)
-    if opts.partition_records:
-        ranges = reading.split(lo, hi, opts.partition_records)
-    else:
-        ranges = reading.split_even(lo, hi, _task_count(opts, hi - lo + 1))
     owner = netread.owner_host(opts) if netread.is_served(opts.root) else None
-    return [SeqRange(a, b, planned, owner) for a, b in ranges]
+    return [SeqRange(a, b, planned, owner) for a, b in _cut(opts, lo, hi)]
+
+
+def _cut(opts: SourceOptions, lo: int, hi: int) -> list[tuple[int, int]]:
+    """SPK-3: seqs ``lo..hi`` as the inclusive ranges of a read's tasks."""
+    if opts.partition_records:
+        return reading.split(lo, hi, opts.partition_records)
+    return reading.split_even(lo, hi, _task_count(opts, hi - lo + 1))
 
 
 def _task_count(opts: SourceOptions, seqs: int) -> int:
@@ -162,16 +165,23 @@ class TidelogDataSource(DataSource):
 
     def schema(self) -> StructType | str:
         opts = self._opts()
+        if opts.instances is not None:
+            return instances.ddl(opts)  # SPK-50
         if opts.slot is None:
             return log_ddl(opts.tombstones == "rows")
         return from_arrow_schema(slot_schema(reading.infer_slot_columns(opts)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TidelogReader(self._opts(), schema)
+        opts = self._opts()
+        if opts.instances is not None:
+            return instances.InstancesReader(opts, schema, _cut)  # SPK-50
+        return TidelogReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts = self._opts()
         coldsource.refuse(opts, "a streaming read")
+        if opts.instances is not None:
+            return instances.InstancesStreamReader(opts, schema, _cut)  # SPK-51
         return TidelogStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
@@ -181,7 +191,7 @@ class TidelogDataSource(DataSource):
         coldsource.refuse(opts, "a write")
         if netread.is_served(opts.root):  # staged on the owner (SPK-44)
             return netsink.ServedWriter(opts)
-        return TidelogWriter(opts)
+        return TidelogWriter(instances.sink_options(opts))  # SPK-52: instance 0
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         if overwrite:
@@ -190,6 +200,7 @@ class TidelogDataSource(DataSource):
         coldsource.refuse(opts, "a write")
         if netread.is_served(opts.root):  # staged on the owner (SPK-44)
             return netsink.ServedStreamWriter(opts)
+        opts = instances.sink_options(opts)  # SPK-52: instance 0
         return TidelogStreamWriter(opts, query_key(dict(self.options), opts))
 
 

@@ -11,6 +11,7 @@ from tidelog.errors import BadArgument, Closed
 from tidelog.hooks import hooks
 from tidelog.model.instances import Entry, cursor_text, parse_cursor
 from tidelog.names import check_label, check_subscriber_name
+from tidelog.records import Item
 
 from .backend import InstancesBackend
 from .merge import merge
@@ -58,6 +59,36 @@ class Merged:
         else:
             items, text = self._backend.merged_read(name, cursor, limit, g)
         return MergedRead(items, text)
+
+    def read_instance(self, instance: int, after: int, limit: int) -> list[Item]:
+        """Instance ``instance``'s own stream of the merged read (INST-7): the items of
+        ``read(after=after)`` on its copy of the topic, without refreshing the views (see
+        ``head_seq``); empty where the instance does not hold the topic (yet)."""
+        backend = self._live()
+        self._check_instance(instance)
+        _check_int(after, "after", 0)
+        _check_int(limit, "limit", 1)
+        positions: list[int | None] = [None] * backend.n
+        positions[instance] = after
+        return backend._streams(self._topic.name, positions, limit)[instance]
+
+    def head_seq(self, instance: int, *, refresh: bool = True) -> int:
+        """The seq of the last record instance ``instance`` holds of the topic (0: none, or no
+        copy of the topic there yet); ``refresh`` first catches up every view (INST-4)."""
+        backend = self._live()
+        self._check_instance(instance)
+        if refresh:
+            backend.refresh()
+        found = backend._ref(instance, self._topic.name)
+        return 0 if found is None else found[0].state(found[1]).head_seq
+
+    def _check_instance(self, instance: int) -> None:
+        if isinstance(instance, bool) or not isinstance(instance, int):
+            raise BadArgument(f"instance must be an integer, got {instance!r}")
+        if not 0 <= instance < self._backend.n:
+            raise BadArgument(
+                f"instance {instance} is not one of the store's {self._backend.n} (INST-1)"
+            )
 
     def subscribe(self, name: str, start: str = "earliest") -> MergedSubscriber:
         """Register (or resume) the durable subscriber ``name`` in every instance (INST-15)."""

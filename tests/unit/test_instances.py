@@ -27,7 +27,6 @@ from tidelog.errors import (
     ReadOnly,
     TopicFull,
 )
-from tidelog.forward import Forwarder
 from tidelog.fsio import OsFS
 from tidelog.hooks import Abandon, hooks
 from tidelog.model.instances import cursor_text, parse_cursor
@@ -379,14 +378,11 @@ def test_INST_11_other_schemes_refuse_instances(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
-def test_INST_12_the_forwarder_and_spark_refuse_instances(tmp_path: Path, opened: list) -> None:
-    """INST-12: Forwarder.for_topic refuses a topic of an instances store with bad_option;
-    the Spark source's view (file://<root>, readonly) gets INST-1's bad_option, and so does
-    an XPR-2 request to the root (the sink's ingest, the source's commit), nothing written."""
-    a = _open(opened, tmp_path, "instances=2")
-    t = a.topic("t")
-    with pytest.raises(BadOption, match="INST-12"):
-        Forwarder.for_topic("tcp::addr=127.0.0.1:9;", t)
+def test_INST_12_spark_refuses_instances(tmp_path: Path, opened: list) -> None:
+    """INST-12: the Spark source's view (file://<root>, readonly) gets INST-1's bad_option, and
+    so does an XPR-2 request to the root (the sink's ingest, the source's commit), nothing
+    written. (The forwarder drains an instances store: test_forward_instances.py, FWD-33.)"""
+    _open(opened, tmp_path, "instances=2").topic("t")
     from tidelog.adapters.spark import reading
     from tidelog.backends.file import requests
 

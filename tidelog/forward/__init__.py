@@ -9,11 +9,13 @@ from __future__ import annotations
 from .conf import SenderConfig, parse_conf
 from .errors import ErrorInbox, SenderError, SenderFailed, default_error_handler
 from .forwarder import Forwarder
+from .instances import InstancesForwarder
 from .receiver import Receiver
 from .source import Gap, MemorySource, SlotSource, Source, TopicSource
 
 __all__ = [
     "Forwarder",
+    "InstancesForwarder",
     "Receiver",
     "SenderConfig",
     "parse_conf",

@@ -17,13 +17,13 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidelog.api import Topic
 from tidelog.backends.instances.backend import InstancesBackend
 from tidelog.backends.sf.slot import Slot
 from tidelog.clock import Clock
-from tidelog.errors import BadOption, NotAvailable
+from tidelog.errors import NotAvailable
 from tidelog.fsio import FS
 from tidelog.hooks import offers
 
@@ -32,6 +32,9 @@ from .errors import ErrorHandler, ErrorInbox, SenderError, SenderFailed
 from .loop import IOLoop, Sleep, Tracer
 from .orphans import DrainerPool
 from .source import MemorySource, SlotSource, Source, TopicSource
+
+if TYPE_CHECKING:
+    from .instances import InstancesForwarder
 
 __all__ = ["Forwarder"]
 
@@ -111,13 +114,14 @@ class Forwarder:
         subscriber: str = "forward",
         start: str = "earliest",
         **kwargs: Any,
-    ) -> Forwarder:
-        """Drain a tidelog topic through the durable subscriber ``subscriber`` (FWD-22)."""
+    ) -> Forwarder | InstancesForwarder:
+        """Drain a tidelog topic through the durable subscriber ``subscriber`` (FWD-22); a
+        topic of an instances store through the merged subscriber ``subscriber``, one
+        forwarder per instance (FWD-33)."""
         if offers(topic.store, InstancesBackend):
-            raise BadOption(
-                f"topic {topic.name!r} is in a store of several instances: the forwarder "
-                "drains one log by seq and does not read across instances yet (INST-12)"
-            )
+            from .instances import InstancesForwarder
+
+            return InstancesForwarder(conf, topic, subscriber=subscriber, start=start, **kwargs)
         source = TopicSource(topic, subscriber, start=start)
         try:
             return cls(conf, source=source, **kwargs)
