@@ -34,7 +34,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tidelog.errors import BadArgument, Corrupt
-from tidelog.fsio import FS, make_dirs, write_parts, write_whole, writeback
+from tidelog.fsio import FS, make_dirs, write_parts, write_whole
 from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
@@ -396,11 +396,7 @@ def _write_plain(
         def sink(pieces: list[bytes]) -> None:
             nonlocal at
             write_parts(h, pieces, at)
-            size = sum(map(len, pieces))
-            # paced write-back: each ~1 MiB piece goes to the device now, not all of the
-            # segment at its fdatasync, a burst the WAL's own syncs would queue behind
-            writeback(h, at, size)
-            at += size
+            at += sum(map(len, pieces))
 
         _, idx = build_parts(tail.tid, first, *cols, dead=tail.dead, lens=lens, sink=sink)
         h.fdatasync()

@@ -6,21 +6,18 @@ within both limits."""
 from __future__ import annotations
 
 from array import array
-from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tidelog
-from tidelog.backends.file import FileBackend, open_store
+from tidelog.backends.file import FileBackend
 from tidelog.backends.file.checkpoint import _split, _Tail
 from tidelog.backends.file.format import segment as seg
 from tidelog.backends.file.format.seal import build_columns, build_parts
 from tidelog.errors import BadArgument
-from tidelog.fsio import Handle, OsFS
 from tidelog.hooks import hooks
 
 labels = st.one_of(st.none(), st.text(max_size=8))
@@ -172,49 +169,6 @@ def test_checkpoint_seals_labelled_dead_and_plain_records(tmp_path: Path) -> Non
     with tidelog.open(uri) as store:
         got = [(r.seq, r.tag, r.node, r.payload) for r in store.topic("t").read()]  # type: ignore[union-attr]
         assert got == want
-
-
-def test_checkpoint_paces_the_write_back_of_a_segment(tmp_path: Path) -> None:
-    """A checkpoint hands each ~1 MiB piece of a segment's .data to write-back as it writes it
-    (``fsio.writeback``, sync_file_range on Linux), over exactly the bytes it wrote, before the
-    file's fdatasync: the device gets the segment in steady pieces, not one burst at its sync
-    (which the WAL's syncs would queue behind). The bytes are the same as without it."""
-    calls: list[tuple[str, int, int]] = []
-
-    class Watched:
-        def __init__(self, h: Handle) -> None:
-            self.h = h
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.h, name)
-
-        def writeback(self, offset: int, size: int, wait: bool) -> None:
-            calls.append(("writeback", offset, size))
-
-        def fdatasync(self) -> None:
-            calls.append(("fdatasync", 0, self.h.size()))
-            self.h.fdatasync()
-
-    class Watching(OsFS):
-        def open(self, path: str, *, create: bool = True) -> Handle:
-            h = super().open(path, create=create)
-            return Watched(h) if path.endswith(".data") else h  # type: ignore[return-value]
-
-    payloads = [bytes([i % 251]) * 1000 for i in range(3000)]  # ~3 MiB of segment
-    store = open_store(Watching(), str(tmp_path / "s"), background=False)
-    try:
-        store.topic("t", durability="disk").append_many(payloads)
-        hooks(store, FileBackend).checkpoint()
-        assert [r.payload for r in store.topic("t").read(0, 5000)] == payloads
-    finally:
-        store.close()
-    syncs = [i for i, c in enumerate(calls) if c[0] == "fdatasync"]
-    assert len(syncs) == 1 and syncs[0] == len(calls) - 1
-    size = calls[-1][2]
-    spans = [(o, n) for _, o, n in calls[:-1]]
-    assert len(spans) >= 3 and max(n for _, n in spans) < 2 << 20  # in pieces, not one burst
-    assert spans[0][0] == 0 and all(a + n == b for (a, n), (b, _) in pairwise(spans))
-    assert spans[-1][0] + spans[-1][1] == size  # every byte of the file, each once
 
 
 def _seg18_cuts(sizes: list[int], labels: list[str | None]) -> list[int]:
