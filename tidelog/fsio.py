@@ -18,7 +18,6 @@ never a SIGBUS later, at the cost of holding the bytes in memory.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import mmap
@@ -253,6 +252,8 @@ def _sync_file_range() -> Any:
     if _sfr is None:
         _sfr = False
         if hasattr(os, "posix_fadvise"):  # a POSIX libc; only Linux has the call
+            import ctypes  # here: importing it costs every process a few ms at start
+
             try:
                 fn = ctypes.CDLL(None, use_errno=True).sync_file_range
             except (AttributeError, OSError):
@@ -367,6 +368,8 @@ class _OsHandle:
             return
         flags = _SFR_WRITE | (_SFR_WAIT_BEFORE | _SFR_WAIT_AFTER if wait else 0)
         if fn(self.fd, offset, size, flags) != 0:
+            import ctypes  # loaded by _sync_file_range already
+
             code = ctypes.get_errno()
             if code in (errno.ENOSYS, errno.ESPIPE, errno.EOPNOTSUPP):
                 return  # a file system or kernel without it: a hint only
