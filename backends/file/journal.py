@@ -170,31 +170,42 @@ class WalJournal:
                 return [(shard, defer(tid, ts, True, seq, payload))]
 
             return one_fsync
-        if cls == "memory":  # reserves nothing (DUR-4)
+        low = 0  # the next seq that needs a reservation step
+        if cls == "ephemeral":  # never logged, only reserved (DUR-5)
 
-            def one_memory(seq: int, ts: int, payload: bytes) -> object:
+            def one_ephemeral(seq: int, ts: int, payload: bytes) -> object:
+                nonlocal low
                 if self._ops:
                     return FALLBACK
-                defer(tid, ts, False, seq, payload)
+                if seq >= low:
+                    refused, low = self._reserve_one(tid, shard, seq)
+                    if refused is not None:
+                        return refused
                 return None
 
-            return one_memory
-        logged = cls == "disk"  # ephemeral records are never logged, only reserved (DUR-5)
-        low = 0  # the next seq that needs a reservation step
+            return one_ephemeral
+        reserving = cls == "disk"  # memory reserves nothing (DUR-4)
 
-        def one_reserving(seq: int, ts: int, payload: bytes) -> object:
+        def one_buffered(seq: int, ts: int, payload: bytes) -> object:
             nonlocal low
             if self._ops:
                 return FALLBACK
-            if seq >= low:
+            if reserving and seq >= low:
                 refused, low = self._reserve_one(tid, shard, seq)
                 if refused is not None:
                     return refused
-            if logged:
+            # WalShard.defer's common case inline (the record extends the open run): one
+            # Python call less per append
+            run_next, run_ts, run_tid = shard._run_next, shard._run_ts, shard._run_tid
+            if seq == run_next and ts == run_ts and tid == run_tid and shard.failed is None:
+                shard._run.append(payload)
+                shard._run_next = seq + 1
+                shard.ops += 1
+            else:
                 defer(tid, ts, False, seq, payload)
             return None
 
-        return one_reserving
+        return one_buffered
 
     def appended(
         self,
