@@ -174,6 +174,13 @@ def test_SPK_50_options_parse_instances_from_uri_or_option(tmp_path: Path) -> No
         parse_options({"path": str(tmp_path), "topic": "ev", "instances": "0"})
 
 
+def _cut(opts: Any, lo: int, hi: int) -> list[tuple[int, int]]:
+    """Tasks of 100 seqs (SPK-3's cut with partitionRecords=100)."""
+    from tidelog.adapters.spark import reading
+
+    return reading.split(lo, hi, 100)
+
+
 def test_SPK_50_a_task_checks_its_instance_plan(tmp_path: Path) -> None:
     """SPK-50, SPK-14, SPK-15 per instance: a task of instance 1 planned up to a seq its
     instance's view does not reach fails with StaleView naming that instance's directory,
@@ -186,7 +193,7 @@ def test_SPK_50_a_task_checks_its_instance_plan(tmp_path: Path) -> None:
         opts = parse_options(
             {"path": f"file://{root}?instances=2", "topic": "ev", "freshnessTimeoutMs": "100"}
         )
-        parts = pickle.loads(pickle.dumps(instances.partitions(opts, lambda _o: 100)))
+        parts = pickle.loads(pickle.dumps(instances.partitions(opts, _cut)))
         assert [(p.instance, p.lo, p.hi) for p in parts] == [(0, 1, 7), (1, 1, 4)]
         rows = [r for p in parts for batch in instances.read(opts, p) for r in batch.to_pylist()]
         assert len(rows) == 11 and {r["instance"] for r in rows} == {0, 1}
@@ -215,9 +222,13 @@ def test_SPK_51_starting_offsets_seq_refused(tmp_path: Path) -> None:
         opts = parse_options({**base, "startingOffsets": "5"})
         user = from_arrow_schema(instances.schema(opts))
         with pytest.raises(BadOption, match="SPK-51"):
-            instances.InstancesStreamReader(opts, user, lambda _o: 100)
+            instances.InstancesStreamReader(
+                opts,
+                user,
+                _cut,
+            )
         latest = parse_options({**base, "startingOffsets": "latest", "subscriber": "z"})
-        reader = instances.InstancesStreamReader(latest, user, lambda _o: 100)
+        reader = instances.InstancesStreamReader(latest, user, _cut)
         try:
             assert reader.initialOffset() == {"cursor": "1.0"}
             assert merged(store.topic("ev")).subscribe("z").hwm == "1.0"  # registered at head
