@@ -31,7 +31,7 @@ from .conf import SenderConfig, parse_conf
 from .errors import ErrorHandler, ErrorInbox, SenderError, SenderFailed
 from .loop import IOLoop, Sleep, Tracer
 from .orphans import DrainerPool
-from .source import MemorySource, SlotSource, Source, TopicSource
+from .source import MemorySource, SlotSource, Source, TopicSource, topic_client_id
 
 if TYPE_CHECKING:
     from .instances import InstancesForwarder
@@ -57,6 +57,11 @@ class Forwarder:
         fs: FS | None = None,
     ) -> None:
         self.conf = parse_conf(conf) if isinstance(conf, str) else conf
+        if isinstance(source, TopicSource):
+            # a re-created topic numbers its FSNs from 0 again: a client id of its own (FWD-34)
+            client_id = topic_client_id(self.conf.client_id, source.incarnation)
+            if client_id != self.conf.client_id:
+                self.conf = self.conf.with_changes(tidelog_client_id=client_id)
         self._closed = False
         self._producer_saw_terminal = False
         self._drainers: Any = None

@@ -17,29 +17,21 @@ from typing import Any, cast
 
 from tidelog.api import Topic
 from tidelog.backends.instances.merged import Merged, MergedSubscriber, merged
-from tidelog.errors import BadOption, NotAvailable
+from tidelog.errors import NotAvailable
 from tidelog.model.instances import cursor_text
 from tidelog.records import Item
 
 from .conf import SenderConfig, parse_conf
 from .errors import SenderError
 from .forwarder import Forwarder
-from .source import TopicSource
+from .source import TopicSource, suffixed_client_id
 
 __all__ = ["InstancesForwarder", "instance_client_id"]
-
-_MAX_CLIENT_ID = 200  # FWD-20
 
 
 def instance_client_id(client_id: str, instance: int) -> str:
     """The client id instance ``instance``'s frames are sent under (FWD-33)."""
-    out = f"{client_id}.{instance}"
-    if len(out.encode()) > _MAX_CLIENT_ID:
-        raise BadOption(
-            f"client id {client_id!r}: with the instance suffix it is longer than "
-            f"{_MAX_CLIENT_ID} bytes (FWD-20, FWD-33)"
-        )
-    return out
+    return suffixed_client_id(client_id, f".{instance}", "FWD-33")
 
 
 class _Head:
@@ -73,9 +65,13 @@ class InstanceTopic:
     Topic: its own stream of the merged read (INST-7), its head, and the merged subscriber's
     position there."""
 
-    def __init__(self, view: Merged, sub: MergedSubscriber, instance: int, name: str) -> None:
+    def __init__(
+        self, view: Merged, sub: MergedSubscriber, instance: int, name: str, incarnation: int
+    ) -> None:
         self._view, self._instance = view, instance
         self.name = f"{name}@{instance}"
+        # the shared incarnation (INST-6): every copy of it is made for it, seqs from 1 (FWD-34)
+        self.incarnation = incarnation
         self._progress = _InstanceProgress(sub, instance, view.instances)
 
     def subscribe(self, name: str, start: str = "earliest") -> _InstanceProgress:
@@ -130,8 +126,9 @@ class InstancesForwarder:
                 conf_i = self.conf.with_changes(
                     tidelog_client_id=client_id, drain_orphans=self.conf.drain_orphans and i == 0
                 )
-                # InstanceTopic has the part of Topic a TopicSource uses (subscribe, state, read)
-                one = cast(Topic, InstanceTopic(view, sub, i, topic.name))
+                # InstanceTopic has the part of Topic a TopicSource uses (subscribe, state,
+                # read, incarnation)
+                one = cast(Topic, InstanceTopic(view, sub, i, topic.name, topic.incarnation))
                 source = TopicSource(one, subscriber)
                 try:
                     self.forwarders.append(Forwarder(conf_i, source=source, **kwargs))

@@ -9,7 +9,8 @@ unlink, subscriber commit) off the loop (SF-6, SF-12).
 - ``TopicSource``: a tidelog topic through a durable subscriber. ``fsn = seq - 1`` (tidelog seqs
   start at 1, FSNs at 0), and acknowledging FSN ``f`` commits the subscriber to seq ``f + 1``,
   so acknowledged records are trimmed from the topic (SUB-5). A topic can have holes (deleted
-  or evicted records); ``read`` reports them as a ``Gap`` (FWD-22).
+  or evicted records); ``read`` reports them as a ``Gap`` (FWD-22). Each incarnation of the
+  topic (TOP-10) is sent under a client id of its own, ``topic_client_id`` (FWD-34).
 """
 
 from __future__ import annotations
@@ -25,12 +26,34 @@ from typing import Protocol
 from tidelog.api import Subscriber, Topic
 from tidelog.backends.sf import symdict
 from tidelog.backends.sf.slot import Slot
-from tidelog.errors import Backpressure, Closed, TidelogError, TooLarge
+from tidelog.errors import Backpressure, BadOption, Closed, TidelogError, TooLarge
 from tidelog.records import Record, Tombstone
 
-__all__ = ["Gap", "Source", "SlotSource", "MemorySource", "TopicSource"]
+__all__ = ["Gap", "Source", "SlotSource", "MemorySource", "TopicSource", "topic_client_id"]
 
 log = logging.getLogger("tidelog.forward")
+
+_MAX_CLIENT_ID = 200  # FWD-20
+
+
+def suffixed_client_id(client_id: str, suffix: str, rule: str) -> str:
+    """``client_id`` + ``suffix``, which must stay within FWD-20's 200 bytes (``bad_option``
+    naming ``rule`` otherwise)."""
+    out = client_id + suffix
+    if len(out.encode()) > _MAX_CLIENT_ID:
+        raise BadOption(
+            f"client id {client_id!r}: with the suffix {suffix!r} it is longer than "
+            f"{_MAX_CLIENT_ID} bytes (FWD-20, {rule})"
+        )
+    return out
+
+
+def topic_client_id(client_id: str, incarnation: int) -> str:
+    """The client id a topic source's frames go under (FWD-34): ``client_id`` for incarnation
+    1, ``<client_id>~g<incarnation>`` for a later one, whose seqs (so FSNs) start again at 1."""
+    if incarnation <= 1:
+        return client_id
+    return suffixed_client_id(client_id, f"~g{incarnation}", "FWD-34")
 
 
 @dataclass(frozen=True)
@@ -260,6 +283,8 @@ class TopicSource:
     ) -> None:
         self.topic = topic
         self.name = f"topic {topic.name!r} (subscriber {subscriber!r})"
+        #: the topic's incarnation (TOP-10): its FSNs are a numbering of this one alone (FWD-34)
+        self.incarnation: int = topic.incarnation
         self.sub: Subscriber = topic.subscribe(subscriber, start=start)
         self._acked = self.sub.hwm - 1
         self._published = topic.state().head_seq - 1
