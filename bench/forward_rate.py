@@ -22,7 +22,7 @@ from typing import Any
 
 import tidelog
 from tidelog.bench.forward_cases import Receiver
-from tidelog.forward import Forwarder
+from tidelog.forward import Forwarder, InstancesForwarder
 
 
 def run(args: argparse.Namespace, durable: bool) -> dict[str, Any]:
@@ -36,6 +36,7 @@ def run(args: argparse.Namespace, durable: bool) -> dict[str, Any]:
         f"sf_max_total_bytes=1G;close_flush_timeout_millis=0;"
     )
     store = None
+    fwd: Forwarder | InstancesForwarder
     try:
         if args.source == "slot":
             conf += f"sf_dir={root / 'sf'};sf_durability={args.sf_durability};sf_max_bytes=16M;"

@@ -264,10 +264,20 @@ class InstancesBackend(Backend):
                 found = shared.SharedTopic(config.to_dict(), g, shared.LIVE, ())
             config = self._config(name, found.config)
             config.check_matches(name, options)
-            if found.copies is not None and self.slot not in found.copies:
+            slot = self.slot
+            assert slot is not None  # _writer() above: a writer holds its slot
+            if found.copies is not None and slot not in found.copies:
                 # INST-6: listed before the copy is made, so a drop reaches every copy
-                found = found._replace(copies=(*found.copies, self.slot))
-                shared.write_topic(self.fs, self.root, name, *found[:3], found.copies)
+                found = found._replace(copies=(*found.copies, slot))
+                shared.write_topic(
+                    self.fs,
+                    self.root,
+                    name,
+                    found.config,
+                    found.incarnation,
+                    found.state,
+                    found.copies,
+                )
             local = own.open_topic(name, share_config(name, config, self.n).to_dict(), True)
             return self._opened(name, found, local, locked=True)
 
