@@ -89,7 +89,7 @@ def detect(path: str, fs: FS | None = None) -> str | None:
 
 def verify_cold(target: str) -> Report:
     """``cold+URL``: a cold tier alone (spec/TIERING.md TIER-14)."""
-    from tidelog.backends.file.coldverify import verify_cold as check
+    from tidelog.backends.file.verify import verify_cold as check
 
     return check(target)
 

@@ -8,14 +8,13 @@ Findings are located: ``<cold URL, redacted>/<key>`` and a byte offset where one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tidelog.errors import TidelogError
 from tidelog.fsio import OsFS
-from tidelog.report import INFO, Report
-from tidelog.uri import parse_uri
+from tidelog.report import INFO
 
-from .coldbackend import inner_url
 from .coldchunk import data_key, idx_key
 from .manifest import manifest_key, read_manifest, versions
 from .segstore import SegmentStore, open_segment_store, redact
@@ -23,27 +22,20 @@ from .segstore import SegmentStore, open_segment_store, redact
 if TYPE_CHECKING:
     from .verify import _Ctx
 
-__all__ = ["check_cold_tier", "verify_cold"]
+__all__ = ["CheckBytes", "check_cold_tier"]
+
+#: verify's check of one segment's bytes (its ``check_segment_bytes``), handed in by the caller so
+#: this module never imports verify (which imports this one)
+CheckBytes = Callable[["_Ctx", str, str, bytes, bytes, int, int], "int | None"]
 
 #: (topic id, first seq) -> who names the segment: (manifest version or None for the
 #: store's state, the last seq that namer says)
 _Namers = dict[tuple[int, int], list[tuple[int | None, int | None]]]
 
 
-def verify_cold(target: str) -> Report:
-    """``tidelog verify cold+URL``: the cold tier alone (option ``store_id`` in the URI picks
-    one of several stores); never raises on bad content."""
-    from .verify import _Ctx
-
-    uri = parse_uri(target)
-    url = inner_url(uri)
-    ctx = _Ctx(OsFS(), redact(url))
-    store_id = uri.options.get("store_id")
-    check_cold_tier(ctx, url, store_id.lower() if store_id else None, {})
-    return ctx.report
-
-
-def check_cold_tier(ctx: _Ctx, url: str, store_id: str | None, state: dict[int, set[int]]) -> None:
+def check_cold_tier(
+    ctx: _Ctx, url: str, store_id: str | None, state: dict[int, set[int]], check: CheckBytes
+) -> None:
     """TIER-14 over the stores under ``url`` (only ``store_id`` when given, whose state names
     the segments ``state`` holds cold)."""
     shown = redact(url)
@@ -58,11 +50,16 @@ def check_cold_tier(ctx: _Ctx, url: str, store_id: str | None, state: dict[int, 
         ids = [store_id]
     for sid in ids:
         mine = [key for key in keys if key.startswith(f"{sid}/")]
-        _check_store(ctx, store, sid, mine, state if sid == store_id else {})
+        _check_store(ctx, store, sid, mine, state if sid == store_id else {}, check)
 
 
 def _check_store(
-    ctx: _Ctx, store: SegmentStore, sid: str, keys: list[str], state: dict[int, set[int]]
+    ctx: _Ctx,
+    store: SegmentStore,
+    sid: str,
+    keys: list[str],
+    state: dict[int, set[int]],
+    check: CheckBytes,
 ) -> None:
     shown = redact(store.url)
     present = set(keys)
@@ -91,7 +88,7 @@ def _check_store(
     for (tid, first), who in sorted(namers.items()):
         pair = (data_key(sid, tid, first), idx_key(sid, tid, first))
         named.update(pair)
-        _check_segment(ctx, store, present, tid, first, pair, who)
+        _check_segment(ctx, store, present, tid, first, pair, who, check)
     for key in keys:
         if key.startswith(f"{sid}/topics/") and key not in named:
             why = "orphan: no manifest version and not the store's state names it; the collection"
@@ -114,9 +111,8 @@ def _check_segment(
     first: int,
     pair: tuple[str, str],
     who: list[tuple[int | None, int | None]],
+    check: CheckBytes,
 ) -> None:
-    from .verify import check_segment_bytes
-
     shown = redact(store.url)
     missing = [key for key in pair if key not in present]
     for key in missing:
@@ -135,7 +131,7 @@ def _check_segment(
     ctx.report.files_checked += 2
     last: int | None = None
     with ctx.guard(data_path, "SEG-1"):
-        last = check_segment_bytes(ctx, data_path, idx_path, got[0], got[1], tid, first)
+        last = check(ctx, data_path, idx_path, got[0], got[1], tid, first)
     for v, hi in who:
         if v is not None and last is not None and hi != last:
             ctx.error(data_path, None, "TIER-9", f"manifest version {v} says seqs {first}..{hi}, "

@@ -599,8 +599,12 @@ class FileBackend(Engine):
 
     def abandon(self) -> None:
         """Stop every thread and drop every handle without writing anything: what a killed
-        process leaves behind (crash tests)."""
+        process leaves behind (crash tests). A maintenance step under way (a checkpoint
+        sealing a segment) is let finish first, so nothing is written after this returns: a
+        killed process writes nothing after its death either."""
         self._stop.set()
+        if self._maintenance is not None and self._maintenance is not threading.current_thread():
+            self._maintenance.join(timeout=60)
         for shard in self.shards:
             shard.abandon()
         self.shards = []

@@ -845,4 +845,22 @@ def _check_cold(ctx: _Ctx, cold: str | None) -> None:
     from .coldverify import check_cold_tier  # pyarrow.fs for a URL: only when asked
 
     store_id = ctx.store_id.hex() if ctx.store_id is not None else None
-    check_cold_tier(ctx, cold, store_id, flipped)
+    check_cold_tier(ctx, cold, store_id, flipped, check_segment_bytes)
+
+
+def verify_cold(target: str) -> Report:
+    """``tidelog verify cold+URL``: the cold tier alone (TIER-14; option ``store_id`` in the URI
+    picks one of several stores); never raises on bad content."""
+    from tidelog.fsio import OsFS
+    from tidelog.uri import parse_uri
+
+    from .coldbackend import inner_url
+    from .coldverify import check_cold_tier
+    from .segstore import redact
+
+    uri = parse_uri(target)
+    url = inner_url(uri)
+    ctx = _Ctx(OsFS(), redact(url))
+    store_id = uri.options.get("store_id")
+    check_cold_tier(ctx, url, store_id.lower() if store_id else None, {}, check_segment_bytes)
+    return ctx.report

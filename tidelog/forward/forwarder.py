@@ -126,7 +126,9 @@ class Forwarder:
         if offers(topic.store, InstancesBackend):
             from .instances import InstancesForwarder
 
-            return InstancesForwarder(conf, topic, subscriber=subscriber, start=start, **kwargs)
+            return InstancesForwarder(
+                cls, conf, topic, subscriber=subscriber, start=start, **kwargs
+            )
         source = TopicSource(topic, subscriber, start=start)
         try:
             return cls(conf, source=source, **kwargs)

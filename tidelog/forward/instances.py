@@ -13,7 +13,7 @@ instance ``i`` commits position ``f + 1`` of instance ``i`` alone.
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tidelog.api import Topic
 from tidelog.backends.instances.merged import Merged, MergedSubscriber, merged
@@ -23,8 +23,10 @@ from tidelog.records import Item
 
 from .conf import SenderConfig, parse_conf
 from .errors import SenderError
-from .forwarder import Forwarder
 from .source import TopicSource, suffixed_client_id
+
+if TYPE_CHECKING:
+    from .forwarder import Forwarder
 
 __all__ = ["InstancesForwarder", "instance_client_id"]
 
@@ -104,10 +106,13 @@ class _Name:
 class InstancesForwarder:
     """One forwarder per instance of the topic's store, held and closed together (FWD-33).
     ``acked_fsn`` and ``published_fsn`` add the instances' up (each FSN count less one), so
-    ``published_fsn - acked_fsn`` is what is not acknowledged yet in any instance."""
+    ``published_fsn - acked_fsn`` is what is not acknowledged yet in any instance. Made by
+    ``Forwarder.for_topic``, which hands in its class (this module does not import it: the
+    import would close a cycle)."""
 
     def __init__(
         self,
+        forwarder: type[Forwarder],
         conf: str | SenderConfig,
         topic: Topic,
         *,
@@ -131,7 +136,7 @@ class InstancesForwarder:
                 one = cast(Topic, InstanceTopic(view, sub, i, topic.name, topic.incarnation))
                 source = TopicSource(one, subscriber)
                 try:
-                    self.forwarders.append(Forwarder(conf_i, source=source, **kwargs))
+                    self.forwarders.append(forwarder(conf_i, source=source, **kwargs))
                 except BaseException:
                     source.close()
                     raise
