@@ -4,9 +4,9 @@ A ``ColdChunk`` is a ``SegChunk`` whose ``.data`` is not there until read: its i
 runs, size and dead map are in memory (so floors, caps, TTL and tag deletes need no cold I/O),
 and its ``.data`` bytes are fetched by one ranged read when a read needs them (``read_view``: a
 local directory's object mapped, an object store's bytes in pyarrow's buffer, no further copy),
-then checked exactly as a hot segment's (SEG-1, SEG-3 at load; SEG-12 on every read). Loaded bytes sit in a
-``ColdCache`` of bounded size; the store fetches them outside its lock before a read runs
-(tiers.py), so a read under the lock finds them there.
+then checked exactly as a hot segment's (SEG-1, SEG-3 at load; SEG-12 on every read). Loaded
+bytes sit in a ``ColdCache`` of bounded size; the store fetches them outside its lock before a
+read runs (tiers.py), so a read under the lock finds them there.
 """
 
 from __future__ import annotations
