@@ -167,8 +167,11 @@ def main() -> None:
 
         spark = spark_session(args.master, app="tidelog-spark-tiers-bench")
         stack.callback(spark.stop)
-        reader = spark.read.format("tidelog").option("topic", "bench")
-        scans = {k: reader.options(**o).load(paths[k]) for k, o in cases.items()}
+        # a new reader per case: DataFrameReader.options adds to the reader it is called on
+        scans = {
+            k: spark.read.format("tidelog").option("topic", "bench").options(**o).load(paths[k])
+            for k, o in cases.items()
+        }
         parquet = os.path.join(work, "parquet")
         t0 = time.perf_counter()
         scans["sealed"].write.parquet(parquet)
