@@ -237,11 +237,11 @@ def _null_source() -> Any:
 
     from tidelog.adapters.spark.source import log_ddl
 
-    class Part(InputPartition):  # type: ignore[misc]
+    class Part(InputPartition):
         def __init__(self, rows: int) -> None:
             self.rows = rows
 
-    class Reader(DataSourceReader):  # type: ignore[misc]
+    class Reader(DataSourceReader):
         def __init__(self, rows: int, tasks: int) -> None:
             self.rows, self.tasks = rows, tasks
 
@@ -249,7 +249,7 @@ def _null_source() -> Any:
             per, extra = divmod(self.rows, self.tasks)
             return [Part(per + (1 if i < extra else 0)) for i in range(self.tasks)]
 
-        def read(self, partition: Part) -> Iterator[Any]:
+        def read(self, partition: InputPartition) -> Iterator[Any]:
             import pyarrow as pa
 
             from tidelog.adapters.spark.columns import log_schema
@@ -266,12 +266,12 @@ def _null_source() -> Any:
                 ],
                 schema=log_schema(False),
             )
-            left = partition.rows
+            left = getattr(partition, "rows", 0)
             while left > 0:
                 yield batch if left >= n else batch.slice(0, left)
                 left -= n
 
-    class Source(DataSource):  # type: ignore[misc]
+    class Source(DataSource):
         @classmethod
         def name(cls) -> str:
             return "tidelog-null"
@@ -280,7 +280,8 @@ def _null_source() -> Any:
             return log_ddl(False)
 
         def reader(self, schema: Any) -> Reader:
-            return Reader(int(self.options["rows"]), int(self.options["tasks"]))
+            options: dict[str, str] = dict(self.options)
+            return Reader(int(options["rows"]), int(options["tasks"]))
 
     return Source
 

@@ -144,7 +144,7 @@ def _seq_bytes(view: ColdView, segments: list[dict[str, Any]], lo: int) -> float
     if first is None:  # no segment in range: nothing to read but tombstones
         return 1.0
     size = view.store.size(first["data"])
-    return max(size / (first["last_seq"] - first["first_seq"] + 1), 1.0)
+    return max(size / (int(first["last_seq"]) - int(first["first_seq"]) + 1), 1.0)
 
 
 # -- the executors (SPK-33) ---------------------------------------------------------------------
