@@ -14,6 +14,11 @@ Four stores of the same ``--rows`` records of ``--payload`` random bytes (one to
 * ``tail``: its owner kept open with checkpoints held off, so every record is still only in the
   WAL (the unsealed tail, which each read-only view replays into memory).
 
+Also scanned: ``cold+`` and ``cold+s3``, the same cold tiers read alone as ``cold+URL`` locations
+(SPK-31..SPK-33: no hot store), and ``null``, the ceiling of Spark's Python data source path
+here: a source that reads nothing and yields pre-built batches of the log schema, as many tasks
+and rows as the sealed read.
+
 The cold cases read with ``coldCacheSegments=--cold-cache`` (default 1): a Python worker keeps
 at most that many fetched segments, so every scan fetches its segments again (the cost of a
 first read of the history, not of a warm cache). Spark copies the sealed DataFrame to Parquet
@@ -37,6 +42,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import tidelog
+from tidelog.adapters.spark import coldsource, source
+from tidelog.adapters.spark.options import parse_options
 from tidelog.bench.spark_read import python_side, rates
 from tidelog.hooks import Checkpoint, EngineTopics, hooks
 
@@ -127,8 +134,15 @@ def main() -> None:
         if s3 is not None:
             cases["cold-s3"] = {"cold": s3, **cache}
         cases["tail"] = {}
+        paths["cold+"] = "cold+" + paths["colddir"]
+        cases["cold+"] = dict(cache)
+        if s3 is not None:
+            paths["cold+s3"] = "cold+" + s3
+            cases["cold+s3"] = dict(cache)
         print(f"{args.rows:,} records x {args.payload} B per store, in {work}", flush=True)
         for name, options in cases.items():
+            if name.startswith("cold+"):
+                continue  # the cold tiers of the cold cases
             t0 = time.perf_counter()
             if name == "sealed":
                 build(paths[name], args.rows, args.payload).close()
@@ -146,24 +160,33 @@ def main() -> None:
 
         print("\nadapter read without Spark (1 core, the Spark read's tasks), rows/s:")
         for name, options in cases.items():
-            python_side(paths[name], args.rows, options)  # warm-up: the view opens
-            py = [python_side(paths[name], args.rows, options) for _ in range(args.runs)]
+            side = cold_side if name.startswith("cold+") else python_side
+            side(paths[name], args.rows, options)  # warm-up: the view opens
+            py = [side(paths[name], args.rows, options) for _ in range(args.runs)]
             print(f"  {name:<8} {rates(args.rows, py)}", flush=True)
 
         spark = spark_session(args.master, app="tidelog-spark-tiers-bench")
         stack.callback(spark.stop)
-        reader = spark.read.format("tidelog").option("topic", "bench")
-        scans = {k: reader.options(**o).load(paths[k]) for k, o in cases.items()}
+        # a new reader per case: DataFrameReader.options adds to the reader it is called on
+        scans = {
+            k: spark.read.format("tidelog").option("topic", "bench").options(**o).load(paths[k])
+            for k, o in cases.items()
+        }
         parquet = os.path.join(work, "parquet")
         t0 = time.perf_counter()
         scans["sealed"].write.parquet(parquet)
         print(f"\nParquet copy written by Spark in {time.perf_counter() - t0:.1f} s")
+        spark.dataSource.register(_null_source())
+        sealed = parse_options({"path": paths["sealed"], "topic": "bench"})
+        tasks = len(source._partitions(sealed, 1, args.rows))  # the sealed read's
+        null = spark.read.format("tidelog-null").option("rows", str(args.rows))
         scans = {"parquet": spark.read.parquet(parquet), **scans}
-        times = scan(scans, args.runs)
+        scans["null"] = null.option("tasks", str(tasks)).load()
+        times, loads = scan(scans, args.runs)
         print(
             f"\nSpark scan of {args.rows:,} rows (6 columns, {args.payload} B payload), "
-            f"{args.master}, {args.runs} runs each, alternating, load average "
-            f"{os.getloadavg()[0]:.1f}:"
+            f"{args.master}, {args.runs} runs each, alternating; load average (1 min) after "
+            f"each round: {' '.join(f'{x:.1f}' for x in loads)}"
         )
         print(f"  {'source':<9} {'rows/s median [min–max]':>36}   x parquet   runs (s)")
         base = statistics.median(times["parquet"])
@@ -175,19 +198,92 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def scan(scans: dict[str, Any], runs: int) -> dict[str, list[float]]:
+def cold_side(location: str, rows: int, extra: dict[str, str]) -> float:
+    """``python_side`` of a ``cold+URL`` location: the tasks the driver plans (SPK-32), read one
+    after another in this process as executors read them (SPK-33)."""
+    opts = parse_options({"path": location, "topic": "bench", **extra})
+    t0 = time.perf_counter()
+    n = sum(
+        b.num_rows
+        for lo, hi, plan in coldsource.plan_partitions(opts)
+        for b in coldsource.read_cold(opts, lo, hi, plan)
+    )
+    assert n == rows, (n, rows)
+    return time.perf_counter() - t0
+
+
+def scan(scans: dict[str, Any], runs: int) -> tuple[dict[str, list[float]], list[float]]:
     """Seconds per ``noop`` scan of each DataFrame: two warm-ups each (workers open their
-    views), then ``runs`` rounds, one scan of each per round."""
+    views), then ``runs`` rounds, one scan of each per round; and the load average after each
+    round."""
     for df in scans.values():
         for _ in range(2):
             df.write.format("noop").mode("overwrite").save()
     times: dict[str, list[float]] = {k: [] for k in scans}
+    loads: list[float] = []
     for _ in range(runs):
         for name, df in scans.items():
             t0 = time.perf_counter()
             df.write.format("noop").mode("overwrite").save()
             times[name].append(time.perf_counter() - t0)
-    return times
+        loads.append(os.getloadavg()[0])
+    return times, loads
+
+
+def _null_source() -> Any:
+    """The ``tidelog-null`` source: options ``rows`` and ``tasks``; each task yields pre-built
+    batches of 65,536 rows of the log schema (100-byte payloads) and reads nothing."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from tidelog.adapters.spark.source import log_ddl
+
+    class Part(InputPartition):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class Reader(DataSourceReader):
+        def __init__(self, rows: int, tasks: int) -> None:
+            self.rows, self.tasks = rows, tasks
+
+        def partitions(self) -> list[Part]:
+            per, extra = divmod(self.rows, self.tasks)
+            return [Part(per + (1 if i < extra else 0)) for i in range(self.tasks)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            import pyarrow as pa
+
+            from tidelog.adapters.spark.columns import log_schema
+
+            n = 65_536
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.repeat(pa.scalar("bench", pa.string()), n),
+                    pa.array(range(n), pa.int64()),
+                    pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+                    pa.repeat(pa.scalar("b", pa.string()), n),
+                    pa.nulls(n, pa.string()),
+                    pa.array([os.urandom(100)] * n, pa.binary()),
+                ],
+                schema=log_schema(False),
+            )
+            left = getattr(partition, "rows", 0)
+            while left > 0:
+                yield batch if left >= n else batch.slice(0, left)
+                left -= n
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "tidelog-null"
+
+        def schema(self) -> str:
+            return log_ddl(False)
+
+        def reader(self, schema: Any) -> Reader:
+            options: dict[str, str] = dict(self.options)
+            return Reader(int(options["rows"]), int(options["tasks"]))
+
+    return Source
 
 
 if __name__ == "__main__":

@@ -114,9 +114,10 @@ def seq_bounds(opts: SourceOptions, view: ColdView) -> Bounds:
 
 
 def plan_partitions(opts: SourceOptions) -> list[tuple[int, int, ColdPlan]]:
-    """SPK-32: the pinned version's ranges ``(lo, hi, plan)``: one per cold segment (a
-    segment is the tier's file split), or ``partitionRecords`` seqs each when given; each
-    names the segments overlapping it."""
+    """SPK-32: the pinned version's ranges ``(lo, hi, plan)``, cut as SPK-3 cuts a store's
+    (evenly, by volume: a scan lasts as long as its longest task, and cold segments are as
+    long as the checkpoints that sealed them made them), or ``partitionRecords`` seqs each
+    when given; each names the segments overlapping it."""
     with _open(opts) as view:
         lo, hi = seq_bounds(opts, view)
         if lo > hi:
@@ -124,12 +125,9 @@ def plan_partitions(opts: SourceOptions) -> list[tuple[int, int, ColdPlan]]:
         segments = view.segments(opts.topic)
         if opts.partition_records:
             ranges = reading.split(lo, hi, opts.partition_records)
-        else:  # the first segment in range takes the seqs before it (removed: no rows)
-            starts = [
-                s["first_seq"] for s in segments if s["last_seq"] >= lo and s["first_seq"] <= hi
-            ]
-            cuts = sorted({lo, *starts[1:]})
-            ranges = [(a, b - 1) for a, b in zip(cuts, [*cuts[1:], hi + 1], strict=True)]
+        else:
+            volume = (hi - lo + 1) * _seq_bytes(view, segments, lo)
+            ranges = reading.split_even(lo, hi, reading.task_count(opts, volume))
         out = []
         for a, b in ranges:
             covering = tuple(
@@ -137,6 +135,16 @@ def plan_partitions(opts: SourceOptions) -> list[tuple[int, int, ColdPlan]]:
             )
             out.append((a, b, ColdPlan(view.store_id, view.version, covering)))
         return out
+
+
+def _seq_bytes(view: ColdView, segments: list[dict[str, Any]], lo: int) -> float:
+    """SPK-32's bytes per seq: the first segment in range's ``.data`` object size over its
+    seqs (one size request, not one per segment of a long history)."""
+    first = next((s for s in segments if s["last_seq"] >= lo), None)
+    if first is None:  # no segment in range: nothing to read but tombstones
+        return 1.0
+    size = view.store.size(first["data"])
+    return max(size / (int(first["last_seq"]) - int(first["first_seq"]) + 1), 1.0)
 
 
 # -- the executors (SPK-33) ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ view is a cache, not state: every task reads only what its partition names.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -44,6 +45,8 @@ __all__ = [
     "seq_bounds",
     "infer_slot_columns",
     "split",
+    "split_even",
+    "task_count",
 ]
 
 _views: dict[str, tuple[Store, dict[str, Any]]] = {}
@@ -145,6 +148,20 @@ def await_plan(opts: SourceOptions, planned: Planned, hi: int) -> None:
 def split(lo: int, hi: int, size: int) -> list[tuple[int, int]]:
     """Inclusive seq ranges of at most ``size`` seqs covering ``lo..hi`` (SPK-3)."""
     return [(s, min(s + size - 1, hi)) for s in range(lo, hi + 1, size)]
+
+
+#: Spark's spark.sql.files.openCostInBytes default: no task is cut smaller than this many bytes
+#: of payload for the sake of parallelism (SPK-3).
+MIN_SPLIT_BYTES = 4 << 20
+
+
+def task_count(opts: SourceOptions, volume: float) -> int:
+    """SPK-3: how many tasks a range of ``volume`` bytes of payload is cut into: as many as
+    ``partitionBytes`` make, and at least ``minPartitions`` (default this host's CPU count)
+    while each keeps ``MIN_SPLIT_BYTES``."""
+    by_size = -(-volume // opts.partition_bytes)  # ceil
+    cores = opts.min_partitions or os.cpu_count() or 1
+    return int(max(1, by_size, min(cores, volume // MIN_SPLIT_BYTES)))
 
 
 def split_even(lo: int, hi: int, n: int) -> list[tuple[int, int]]:

@@ -114,11 +114,6 @@ def _read(opts: SourceOptions, target: pa.Schema, part: InputPartition) -> Itera
     return reading.read_slot(opts, part.lo, part.hi, target, planned)
 
 
-#: Spark's spark.sql.files.openCostInBytes default: no task is cut smaller than this many bytes
-#: of payload for the sake of parallelism (SPK-3).
-MIN_SPLIT_BYTES = 4 << 20
-
-
 def _partitions(opts: SourceOptions, lo: int, hi: int) -> list[SeqRange]:
     if lo > hi:
         return []
@@ -143,10 +138,7 @@ def _task_count(opts: SourceOptions, seqs: int) -> int:
     100 B at 128 MiB made one task of 1.34M records and one of 0.66M)."""
     state = reading.topic(opts).state()
     mean = state.bytes / state.count if state.count else 1.0
-    volume = seqs * max(mean, 1.0)
-    by_size = -(-volume // opts.partition_bytes)  # ceil
-    cores = opts.min_partitions or os.cpu_count() or 1
-    return int(max(1, by_size, min(cores, volume // MIN_SPLIT_BYTES)))
+    return reading.task_count(opts, seqs * max(mean, 1.0))
 
 
 class TidelogDataSource(DataSource):

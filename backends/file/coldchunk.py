@@ -1,11 +1,12 @@
 """A sealed segment in the cold tier as a chunk of the topic log (spec/TIERING.md TIER-8).
 
-A ``ColdChunk`` is a ``SegChunk`` whose ``.data`` is not mapped: its index, label runs, size
-and dead map are in memory (so floors, caps, TTL and tag deletes need no cold I/O), and its
-``.data`` bytes are fetched by one ``read_range`` when a read needs them, then checked exactly as
-a hot segment's (SEG-1, SEG-3 at load; SEG-12 on every read). Loaded bytes sit in a
-``ColdCache`` of bounded size; the store fetches them outside its lock before a read runs
-(tiers.py), so a read under the lock finds them there.
+A ``ColdChunk`` is a ``SegChunk`` whose ``.data`` is not there until read: its index, label
+runs, size and dead map are in memory (so floors, caps, TTL and tag deletes need no cold I/O),
+and its ``.data`` bytes are fetched by one ranged read when a read needs them (``read_view``: a
+local directory's object mapped, an object store's bytes in pyarrow's buffer, no further copy),
+then checked exactly as a hot segment's (SEG-1, SEG-3 at load; SEG-12 on every read). Loaded
+bytes sit in a ``ColdCache`` of bounded size; the store fetches them outside its lock before a
+read runs (tiers.py), so a read under the lock finds them there.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class ColdCache:
         self.loaded: OrderedDict[int, ColdChunk] = OrderedDict()  # id(chunk) -> chunk
         self.fetches = 0  # objects fetched (tests, describe)
 
-    def install(self, chunk: ColdChunk, data: bytes) -> None:
+    def install(self, chunk: ColdChunk, data: bytes | memoryview) -> None:
         if chunk.loaded:
             self.loaded.move_to_end(id(chunk))
             return
@@ -94,14 +95,15 @@ class ColdChunk(SegChunk):
     def loaded(self) -> bool:
         return self.data is not None
 
-    def fetch(self) -> bytes:
+    def fetch(self) -> memoryview:
         """The ``.data`` object's bytes, by one ranged read of its whole size (TIER-2: never
-        short). Called without any store lock (tiers.py), or by a view of its own."""
-        data = self.store.read_range(self.key, 0, self.index.data_size)
+        short; TIER-8: mapped from a local directory unless ``mmap=false``). Called without any
+        store lock (tiers.py), or by a view of its own."""
+        data = self.store.read_view(self.key, 0, self.index.data_size)
         self.cache.fetches += 1
         return data
 
-    def load(self, data: bytes) -> None:
+    def load(self, data: bytes | memoryview) -> None:
         """The fetched bytes become this chunk's ``.data``, checked at once as a hot segment's
         are at open (SEG-1, SEG-3, SEG-17)."""
         self.data = memoryview(data)

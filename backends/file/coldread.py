@@ -162,11 +162,17 @@ class ColdView:
 
 
 def open_cold(
-    url: str, *, manifest: int | None = None, store_id: str | None = None, cache: int = 4
+    url: str,
+    *,
+    manifest: int | None = None,
+    store_id: str | None = None,
+    cache: int = 4,
+    mmap: bool = True,
 ) -> ColdView:
     """TIER-11: the newest manifest (or version ``manifest``, pinned) of the store at ``url``
-    (``store_id`` when several stores share it)."""
-    store = open_segment_store(url, OsFS(mmap=False))
+    (``store_id`` when several stores share it). A local directory's ``.data`` objects are
+    mapped when read unless ``mmap`` is false (FLT-9: then read into memory)."""
+    store = open_segment_store(url, OsFS(mmap=mmap))
     if store_id is None:
         ids = sorted({key.split("/", 1)[0] for key in store.list("") if "/manifest/" in key})
         if len(ids) != 1:

@@ -43,6 +43,10 @@ class SegmentStore(Protocol):
     def read_range(self, key: str, offset: int, length: int) -> bytes:
         """Exactly ``length`` bytes from ``offset``, or ``io_error``."""
 
+    def read_view(self, key: str, offset: int, length: int) -> memoryview:
+        """``read_range`` as a read-only buffer, without a copy where the tier allows one
+        (TIER-2: a local directory maps the object when its FS maps files, FLT-9)."""
+
     def delete(self, key: str) -> None:
         """Idempotent: a missing object is not an error."""
 
@@ -106,6 +110,21 @@ class LocalSegmentStore:
         if len(got) != length:
             raise _short(self, key, offset, length, len(got))
         return got
+
+    def read_view(self, key: str, offset: int, length: int) -> memoryview:
+        """The object mapped (a copy under ``mmap=false``, FLT-9): its objects are immutable
+        once put, and a map outlives its handle and the object's unlinking (fsio.Handle.map)."""
+        if not length:
+            return memoryview(b"")
+        with _failing(self, "reading", key):
+            h = self.fs.open_read(self._path(key))
+            try:
+                whole = h.map()
+            finally:
+                h.close()  # the map stays while the view is held
+        if len(whole) < offset + length:
+            raise _short(self, key, offset, length, max(0, len(whole) - offset))
+        return whole[offset : offset + length]
 
     def delete(self, key: str) -> None:
         path = self._path(key)
@@ -173,6 +192,14 @@ class ArrowSegmentStore:
         if len(got) != length:
             raise _short(self, key, offset, length, len(got))
         return got
+
+    def read_view(self, key: str, offset: int, length: int) -> memoryview:
+        """pyarrow's buffer itself (no copy into ``bytes``)."""
+        with _failing(self, "reading", key), self.afs.open_input_file(self._path(key)) as f:
+            got = memoryview(f.read_at(length, offset)) if length else memoryview(b"")
+        if len(got) != length:
+            raise _short(self, key, offset, length, len(got))
+        return got.toreadonly()
 
     def delete(self, key: str) -> None:
         import pyarrow.fs as pafs

@@ -59,9 +59,10 @@ def test_SPK_31_options_of_a_cold_tier_alone(tmp_path: Path, monkeypatch: Any) -
 
 
 def test_SPK_32_SPK_33_plan_and_read_without_a_hot_store(tmp_path: Path) -> None:
-    """SPK-32: one partition per cold segment (or per partitionRecords seqs), each naming the
-    pinned version and the segments over its range; SPK-33: the partitions, read with the hot
-    store deleted, give exactly the cold records of open_cold's read, tombstones as SPK-4."""
+    """SPK-32: the range cut evenly by volume as SPK-3 says (or per partitionRecords seqs),
+    each partition naming the pinned version and the segments over its range; SPK-33: the
+    partitions, read with the hot store deleted, give exactly the cold records of open_cold's
+    read, tombstones as SPK-4."""
     root, cold = tmp_path / "s", str(tmp_path / "cold")
     cold_store(root, cold).close()
     shutil.rmtree(root)  # nothing but the cold tier from here on
@@ -71,9 +72,15 @@ def test_SPK_32_SPK_33_plan_and_read_without_a_hot_store(tmp_path: Path) -> None
                 if isinstance(r, Record)]  # fmt: skip
     assert [w[0] for w in want] == list(range(14, 41))
     o = opts(cold)
+    parts = coldsource.plan_partitions(o)  # a few KiB: one task (SPK-3's 4 MiB floor)
+    assert [(lo, hi, p.segments) for lo, hi, p in parts] == [(6, 40, (11, 21, 31))]
+    assert rows(o, parts) == want
+    # by volume: the first segment's .data bytes per seq (segment 11 holds seqs 11..20)
+    per_seq = next(Path(cold).rglob("seg-00000000000000000011.data")).stat().st_size / 10
+    o = opts(cold, partitionBytes=str(int(per_seq * 35 / 3) + 1))  # 35 seqs: 3 tasks
     parts = coldsource.plan_partitions(o)
     assert [(lo, hi, p.segments) for lo, hi, p in parts] == [
-        (6, 20, (11,)), (21, 30, (21,)), (31, 40, (31,)),
+        (6, 17, (11,)), (18, 29, (11, 21)), (30, 40, (21, 31)),
     ]  # fmt: skip
     assert {(p.version, len(p.store_id)) for _, _, p in parts} == {(version, 32)}
     assert rows(o, parts) == want
@@ -98,7 +105,7 @@ def test_SPK_33_a_collected_version_or_a_vanished_object_fails_the_task(tmp_path
     key: never fewer rows."""
     root, cold = tmp_path / "s", str(tmp_path / "cold")
     cold_store(root, cold).close()
-    o = opts(cold)
+    o = opts(cold, partitionRecords="15")
     parts = coldsource.plan_partitions(o)
     pinned = parts[0][2].version
     assert rows(o, parts[:1])  # this process now holds a view of the version
@@ -109,6 +116,7 @@ def test_SPK_33_a_collected_version_or_a_vanished_object_fails_the_task(tmp_path
         rows(o, parts[1:2])
     with coldread.open_cold(cold) as view:
         assert [s["first_seq"] for s in view.segments("ev")] == [31]
+    o = opts(cold)
     fresh = coldsource.plan_partitions(o)
     assert [(lo, hi, p.segments) for lo, hi, p in fresh] == [(6, 40, (31,))]  # deletes: silent
     data = next(Path(cold).rglob("seg-00000000000000000031.data"))

@@ -114,6 +114,9 @@ def test_TIER_2_put_read_range_delete_list_exists_size(tmp_path: Path, kind: int
     store.put("a/y.idx", memoryview(b"zz"))
     assert store.read_range("a/x/2.data", 3, 4) == b"3456"
     assert store.read_range("a/x/2.data", 0, 0) == b""
+    assert bytes(store.read_view("a/x/2.data", 3, 4)) == b"3456"
+    assert store.read_view("a/x/2.data", 0, 10).readonly
+    assert bytes(store.read_view("a/x/2.data", 0, 0)) == b""
     assert store.list("a/") == ["a/x/1.data", "a/x/2.data", "a/y.idx"]
     assert store.list("a/x/") == ["a/x/1.data", "a/x/2.data"]
     assert store.list("nothing/") == []
@@ -138,6 +141,12 @@ def test_TIER_2_a_short_or_failed_read_is_io_error_naming_url_and_key(
     with pytest.raises(StorageError, match="k/missing") as exc:
         store.read_range("k/missing", 0, 1)
     assert segstore.redact(store.url) in str(exc.value)
+    for offset, length in ((2, 10), (6, 1)):
+        with pytest.raises(StorageError, match=r"k/obj.*TIER-2") as exc:
+            store.read_view("k/obj", offset, length)
+        assert exc.value.code == "io_error"
+    with pytest.raises(StorageError, match="k/missing") as exc:
+        store.read_view("k/missing", 0, 1)
 
 
 def test_TIER_2_secrets_in_a_cold_url_never_reach_a_message() -> None:
@@ -356,11 +365,18 @@ class _Stall:
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def read_range(self, key: str, offset: int, length: int) -> bytes:
+    def _wait(self, key: str) -> None:
         if key.endswith(".data"):
             self.entered.set()
             assert self.release.wait(30)
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        self._wait(key)
         return self.inner.read_range(key, offset, length)
+
+    def read_view(self, key: str, offset: int, length: int) -> memoryview:
+        self._wait(key)
+        return self.inner.read_view(key, offset, length)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
