@@ -235,7 +235,7 @@ def _null_source() -> Any:
     batches of 65,536 rows of the log schema (100-byte payloads) and reads nothing."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from tidelog.adapters.spark.source import log_ddl
+    from tidelog.adapters.spark.columns import log_ddl
 
     class Part(InputPartition):
         def __init__(self, rows: int) -> None:
