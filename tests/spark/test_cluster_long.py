@@ -95,3 +95,25 @@ def test_SPK_7_driver_killed_during_a_batch_write(spark_cluster: Any, tmp_path: 
         assert sorted(r.payload for r in got if isinstance(r, Record)) == sorted(
             b"r%d" % i for i in range(ROWS)
         )
+
+
+def test_SPK_30_the_demo_on_a_standalone_cluster_with_a_cold_tier(
+    spark_cluster: Any, tmp_path: Path
+) -> None:
+    """SPK-2, SPK-9..SPK-12, SPK-30: `tidelog demo --master spark://... --cold DIR`, the user's
+    command, on the standalone cluster (executors in the workers' JVMs and Python workers):
+    every row in the Parquet output exactly once, the store trimmed, the cold tier reported."""
+    import subprocess
+    import sys
+
+    args = ["--records", "300", "--rows", "20", "--producers", "2", "--max-per-trigger", "100"]
+    result = subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", "demo", "--master", spark_cluster.master_url,
+         *args, "--cold", "cold"],
+        cwd=tmp_path, env=dict(spark_cluster.env(), PYTHONSAFEPATH="1"),
+        capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "OK: 300 bundles (6,000 rows) produced" in result.stdout, result.stdout
+    assert str(tmp_path / "cold") in result.stdout
+    spark_cluster.wait_workers(2)
