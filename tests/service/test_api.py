@@ -70,6 +70,7 @@ def test_SVC_5_curl_form_type_is_read_as_json_other_types_415(served: Served) ->
 
 
 def test_SVC_6_raw_append_with_percent_encoded_tag_and_node(served: Served) -> None:
+    """SVC-6: Raw append with percent encoded tag and node."""
     served.topic("a")
     path = "/v0/topics/a/records?tag=caf%C3%A9&node=n%201"
     assert served.client.post(path, raw=b"\x00\xff raw") == (200, {"seq": 1})
@@ -93,6 +94,7 @@ def test_SVC_7_records_and_tombstones_in_the_api_order(served: Served) -> None:
 
 
 def test_SVC_8_repeated_or_malformed_query_parameters(served: Served) -> None:
+    """SVC-8: Repeated or malformed query parameters."""
     served.topic("a")
     for query in ("after=1&after=2", "after=x", "limit=1.5", "after=%FF"):
         status, body = served.client.get(f"/v0/topics/a/records?{query}")
@@ -100,6 +102,7 @@ def test_SVC_8_repeated_or_malformed_query_parameters(served: Served) -> None:
 
 
 def test_SVC_9_SVC_10_error_bodies_carry_code_message_and_status(served: Served) -> None:
+    """SVC-10: Error bodies carry code message and status."""
     c = served.client
     cases = [
         (c.get("/v0/topics/nope"), 404, "no_such_topic"),
@@ -117,12 +120,14 @@ def test_SVC_9_SVC_10_error_bodies_carry_code_message_and_status(served: Served)
 
 
 def test_SVC_10_method_not_allowed_names_the_allowed_ones(served: Served) -> None:
+    """SVC-10: Method not allowed names the allowed ones."""
     status, body, resp = served.client.request("DELETE", "/v0/topics/a/state")
     assert status == 405 and body["error"]["code"] == "method_not_allowed"
     assert "GET" in resp.headers["Allow"]
 
 
 def test_SVC_10_backpressure_is_429_with_retry_after(served: Served) -> None:
+    """SVC-10: Backpressure is 429 with retry after."""
     served.topic("a", cap_records=1, retention="backpressure")
     served.client.put("/v0/topics/a/subscribers/s", {"start": "earliest"})
     assert served.client.post("/v0/topics/a/records", raw=b"1")[0] == 200
@@ -132,6 +137,7 @@ def test_SVC_10_backpressure_is_429_with_retry_after(served: Served) -> None:
 
 
 def test_SVC_11_a_refused_batch_changed_nothing(served: Served) -> None:
+    """SVC-11: A refused batch changed nothing."""
     served.topic("a")
     status, _body = served.client.post(
         "/v0/topics/a/batch", {"payloads": [b64(b"ok"), "not base64!"]}
@@ -141,6 +147,7 @@ def test_SVC_11_a_refused_batch_changed_nothing(served: Served) -> None:
 
 
 def test_SVC_12_malformed_json_is_400_and_the_connection_stays_usable(served: Served) -> None:
+    """SVC-12: Malformed json is 400 and the connection stays usable."""
     served.topic("a")
     c = served.client
     for raw in (b"{not json", b"[1,2]", b'{"payload": 5}', b"\xff\xfe"):
@@ -152,6 +159,7 @@ def test_SVC_12_malformed_json_is_400_and_the_connection_stays_usable(served: Se
 
 
 def test_SVC_12_broken_http_framing_closes_only_that_connection(served: Served) -> None:
+    """SVC-12: Broken http framing closes only that connection."""
     host, port = served.thread.host, served.thread.port
     with socket.create_connection((host, port), timeout=5) as sock:
         sock.sendall(b"GARBAGE / HTTP/9\r\nContent-Length: x\r\n\r\n")
@@ -235,6 +243,7 @@ def test_SVC_15_batches_are_atomic_and_bounded(served: Served) -> None:
 
 
 def test_SVC_16_a_read_waits_and_is_woken_by_an_append(served: Served) -> None:
+    """SVC-16: A read waits and is woken by an append."""
     import threading
 
     served.topic("a")
@@ -251,6 +260,7 @@ def test_SVC_16_a_read_waits_and_is_woken_by_an_append(served: Served) -> None:
 
 
 def test_SVC_16_an_empty_read_after_its_wait(served: Served) -> None:
+    """SVC-16: An empty read after its wait."""
     served.topic("a")
     started = time.monotonic()
     assert served.client.get("/v0/topics/a/records?after=0&wait_ms=200") == (
@@ -261,6 +271,7 @@ def test_SVC_16_an_empty_read_after_its_wait(served: Served) -> None:
 
 
 def test_SVC_17_delete_needs_a_selector(served: Served) -> None:
+    """SVC-17: Delete needs a selector."""
     served.topic("a")
     status, body = served.client.delete("/v0/topics/a/records")
     assert status == 400 and body["error"]["code"] == "bad_argument"
@@ -270,6 +281,7 @@ def test_SVC_17_delete_needs_a_selector(served: Served) -> None:
 
 
 def test_SVC_18_get_never_creates_a_subscriber_and_poll_waits(served: Served) -> None:
+    """SVC-18: Get never creates a subscriber and poll waits."""
     served.topic("a")
     c = served.client
     assert c.get("/v0/topics/a/subscribers/s")[0] == 404
@@ -281,6 +293,7 @@ def test_SVC_18_get_never_creates_a_subscriber_and_poll_waits(served: Served) ->
 
 
 def test_SVC_19_queue_leases_follow_the_store_clock(served: Served) -> None:
+    """SVC-19: Queue leases follow the store clock."""
     served.topic("q", lease_ms=1000)
     c = served.client
     c.post("/v0/topics/q/records", raw=b"job")
@@ -301,6 +314,7 @@ def test_SVC_19_queue_leases_follow_the_store_clock(served: Served) -> None:
 
 
 def test_SVC_20_router_refusals_map_to_409(served: Served) -> None:
+    """SVC-20: Router refusals map to 409."""
     for name in ("s1", "s2", "d"):
         served.topic(name)
     c = served.client
@@ -314,6 +328,7 @@ def test_SVC_20_router_refusals_map_to_409(served: Served) -> None:
 
 
 def test_SVC_21_changes_returns_once_the_counter_moves(served: Served) -> None:
+    """SVC-21: Changes returns once the counter moves."""
     import threading
 
     served.topic("a")
@@ -333,6 +348,7 @@ def test_SVC_21_changes_returns_once_the_counter_moves(served: Served) -> None:
 
 
 def test_SVC_22_topics_are_listed_sorted(served: Served) -> None:
+    """SVC-22: Topics are listed sorted."""
     for name in ("b", "a", "c"):
         served.topic(name)
     assert served.client.get("/v0/topics") == (200, {"topics": ["a", "b", "c"]})
@@ -383,6 +399,7 @@ def test_SVC_25_a_repeated_request_id_gets_the_same_answer(served: Served) -> No
 
 
 def test_SVC_26_a_client_gone_mid_request_does_not_cancel_the_op(served: Served) -> None:
+    """SVC-26: A client gone mid request does not cancel the op."""
     served.topic("a", durability="fsync")
     host, port = served.thread.host, served.thread.port
     body = b"kept"

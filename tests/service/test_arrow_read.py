@@ -129,6 +129,7 @@ def test_SVC_61_ranges_are_after_to_until_clipped_at_the_head(
 def test_SVC_62_the_store_is_named_by_its_store_id(
     served: tuple[tidelog.Store, ServiceThread],
 ) -> None:
+    """SVC-62: The store is named by its store id."""
     store, thread = served
     own = hooks(store, FileBackend).store_id.hex()
     assert get(thread.url, "/v0").json()["store_id"] == own

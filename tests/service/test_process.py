@@ -93,7 +93,8 @@ def test_SVC_54_SVC_57_sigterm_drains_ends_streams_and_flushes_the_store(
 
 
 def test_SVC_56_CLI_12_every_serve_option_is_in_the_spec() -> None:
-    """Each option of `tidelog serve` is a row of CLI-12's table, with the default it has."""
+    """SVC-56: Each option of `tidelog serve` is a row of CLI-12's table, with the default it
+    has."""
     import re
 
     import click
@@ -114,7 +115,7 @@ def test_SVC_56_CLI_12_every_serve_option_is_in_the_spec() -> None:
 def test_SVC_2_the_receiver_beside_the_api_on_one_listener(
     procs: list[subprocess.Popen[str]], tmp_path: Path
 ) -> None:
-    """With --topic, the receiver's WebSocket paths and the HTTP API share one port; the
+    """SVC-2: With --topic, the receiver's WebSocket paths and the HTTP API share one port; the
     upgrade needs `write` on the topic when there are tokens (401 without one)."""
     import json as jsonlib
 

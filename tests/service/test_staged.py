@@ -52,9 +52,9 @@ def payloads(store: tidelog.Store, name: str = "t") -> list[bytes]:
 
 
 def test_SVC_65_SVC_66_only_the_named_attempts_are_appended_once(served: Served) -> None:
-    """Two attempts of part 0 (the first failed after one chunk), one of part 1, a chunk sent
-    twice: the commit appends the named attempts' chunks in order, atomically, once; a commit
-    asked again answers the same and appends nothing; a late chunk is refused."""
+    """SVC-66: Two attempts of part 0 (the first failed after one chunk), one of part 1, a
+    chunk sent twice: the commit appends the named attempts' chunks in order, atomically, once; a
+    commit asked again answers the same and appends nothing; a late chunk is refused."""
     served.topic("t")
     c = served.client
     assert put(c, 0, 0, 0, chunk([b"lost0", b"lost1"]))[0] == 200  # attempt 0 failed later
@@ -85,7 +85,7 @@ def test_SVC_65_SVC_66_only_the_named_attempts_are_appended_once(served: Served)
 def test_SVC_66_a_commit_lost_after_the_append_is_refused_by_the_producer_mark(
     tmp_path: Path,
 ) -> None:
-    """A crash between the append and the recorded outcome: the chunks are still staged, the
+    """SVC-66: A crash between the append and the recorded outcome: the chunks are still staged, the
     repeated commit reads them again and TOP-11's producer mark refuses the duplicate."""
     store = tidelog.open("memory://")
     t = store.topic("t")
@@ -110,6 +110,7 @@ def test_SVC_66_a_commit_lost_after_the_append_is_refused_by_the_producer_mark(
 
 
 def test_SVC_66_a_missing_chunk_or_topic_appends_nothing(served: Served) -> None:
+    """SVC-66: A missing chunk or topic appends nothing."""
     served.topic("t")
     c = served.client
     assert put(c, 0, 0, 0, chunk([b"a"]))[0] == 200

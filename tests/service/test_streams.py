@@ -119,6 +119,7 @@ def test_SVC_27_an_eviction_is_a_tombstone_event(served: Served) -> None:
 def test_SVC_28_resuming_with_last_event_id_skips_nothing_and_repeats_nothing(
     served: Served,
 ) -> None:
+    """SVC-28: Resuming with last event id skips nothing and repeats nothing."""
     served.topic("a")
     for i in range(5):
         _append(served, "a", b"%d" % i)
@@ -132,6 +133,7 @@ def test_SVC_28_resuming_with_last_event_id_skips_nothing_and_repeats_nothing(
 
 
 def test_SVC_28_without_a_cursor_a_stream_starts_from_now(served: Served) -> None:
+    """SVC-28: Without a cursor a stream starts from now."""
     served.topic("a")
     _append(served, "a", b"old")
     stream = Stream(served, "/v0/topics/a/events")
@@ -144,7 +146,7 @@ def test_SVC_28_without_a_cursor_a_stream_starts_from_now(served: Served) -> Non
 
 
 def test_SVC_29_push_is_woken_by_the_append_not_an_interval(served: Served) -> None:
-    """With a 200 ms heartbeat, a push arriving well before it shows the wake-up came from
+    """SVC-29: With a 200 ms heartbeat, a push arriving well before it shows the wake-up came from
     the append (the median over several appends, so one slow scheduling does not decide)."""
     served.topic("a")
     stream = Stream(served, "/v0/topics/a/events")
@@ -163,6 +165,7 @@ def test_SVC_29_push_is_woken_by_the_append_not_an_interval(served: Served) -> N
 
 
 def test_SVC_30_an_idle_stream_gets_heartbeats(served: Served) -> None:
+    """SVC-30: An idle stream gets heartbeats."""
     served.topic("a")
     stream = Stream(served, "/v0/topics/a/events")
     try:
@@ -173,6 +176,7 @@ def test_SVC_30_an_idle_stream_gets_heartbeats(served: Served) -> None:
 
 
 def test_SVC_31_a_backlog_goes_out_in_batches_with_one_id_per_item(served: Served) -> None:
+    """SVC-31: A backlog goes out in batches with one id per item."""
     served.topic("a")
     payloads = [f"p{i}".encode() for i in range(1500)]
     import base64
@@ -189,8 +193,8 @@ def test_SVC_31_a_backlog_goes_out_in_batches_with_one_id_per_item(served: Serve
 
 
 def test_SVC_32_a_stalled_client_is_cut_off_without_slowing_writers(served: Served) -> None:
-    """A client that reads nothing: writers go on, and the service ends the stream and closes
-    its connection once the socket took nothing for --sse-stall-ms; the client then finds the
+    """SVC-32: A client that reads nothing: writers go on, and the service ends the stream and
+    closes its connection once the socket took nothing for --sse-stall-ms; the client then finds the
     connection closed before it got everything (it resumes with Last-Event-ID)."""
     service = served.thread.service
     assert service is not None
@@ -227,6 +231,7 @@ def test_SVC_32_a_stalled_client_is_cut_off_without_slowing_writers(served: Serv
 def test_SVC_33_a_subscriber_stream_starts_after_its_hwm_and_moves_nothing(
     served: Served,
 ) -> None:
+    """SVC-33: A subscriber stream starts after its hwm and moves nothing."""
     served.topic("a")
     c = served.client
     c.put("/v0/topics/a/subscribers/s", {"start": "earliest"})
@@ -247,6 +252,7 @@ def test_SVC_33_a_subscriber_stream_starts_after_its_hwm_and_moves_nothing(
 def test_SVC_34_a_stream_ends_with_an_error_event_when_its_topic_is_dropped(
     served: Served,
 ) -> None:
+    """SVC-34: A stream ends with an error event when its topic is dropped."""
     served.topic("a")
     stream = Stream(served, "/v0/topics/a/events")
     try:

@@ -89,9 +89,9 @@ def _write(df: Any, url: str, topic: str, token: str = WRITER, **options: str) -
 def test_SPK_44_SVC_65_SVC_66_batch_write_through_the_owner_exactly_once(
     spark: Any, served: Served
 ) -> None:
-    """Four tasks stage many chunks each (64 KiB requests); the commit appends every row once
-    with consecutive seqs, creating the topic with its topic.* config; nothing stays staged;
-    a second job appends after it; Spark reads it all back over the network."""
+    """SVC-66: Four tasks stage many chunks each (64 KiB requests); the commit appends every
+    row once with consecutive seqs, creating the topic with its topic.* config; nothing stays
+    staged; a second job appends after it; Spark reads it all back over the network."""
     rows = [(b"p%05d-" % i + b"z" * (i % 200), f"t{i % 3}") for i in range(6000)]
     df = spark.createDataFrame(rows, "payload binary, tag string").repartition(4)
     _write(df, served.url, "bw", **{"topic.durability": "disk"})
