@@ -49,6 +49,9 @@ __all__ = [
 
 INSTANCE_COLUMN = "instance"
 
+#: SPK-3's cut of a read's seqs ``lo..hi`` into its tasks' ranges (source._cut)
+Cut = Callable[[SourceOptions, int, int], list[tuple[int, int]]]
+
 
 def schema(opts: SourceOptions) -> pa.Schema:
     """SPK-3's log schema (with SPK-4's gap column in rows mode), then ``instance int``."""
@@ -128,7 +131,7 @@ def _ranges(
     i: int,
     lo: int,
     hi: int,
-    cut: Callable[[SourceOptions, int, int], list[tuple[int, int]]],
+    cut: Cut,
 ) -> list[InstanceRange]:
     """Seqs ``lo..hi`` of instance ``i``'s copy as tasks, planned from its view (SPK-14)."""
     if lo > hi:
@@ -151,9 +154,7 @@ def _state(opts: SourceOptions, i: int) -> tuple[int, int, int] | None:
     return state.evict_floor, state.earliest_seq, state.head_seq
 
 
-def partitions(
-    opts: SourceOptions, cut: Callable[[SourceOptions, int, int], list[tuple[int, int]]]
-) -> list[InstanceRange]:
+def partitions(opts: SourceOptions, cut: Cut) -> list[InstanceRange]:
     """Every instance's copy cut as SPK-3 cuts a topic (``cut``: SPK-3's cut of
     that copy); an instance without a store or without the topic yet has nothing to read."""
     out: list[InstanceRange] = []
@@ -193,7 +194,7 @@ class InstancesReader(DataSourceReader):
         self,
         opts: SourceOptions,
         user: StructType,
-        cut: Callable[[SourceOptions, int, int], list[tuple[int, int]]],
+        cut: Cut,
     ) -> None:
         _check_schema(opts, user)
         self.opts = opts
@@ -218,7 +219,7 @@ class InstancesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self,
         opts: SourceOptions,
         user: StructType,
-        cut: Callable[[SourceOptions, int, int], list[tuple[int, int]]],
+        cut: Cut,
     ) -> None:
         _check_schema(opts, user)
         if opts.starting_offsets not in ("resume", "earliest", "latest"):
