@@ -136,3 +136,25 @@ def test_forwarding_case_without_the_client_is_unavailable(
     assert all("x_best_peer" not in r for r in data["rows"])
     assert "- fwd_questdb@100: not installed: questdb" in table
     assert "no client row to compare with" in table
+
+
+def test_sealed_ceiling_writes_each_record_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """raw_joined_sealed (the device ceiling of a WAL + segments log) really writes the
+    segment copy: with a checkpoint every 256 KiB, the second thread's synced segment bytes per
+    record are the payload plus what a segment holds per record (less what
+    follows the last whole checkpoint), and its files are gone after."""
+    from tidelog.bench import limits
+    from tidelog.bench.measure import Ctx
+
+    monkeypatch.setattr(limits, "_CHECKPOINT_BYTES", 256 << 10)
+    out = limits.raw_joined_sealed(Ctx(base=str(tmp_path), seconds=0.3, size=100, quick=True))
+    assert out["records"] >= 3000
+    per_rec = out["sealed_bytes_per_rec"]
+    # the WAL after the last whole checkpoint is unsealed; the sealer's counter of WAL bytes
+    # is rough (it may miss a batch per checkpoint): 10 % slack
+    whole = 1 - (256 << 10) / (out["records"] * 100)
+    assert per_rec >= 0.9 * (100 + limits._SEALED_PER_RECORD) * whole
+    assert per_rec <= 100 + limits._SEALED_PER_RECORD
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
