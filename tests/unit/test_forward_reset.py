@@ -6,13 +6,15 @@ the topic is dropped stops with a terminal error and sends nothing of the new in
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_forward_instances import _forward_cmd, received, src_uri
 from test_forward_instances import conf as inst_conf
-from test_forward_instances import received, src_uri
 from test_forward_unit import WAIT, _closed_port, conf, store_uri
 
 import tidelog
@@ -258,3 +260,38 @@ def test_FWD_35_instances_store_dropped_topic_stops_every_instance(
         b.close()
     rx.stop()
     assert received(tmp_path / "rx") == BOTH_INCARNATIONS
+
+
+def test_FWD_35_cli_forward_ends_when_its_topic_is_dropped(tmp_path: Path, rx: Receiver) -> None:
+    """FWD-35, FWD-2, CLI-2: `tidelog forward --from URI?instances=2&readonly=true --topic t`
+    (no --until-drained: it runs until stopped) ends once the topic is dropped: its counters
+    with the error, then one `tidelog: error: no_such_topic: ...` line naming FWD-35, exit
+    status 2. (Before FWD-35 it kept running.)"""
+    root = tmp_path / "src"
+    a, b = tidelog.open(src_uri(root)), tidelog.open(src_uri(root))
+    try:
+        a.topic("t", durability="fsync").append_many([b"a0", b"a1", b"a2"])
+        b.topic("t").append(b"b0")
+        proc = subprocess.Popen(
+            _forward_cmd(rx.port, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            deadline = time.monotonic() + WAIT
+            while rx.stats["stored"] < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert rx.stats["stored"] == 4  # both instances' forwarders are connected
+            a.drop_topic("t")
+            out, err = proc.communicate(timeout=WAIT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+    finally:
+        a.close()
+        b.close()
+    assert proc.returncode == 2, err
+    last = err.strip().splitlines()[-1]  # after the default handler's log lines (FWD-10)
+    assert last.startswith("tidelog: error: no_such_topic:") and "FWD-35" in last, err
+    assert out.strip(), err
+    counters = json.loads(out.strip().splitlines()[-1])
+    assert "FWD-35" in counters["last_terminal_error"] and counters["acked_fsn"] == 3
