@@ -302,7 +302,8 @@ def forward_cmd(
         if store is not None:
             store.close()
     # A halt surfaces above as SenderFailed (from append/flush, or close()'s safety net): the
-    # CLI turns it into one "tidelog: error: sender_error: ..." line and exit status 2.
+    # CLI turns it into one "tidelog: error: sender_error: ..." line (no_such_topic: a dropped
+    # topic, FWD-35) and exit status 2.
     if until_drained and not drained:
         published, acked = counters["published_fsn"], counters["acked_fsn"]
         where = (

@@ -72,6 +72,9 @@ class FileBackend(Engine):
         # a read-only view: stream -> (gen, offset) it replayed up to (XPR-1)
         self.view_at: dict[str, tuple[int, int]] = {}
         self.checkpoint_lock = threading.Lock()
+        # XPR-2: one thread applies requests at a time (the maintenance tick, an instances
+        # store's direct call): two that listed the same request would both apply it
+        self._requests_lock = threading.Lock()
         self.closing = False
         self.clean_open = False
         self.replayed_batches = 0
@@ -480,7 +483,7 @@ class FileBackend(Engine):
         """Apply every pending request, oldest first; each outcome is durable before its
         ``.done`` file is written. Returns how many were applied."""
         done = 0
-        with self.writing(f"applying requests to {self.root}"):
+        with self._requests_lock, self.writing(f"applying requests to {self.root}"):
             for rid, body in requests.pending(self.fs, self.root):
                 result = self._apply_request(body)
                 self._check_open()  # a request that failed the store: no .done is written

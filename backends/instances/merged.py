@@ -63,14 +63,19 @@ class Merged:
     def read_instance(self, instance: int, after: int, limit: int) -> list[Item]:
         """Instance ``instance``'s own stream of the merged read (INST-7): the items of
         ``read(after=after)`` on its copy of the topic, without refreshing the views (see
-        ``head_seq``); empty where the instance does not hold the topic (yet)."""
+        ``head_seq``); empty where the instance does not hold the topic (yet). Like a merged
+        read it checks afterwards that the topic is still ``live`` at the handle's incarnation
+        (INST-6, else ``no_such_topic``): a copy of a later incarnation is never read as this
+        one (FORWARD.md FWD-35)."""
         backend = self._live()
         self._check_instance(instance)
         _check_int(after, "after", 0)
         _check_int(limit, "limit", 1)
         positions: list[int | None] = [None] * backend.n
         positions[instance] = after
-        return backend._streams(self._topic.name, positions, limit)[instance]
+        items = backend._streams(self._topic.name, positions, limit)[instance]
+        backend.check_live(self._topic._ref)
+        return items
 
     def head_seq(self, instance: int, *, refresh: bool = True) -> int:
         """The seq of the last record instance ``instance`` holds of the topic (0: none, or no
@@ -80,7 +85,9 @@ class Merged:
         if refresh:
             backend.refresh()
         found = backend._ref(instance, self._topic.name)
-        return 0 if found is None else found[0].state(found[1]).head_seq
+        head = 0 if found is None else found[0].state(found[1]).head_seq
+        backend.check_live(self._topic._ref)  # INST-6: not the head of a later incarnation
+        return head
 
     def _check_instance(self, instance: int) -> None:
         if isinstance(instance, bool) or not isinstance(instance, int):

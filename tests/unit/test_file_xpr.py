@@ -3,6 +3,7 @@ follow the writer, and requests another process hands to the writer."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -253,3 +254,53 @@ def test_XPR_1_view_reads_a_record_longer_than_its_read_window(tmp_path: Path) -
         view.refresh()
         assert [r.payload for r in vt.read(after=2)] == [b"after"]  # type: ignore[union-attr]
         view.close()
+
+
+def test_XPR_2_two_threads_of_the_owner_never_apply_one_request_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """XPR-2: the maintenance tick and a direct ``apply_requests`` (an instances store's
+    drop does one, INST-21) run in two threads of the owner; both listing the same pending
+    request made both apply it and write its `.done` through one `.tmp` name, and the loser's
+    rename failed with ENOENT and poisoned the store. Here both threads are held after
+    listing until the other lists too (or 0.5 s): one applies, the other finds nothing."""
+    import threading
+
+    from tidelog.backends.file.store import FileBackend
+
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}?background=false") as s:
+        s.topic("ev").append_many([b"1", b"2", b"3"])
+        fs, owner = tidelog.fsio.OsFS(), hooks(s, FileBackend)
+        rid = requests.submit(
+            fs, str(root), {"op": "commit", "topic": "ev", "subscriber": "x", "seq": 2,
+                            "start": "earliest"},
+        )  # fmt: skip
+        listed = threading.Barrier(2, timeout=0.5)
+        real = requests.pending
+
+        def pending(fs_: object, root_: str) -> list[tuple[str, dict[str, object] | None]]:
+            out = real(fs_, root_)  # type: ignore[arg-type]
+            with contextlib.suppress(threading.BrokenBarrierError):
+                listed.wait()
+            return out
+
+        monkeypatch.setattr(requests, "pending", pending)
+        applied: list[int] = []
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                applied.append(owner.apply_requests())
+            except BaseException as exc:
+                failed.append(exc)
+
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert failed == [] and sorted(applied) == [0, 1], (failed, applied)
+        assert owner.failure() is None
+        assert s.topic("ev").subscriber("x").hwm == 2
+    assert requests.outcome(fs, str(root), rid) == {"ok": True, "acked": 2, "hwm": 2}

@@ -14,7 +14,7 @@ from tidelog.backends.instances import merged
 from tidelog.backends.instances import shared as sharedpart
 from tidelog.cli import main
 from tidelog.fsio import OsFS
-from tidelog.report import ERROR, WARNING
+from tidelog.report import ERROR, INFO, WARNING
 from tidelog.verify import detect, verify_path
 
 
@@ -122,3 +122,66 @@ def test_INST_20_a_half_made_instance_is_a_warning(tmp_path: Path) -> None:
     # instance 0 and 1 still hold copies of t, now dropped: errors (a drop finished them)
     assert all(p.rule == "INST-6" for p in report.errors)
     assert len(report.errors) == 2
+
+
+def _rewrite(root: Path, name: str, **fields: object) -> None:
+    """Rewrite topic ``name``'s shared file with ``fields`` changed (canonical JSON)."""
+    path = root / "config" / f"{name}.json"
+    body = {**json.loads(path.read_text()), **fields}
+    path.write_text(json.dumps(body, separators=(",", ":"), sort_keys=True))
+
+
+def _findings(root: Path) -> list[tuple[str, str, str]]:
+    """(severity, file name, message) of every INST-23 finding of ``verify``."""
+    report = verify_path(str(root))
+    return sorted((p.severity, Path(p.path).name, p.message) for p in report.problems
+                  if p.rule == "INST-23")  # fmt: skip
+
+
+def test_INST_23_copies_a_crash_cannot_leave_are_errors(tmp_path: Path) -> None:
+    """INST-23, INST-6: a copies list naming an instance not below N, one not empty while
+    the topic is dropped, and one missing an instance that holds a copy (live, and
+    dropping) are errors on the topic's shared file naming `copies`."""
+    root = tmp_path / "s"
+    _store(root)
+    assert json.loads((root / "config" / "t.json").read_text())["copies"] == [0, 1]
+    assert _findings(root) == []
+    _rewrite(root, "t", copies=[0, 1, 5])
+    _rewrite(root, "u", copies=[])  # instance 2 holds u
+    got = _findings(root)
+    assert [(s, f) for s, f, _ in got] == [(ERROR, "t.json"), (ERROR, "u.json")], got
+    assert "field copies names instance 5, not one of the 3" in got[0][2]
+    assert "instance 2 holds a copy but field copies does not list it" in got[1][2]
+    _rewrite(root, "t", copies=[0], state="dropping")  # instance 1 holds a copy too
+    _rewrite(root, "u", copies=[2], state="dropped")
+    got = _findings(root)
+    assert [(s, f) for s, f, _ in got] == [(ERROR, "t.json"), (ERROR, "u.json")], got
+    assert "instance 1 holds a copy but field copies does not list it" in got[0][2]
+    assert "field copies lists [2] while field state is dropped" in got[1][2]
+
+
+def test_INST_23_what_a_crash_leaves_is_info_or_warning(tmp_path: Path) -> None:
+    """INST-23, INST-6, INST-22: an instance listed in copies without a copy (a crash between
+    the listing and the copy) is info; a subscriber file left `unregistering` is a warning
+    naming the instances that still register it, info once none does; no error, verify
+    exits 0; a subscribe of the name finishes the unregister and the finding goes."""
+    root = tmp_path / "s"
+    _store(root)
+    _rewrite(root, "u", copies=[1, 2])  # instance 1 has no copy of u
+    fs = OsFS()
+    sharedpart.mark_unregistering(fs, str(root), "t", "s", "earliest")
+    got = _findings(root)
+    assert [(s, f) for s, f, _ in got] == [(INFO, "u.json"), (WARNING, "s.json")], got
+    assert "field copies lists instance 1, which holds no copy" in got[0][2]
+    assert "instances 0, 1 still register it" in got[1][2] and "next subscribe" in got[1][2]
+    result = CliRunner().invoke(main, ["verify", str(root)])
+    assert result.exit_code == 0, result.stdout
+    uri = f"file://{root}?instances=3"
+    with tidelog.open(uri) as a:
+        sub = merged(a.topic("t")).subscribe("s")  # finishes the unregister, then anew
+        sub.unregister()  # whole this time
+    assert _findings(root) == [(INFO, "u.json", got[0][2])]
+    sharedpart.mark_unregistering(fs, str(root), "t", "s", "earliest")  # after (2), not (3)
+    got = _findings(root)
+    assert [(s, f) for s, f, _ in got] == [(INFO, "s.json"), (INFO, "u.json")], got
+    assert "no instance registers it" in got[0][2]

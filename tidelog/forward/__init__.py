@@ -7,7 +7,7 @@ WebSocket, and the receiver itself (spec/FORWARD.md SF, FWD).
 from __future__ import annotations
 
 from .conf import SenderConfig, parse_conf
-from .errors import ErrorInbox, SenderError, SenderFailed, default_error_handler
+from .errors import ErrorInbox, SenderError, SenderFailed, TopicDropped, default_error_handler
 from .forwarder import Forwarder
 from .instances import InstancesForwarder
 from .receiver import Receiver
@@ -21,6 +21,7 @@ __all__ = [
     "parse_conf",
     "SenderError",
     "SenderFailed",
+    "TopicDropped",
     "ErrorInbox",
     "default_error_handler",
     "Source",

@@ -16,9 +16,17 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tidelog.errors import TidelogError
+from tidelog.errors import NoSuchTopic, TidelogError
 
-__all__ = ["SenderError", "SenderFailed", "ErrorHandler", "ErrorInbox", "default_error_handler"]
+__all__ = [
+    "SenderError",
+    "SenderFailed",
+    "TopicDropped",
+    "sender_failed",
+    "ErrorHandler",
+    "ErrorInbox",
+    "default_error_handler",
+]
 
 log = logging.getLogger("tidelog.forward")
 
@@ -35,6 +43,8 @@ class SenderError:
     last_fsn: int
     message: str
     client_id: str = ""
+    #: the ERR-1 code the producer gets it under: ``no_such_topic`` for a dropped topic (FWD-35)
+    code: str = "sender_error"
 
     def __str__(self) -> str:
         status = f"0x{self.status:02x}" if self.status >= 0 else "-"
@@ -52,6 +62,17 @@ class SenderFailed(TidelogError):
     def __init__(self, error: SenderError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+class TopicDropped(SenderFailed, NoSuchTopic):
+    """FWD-35: the topic the forwarder drained was dropped; ``except NoSuchTopic`` catches it."""
+
+    code = "no_such_topic"
+
+
+def sender_failed(error: SenderError) -> SenderFailed:
+    """The exception a latched terminal error is raised as (FWD-9, FWD-35)."""
+    return TopicDropped(error) if error.code == TopicDropped.code else SenderFailed(error)
 
 
 ErrorHandler = Callable[[SenderError], None]

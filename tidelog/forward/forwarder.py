@@ -28,7 +28,7 @@ from tidelog.fsio import FS
 from tidelog.hooks import offers
 
 from .conf import SenderConfig, parse_conf
-from .errors import ErrorHandler, ErrorInbox, SenderError, SenderFailed
+from .errors import ErrorHandler, ErrorInbox, SenderError, sender_failed
 from .loop import IOLoop, Sleep, Tracer
 from .orphans import DrainerPool
 from .source import MemorySource, SlotSource, Source, TopicSource, topic_client_id
@@ -91,7 +91,7 @@ class Forwarder:
                     error = self._io.terminal
                     self._shutdown()
                     self._closed = True
-                    raise SenderFailed(error)
+                    raise sender_failed(error)
         except BaseException:
             if not self._closed and owned:
                 self._io_stop_quietly()
@@ -186,7 +186,7 @@ class Forwarder:
         error = self._io.terminal
         if error is not None:
             self._producer_saw_terminal = True
-            raise SenderFailed(error)
+            raise sender_failed(error)
 
     def wait_acked(self, fsn: int | None = None, timeout: float = 30.0) -> bool:
         """Block until ``acked_fsn >= fsn`` (default: everything published so far), a terminal
@@ -291,7 +291,7 @@ class Forwarder:
             return  # guard 1: a custom handler already owned a failure
         if self._producer_saw_terminal:
             return  # guard 2: append/flush already raised it
-        raise SenderFailed(error)
+        raise sender_failed(error)
 
     def __enter__(self) -> Forwarder:
         return self

@@ -224,7 +224,7 @@ class IOLoop:
         self.inbox.offer(error)
         self._trace("halt", category=error.category, status=error.status)
 
-    def _synthesized(self, category: str, message: str) -> SenderError:
+    def _synthesized(self, category: str, message: str, code: str = "sender_error") -> SenderError:
         return SenderError(
             category=category,
             policy="HALT",
@@ -234,6 +234,19 @@ class IOLoop:
             last_fsn=self.source.published_fsn(),
             message=message,
             client_id=self.conf.client_id,
+            code=code,
+        )
+
+    def _latch_dropped(self) -> None:
+        """FWD-35: the source's topic was dropped; a terminal error of code no_such_topic."""
+        self._latch(
+            self._synthesized(
+                "PROTOCOL_VIOLATION",
+                f"{self.source.dropped}; the forwarder stopped and sends nothing more under "
+                f"client id {self.conf.client_id!r}: a forwarder started on the topic created "
+                "again sends it under a client id of its own (FWD-35, FWD-34)",
+                code="no_such_topic",
+            )
         )
 
     # -- the reconnect loop (FWD-12) ---------------------------------------------------------
@@ -254,6 +267,9 @@ class IOLoop:
         seen_first = False
         role_reject_last = False
         while not self._stop_event.is_set():
+            if self._gone():  # FWD-35: nothing left to connect for
+                self._latch_dropped()
+                return
             idx = next(
                 (
                     i % len(hosts)
@@ -560,17 +576,21 @@ class IOLoop:
             await ws.send(message)
         mirror = self._mirror if isinstance(self._mirror, DictMirror) else None
         while True:
+            if self._gone():
+                return await self._dropped(st)
             fsn = st.next_fsn()
             if fsn > self.source.published_fsn():
                 self._wakeup.clear()
                 self._want_wakeup = True
-                if fsn > self.source.published_fsn():
+                if fsn > self.source.published_fsn() and not self._gone():
                     await self._wakeup.wait()
                 self._want_wakeup = False
                 continue
             try:
                 frames = await self._read(fsn)
             except (TidelogError, OSError) as exc:
+                if self._gone():
+                    return await self._dropped(st)
                 raise _SourceFailed(
                     f"reading {self.source.name} at FSN {fsn} failed: {exc!r}"
                 ) from exc
@@ -590,14 +610,33 @@ class IOLoop:
                 if mirror is not None:
                     mirror.accumulate(payload)  # the next connection re-registers it too
 
+    def _gone(self) -> bool:
+        """The source's topic was dropped (FWD-35); a call, so no check narrows it for good."""
+        return self.source.dropped is not None
+
+    async def _dropped(self, st: ConnState) -> Outcome:
+        """FWD-35: the topic was dropped. Nothing more is sent; what was sent gets up to
+        ``close_flush_timeout_millis`` to be acknowledged (it exists nowhere else now), then
+        the loop halts with a terminal error of code ``no_such_topic``."""
+        sent = st.next_fsn() - 1
+        timeout_ms = self.conf.close_flush_timeout_millis
+        if timeout_ms > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._acked_up_to(sent), timeout_ms / 1000.0)
+        self._latch_dropped()
+        return Outcome.HALT
+
+    async def _acked_up_to(self, fsn: int) -> None:
+        while self.acked < fsn:
+            self._ack_event.clear()
+            if self.acked < fsn:
+                await self._ack_event.wait()
+
     async def _skip_gap(self, st: ConnState, fsn: int, next_fsn: int) -> Outcome:
         """FSNs ``fsn .. next_fsn - 1`` will never exist (a topic hole). Once everything sent is
         acknowledged the trim point jumps over them and a fresh connection starts the next
         window at ``next_fsn`` (FWD-22): ``fsn = fsnAtZero + wireSeq`` stays exact."""
-        while self.acked < fsn - 1:
-            self._ack_event.clear()
-            if self.acked < fsn - 1:
-                await self._ack_event.wait()
+        await self._acked_up_to(fsn - 1)
         self._advance(next_fsn - 1)
         self._trace("gap", next_fsn=next_fsn, acked=self.acked)
         return Outcome.WINDOW

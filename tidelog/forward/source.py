@@ -26,7 +26,15 @@ from typing import Protocol
 from tidelog.api import Subscriber, Topic
 from tidelog.backends.sf import symdict
 from tidelog.backends.sf.slot import Slot
-from tidelog.errors import Backpressure, BadOption, Closed, TidelogError, TooLarge
+from tidelog.errors import (
+    Backpressure,
+    BadOption,
+    Closed,
+    NoSuchSubscriber,
+    NoSuchTopic,
+    TidelogError,
+    TooLarge,
+)
 from tidelog.records import Record, Tombstone
 
 __all__ = ["Gap", "Source", "SlotSource", "MemorySource", "TopicSource", "topic_client_id"]
@@ -67,6 +75,8 @@ class Source(Protocol):
     name: str
     #: True when ``read`` may block on locks or I/O for long: the loop then reads in a thread.
     blocking_reads: bool
+    #: why the source is gone for good (its topic dropped, FWD-35); None while it is not
+    dropped: str | None
 
     def published_fsn(self) -> int: ...
 
@@ -131,6 +141,7 @@ class SlotSource:
     """Drain an SF slot; appends go straight to the slot (the producer's path)."""
 
     blocking_reads = False  # one pread under the slot lock
+    dropped: str | None = None  # a slot is never dropped under its lock holder
 
     def __init__(self, slot: Slot, *, append_deadline_ms: int = 30_000) -> None:
         self.slot = slot
@@ -178,6 +189,7 @@ class MemorySource:
     as on disk), trimmed as soon as they are acknowledged."""
 
     blocking_reads = False
+    dropped: str | None = None
 
     def __init__(self, max_total_bytes: int, max_frame_bytes: int, append_deadline_ms: int):
         self.name = "memory"
@@ -285,6 +297,7 @@ class TopicSource:
         self.name = f"topic {topic.name!r} (subscriber {subscriber!r})"
         #: the topic's incarnation (TOP-10): its FSNs are a numbering of this one alone (FWD-34)
         self.incarnation: int = topic.incarnation
+        self.dropped: str | None = None
         self.sub: Subscriber = topic.subscribe(subscriber, start=start)
         self._acked = self.sub.hwm - 1
         self._published = topic.state().head_seq - 1
@@ -310,7 +323,21 @@ class TopicSource:
     def _refresh(self) -> None:
         self._published = max(self._published, self.topic.state().head_seq - 1)
 
+    def _gone(self) -> None:
+        """FWD-35: the topic was dropped; the loop stops on ``dropped``, listeners wake it."""
+        if self.dropped is None:
+            self.dropped = f"topic {self.topic.name!r} (incarnation {self.incarnation}) was dropped"
+        for callback in list(self._listeners):
+            callback()
+
     def read(self, fsn: int, max_frames: int) -> list[bytes] | Gap:
+        try:
+            return self._read(fsn, max_frames)
+        except NoSuchTopic:
+            self._gone()
+            raise
+
+    def _read(self, fsn: int, max_frames: int) -> list[bytes] | Gap:
         self._refresh()
         if fsn > self._published:
             return []
@@ -347,8 +374,10 @@ class TopicSource:
             if now - self._last_flush >= self._flush_interval:
                 self.sub.flush()
                 self._last_flush = now
-        except Closed:
-            pass  # the store closed under us; progress up to the last flush stands
+        except (Closed, NoSuchTopic, NoSuchSubscriber):
+            # the store closed under us (progress up to the last flush stands), or the topic
+            # was dropped and its subscriber with it (FWD-35: the loop reports that)
+            pass
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)
@@ -360,6 +389,9 @@ class TopicSource:
                 self.topic.read(after=self._published + 1, limit=1, wait_ms=200)
                 before = self._published
                 self._refresh()
+            except NoSuchTopic:
+                self._gone()  # FWD-35: nothing more to watch
+                return
             except TidelogError:
                 if self._stop.wait(0.05):
                     return
@@ -376,5 +408,5 @@ class TopicSource:
             if self._acked >= 0:
                 self.sub.commit(self._acked + 1)
             self.sub.flush()
-        except Closed:
-            pass
+        except (Closed, NoSuchTopic, NoSuchSubscriber):
+            pass  # closed, or dropped with its topic (FWD-35)
