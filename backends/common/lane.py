@@ -9,8 +9,8 @@ in it, and what can change is checked on every call (the store closed, the topic
 router out of it, a lease or delayed job). It returns None when it does not take the record; the
 caller then uses ``Backend.append``, which decides and raises as usual.
 
-The record is appended to the topic's tail as ``TopicLog.append`` does for one record (the tail
-lists are mutated in place, never rebound, so the lane may hold them).
+The record is appended to the topic's tail as ``TopicLog.append`` does for one unlabelled record
+(the tail lists are mutated in place, never rebound, so the lane may hold them).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ def make_lane(e: Engine, t: EngineTopic, one: OneHook | None) -> Lane:
     log = t.log
     leases, delayed = t.jobs.leases, t.jobs.delayed
     add_payload, add_ts = log.payloads.append, log.tss.append
-    add_tag, add_node = log.tags.append, log.nodes.append
     limit = e.options.max_record_bytes
     gate = log.gate_visibility  # set when the topic is created (fsync topics), never changed
 
@@ -53,24 +52,24 @@ def make_lane(e: Engine, t: EngineTopic, one: OneHook | None) -> Lane:
                 return None
             now = _time_ns() // 1_000_000 if e._wall else e.clock.now_ms()
             last = log.last_ts
-            ts = now if last is None or now > last else last  # TOP-5
+            later = last is None or now > last
+            ts: int = now if later else last  # type: ignore[assignment]  # TOP-5
             seq = log.head + 1
             ticket = None
             if one is not None:
                 ticket = one(seq, ts, payload)
                 if ticket is FALLBACK:
                     return None
+            # the tail's columns; no label (the open label run is unlabelled), no counter: the
+            # count, byte total and change counter follow from the tail and head (index.py,
+            # EngineTopic.version)
             add_payload(payload)
             add_ts(ts)
-            add_tag(None)
-            add_node(None)
             log.head = seq
             if not gate:
                 log.visible = seq
-            log.count += 1
-            log.nbytes += len(payload)
-            log.last_ts = ts
-            t.version += 1
+            if later:
+                log.last_ts = ts
             if e._waiters:
                 e._notify(t.name)
         finally:
