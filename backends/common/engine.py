@@ -38,7 +38,7 @@ from tidelog.records import Item, Lease, RouterConfig, RouterInfo, Tombstone, To
 from .index import SealedChunk, TopicLog
 from .jobs import JobQueue
 from .journal import Journal
-from .lane import Lane, make_lane
+from .lane import Fallback, Lane, make_lane
 from .progress import Progress, SubState
 from .routing import Routing
 
@@ -635,9 +635,18 @@ class Engine(Backend):
         """The lean single append for this topic (lane.py), or None where it never applies: a
         topic with caps or TTL, a read-only view, a store with ``max_bytes``, or a journal
         without a per-topic hook for it (``lean(t)``; e.g. a backend that reserves nothing)."""
+        return self.append_lane(ref)
+
+    def append_lane(self, ref: TopicRef, fallback: Fallback | None = None) -> Lane | None:
+        """``lane``, taking ``append(payload, *, tag=None, node=None)``: what it does not take
+        goes to ``fallback(payload, tag, node)`` and its result is returned (without one: None,
+        as ``lane``'s). The API makes a topic handle's ``append`` with this. None also for a
+        topic of bundles (BND-9 checks every payload)."""
         with self.lock:
             t = self.topics.get(ref.name)
             if t is None or t.tid != ref.incarnation or not t.lean or self.closed:
+                return None
+            if t.config.payload == "bundles":
                 return None
             one = None
             if self.journal is not None:
@@ -645,7 +654,9 @@ class Engine(Backend):
                 one = hook(t) if hook is not None else None
                 if one is None:
                     return None
-            return make_lane(self, t, one)
+            if fallback is None:
+                return make_lane(self, t, one)
+            return make_lane(self, t, one, fallback)
 
     def append_records(
         self,
