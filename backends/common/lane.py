@@ -70,16 +70,19 @@ def make_lane(
                 last = log.last_ts
                 later = last is None or now > last
                 ts: int = now if later else last  # type: ignore[assignment]  # TOP-5
+                seq = log.head + 1
                 ticket = None
                 if one is not None:
-                    ticket = one(log.head + 1, ts, payload)
-                if ticket is not FALLBACK:
+                    ticket = one(seq, ts, payload)
+                if ticket is FALLBACK:
+                    seq = None
+                else:
                     # the tail's columns; no label (the open label run is unlabelled), no
                     # counter: the count, byte total and change counter follow from the tail
                     # and head (index.py, EngineTopic.version)
                     add_payload(payload)
                     add_ts(ts)
-                    seq = log.head = log.head + 1
+                    log.head = seq
                     if not gate:
                         log.visible = seq
                     if later:
