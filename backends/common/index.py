@@ -173,26 +173,28 @@ class TopicLog:
                 nodes += [node] * (j1 - j0 + 1)
         return tags, nodes
 
-    def _tail_labels(
-        self, payloads: list[bytes | None]
-    ) -> tuple[list[str | None], list[str | None]]:
-        """The tags and nodes of the tail's first ``len(payloads)`` slots (``payloads``: theirs).
-        A dead slot carries no node, as when nodes were stored per slot and a removal cleared
-        its node: the label runs a checkpoint seals stay the same."""
-        tags, nodes = self._labels(0, len(payloads))
+    def tail_columns(
+        self, a: int, b: int
+    ) -> tuple[list[bytes | None], list[int], list[str | None], list[str | None]]:
+        """Tail slots ``a .. b - 1`` (clipped to the tail) as lists: payloads (None: dead),
+        tss, tags and nodes. A dead slot carries no node, as when nodes were stored per slot
+        and a removal cleared its node: the label runs a checkpoint seals stay the same."""
+        payloads = self.payloads[a:b]
+        tags, nodes = self._labels(a, len(payloads))
         if self._label_firsts and None in payloads and any(nodes):
             nodes = [None if p is None else nd for p, nd in zip(payloads, nodes)]
-        return tags, nodes
+        return payloads, self.tss[a:b], tags, nodes
 
     @property
     def tags(self) -> list[str | None]:
-        """The tail's tags, slot by slot (a list made on each read)."""
+        """The tail's tags, slot by slot (a list made on each read: ``tail_columns`` for a
+        range)."""
         return self._labels(0, len(self.payloads))[0]
 
     @property
     def nodes(self) -> list[str | None]:
         """The tail's nodes, slot by slot, None for a dead slot (a list made on each read)."""
-        return self._tail_labels(self.payloads)[1]
+        return self.tail_columns(0, len(self.payloads))[3]
 
     def _label_run(self, first: int, last: int, tag: str | None, node: str | None) -> None:
         """Seqs first..last (the newest, just appended) carry ``tag`` and ``node``."""
@@ -497,10 +499,7 @@ class TopicLog:
     ) -> tuple[int, list[bytes | None], list[int], list[str | None], list[str | None]]:
         """The tail's slots from ``base`` through ``through``: (first_seq, payloads, tss, tags,
         nodes), with None payloads for dead slots. Copies the lists (cheap: references)."""
-        n = max(min(through - self.base + 1, len(self.payloads)), 0)
-        payloads = self.payloads[:n]
-        tags, nodes = self._tail_labels(payloads)
-        return (self.base, payloads, self.tss[:n], tags, nodes)
+        return (self.base, *self.tail_columns(0, max(through - self.base + 1, 0)))
 
     def seal(self, chunk: SealedChunk) -> list[bytes | None]:
         """Replace the tail slots of seqs ``chunk.first_seq ..`` by ``chunk``. Slots that died

@@ -84,13 +84,15 @@ def _check(log: TopicLog, ref: Reference) -> None:
         assert tags == [ref.slots[q][1] for q in seqs]
         assert nodes == [ref.slots[q][2] for q in seqs]
         assert log.tags == tags and log.nodes == nodes
+        a, b = len(payloads) // 3, 2 * len(payloads) // 3 + 1  # a range, as the Spark tail reads
+        assert log.tail_columns(a, b) == (payloads[a:b], tss[a:b], tags[a:b], nodes[a:b])
 
 
 @settings(max_examples=300, deadline=None)
 @given(OPS)
 def test_tail_labels_and_totals_match_per_record_reference(ops: list[tuple]) -> None:
     """TOP-5, TOP-7, TOP-8: records, reads (with ``exclude_node``), the checkpoint's
-    ``tail_slice`` and the totals TOP-3's state reports, over appends with and without labels,
+    ``tail_slice``, ``tail_columns`` and the totals TOP-3's state reports, over appends with and without labels,
     removals and skipped seqs, equal a per-record reference."""
     log, ref = _replay(ops)
     _check(log, ref)
