@@ -92,8 +92,8 @@ def _check(log: TopicLog, ref: Reference) -> None:
 @given(OPS)
 def test_tail_labels_and_totals_match_per_record_reference(ops: list[tuple]) -> None:
     """TOP-5, TOP-7, TOP-8: records, reads (with ``exclude_node``), the checkpoint's
-    ``tail_slice``, ``tail_columns`` and the totals TOP-3's state reports, over appends with and without labels,
-    removals and skipped seqs, equal a per-record reference."""
+    ``tail_slice``, ``tail_columns`` and the totals TOP-3's state reports, over appends with
+    and without labels, removals and skipped seqs, equal a per-record reference."""
     log, ref = _replay(ops)
     _check(log, ref)
 
