@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from functools import cached_property
+from typing import Any, Protocol, TypeVar, cast
 
 from . import registry
 from .backend import Backend, Capabilities, TopicRef
@@ -44,9 +45,99 @@ def _producer(value: object) -> tuple[str, int]:
     return pid, seq
 
 
-def _no_lane(payload: bytes) -> None:
+class _Append(Protocol):
+    def __call__(
+        self, payload: bytes, *, tag: str | None = None, node: str | None = None
+    ) -> int: ...
+
+
+def _appender(store: Store, ref: TopicRef) -> _Append:
+    """A topic handle's ``append`` (``Topic.append``). Where the backend makes one
+    (``append_lane``: the engine's lane, backends/common/lane.py), it is the lane itself, which
+    hands what it does not take to the general path below: one Python frame per common append.
+    Else the general path after the backend's payload-only lane (``Backend.lane``), asked at
+    the first append. Holds the store and the ref, not the handle (no reference cycle)."""
+    bundles: list[bool] = []  # payload="bundles"? (config is immutable, TOP-9), once asked
+
+    def general(payload: object, tag: str | None = None, node: str | None = None) -> int:
+        data = _payload(payload)
+        check_label(tag, "tag")
+        check_label(node, "node")
+        if not bundles:
+            bundles.append(store._live().topic_config(ref).payload == "bundles")
+        if bundles[0]:
+            _check_bundle_payloads(ref.name, (data,))
+        return _append_to(store, ref, (data,), tag, node)[0]
+
+    make = getattr(store._backend, "append_lane", None)
+    if make is not None and not store._closed:
+        lane = make(ref, general)
+        if lane is not None:
+            return cast(_Append, lane)
+    found: list[Callable[[bytes], int | None]] = []
+
+    def append(payload: bytes, *, tag: str | None = None, node: str | None = None) -> int:
+        """Append one record and return its seq (spec TOP-1, TOP-6)."""
+        if tag is None and node is None and type(payload) is bytes and not store._closed:
+            if not found:  # a topic of bundles takes none (BND-9 checks every payload)
+                if not bundles:
+                    bundles.append(store._live().topic_config(ref).payload == "bundles")
+                lane = None if bundles[0] else store._backend.lane(ref)
+                found.append(_decline if lane is None else lane)
+            seq = found[0](payload)
+            if seq is not None:
+                return seq
+        return general(payload, tag, node)
+
+    return append
+
+
+def _decline(payload: bytes) -> None:
     """The lane of a topic whose backend has none for it: never takes a record."""
     return None
+
+
+def _check_bundle_payloads(name: str, payloads: Iterable[bytes]) -> None:
+    """BND-9: a topic declared with payload="bundles" takes only valid bundle payloads,
+    refused (bad_argument) before a seq is assigned."""
+    for i, payload in enumerate(payloads):
+        try:
+            decode_bundle(payload)
+        except Corrupt as exc:
+            raise BadArgument(
+                f"topic {name!r} holds bundles (payload='bundles'): payload {i} is "
+                f"not one ({exc.message}); use append_bundle (BND-9)"
+            ) from None
+
+
+def _append_to(
+    store: Store,
+    ref: TopicRef,
+    data: list[bytes] | tuple[bytes, ...],
+    tag: str | None,
+    node: str | None,
+    producer: tuple[str, int] | None = None,
+) -> list[int]:
+    """The general append (``Backend.append``), waiting out backpressure if the topic says
+    so (SUB-6)."""
+    backend = store._live()
+    try:
+        return backend.append(ref, data, tag, node, producer)
+    except Backpressure as first:
+        wait_ms = backend.topic_config(ref).backpressure_wait_ms
+        if wait_ms <= 0:
+            raise
+
+        def attempt() -> tuple[bool, list[int] | Backpressure]:
+            try:
+                return True, store._live().append(ref, data, tag, node, producer)
+            except Backpressure as exc:
+                return False, exc
+
+        out = _wait_until(backend, ref, wait_ms, attempt)
+        if isinstance(out, Backpressure):  # SUB-6: waited backpressure_wait_ms, still full
+            raise Backpressure(f"{out.message} (after waiting {wait_ms} ms)") from first
+        return out
 
 
 def _payload(value: object) -> bytes:
@@ -230,20 +321,13 @@ class Store:
 class Topic:
     """A handle on one topic incarnation."""
 
-    __slots__ = ("_store", "_ref", "_bundles", "_lane")
+    # __dict__: ``append``, made at its first use
+    __slots__ = ("_store", "_ref", "_bundles", "__dict__")
 
     def __init__(self, store: Store, ref: TopicRef) -> None:
         self._store = store
         self._ref = ref
         self._bundles: bool | None = None  # payload="bundles"? (config is immutable, TOP-9)
-        # the backend's lean single append for this topic (Backend.lane), asked at first use
-        self._lane: Callable[[bytes], int | None] | None = None
-
-    def _find_lane(self) -> Callable[[bytes], int | None]:
-        """The backend's lane for this topic; a topic of bundles takes none (BND-9 checks
-        every payload), nor does a backend without one: then a lane that never takes."""
-        lane = None if self._is_bundles() else self._store._backend.lane(self._ref)
-        return _no_lane if lane is None else lane
 
     def _is_bundles(self) -> bool:
         if self._bundles is None:
@@ -253,16 +337,8 @@ class Topic:
     def _check_bundles(self, payloads: Iterable[bytes]) -> None:
         """BND-9: a topic declared with payload="bundles" takes only valid bundle payloads,
         refused (bad_argument) before a seq is assigned."""
-        if not self._is_bundles():
-            return
-        for i, payload in enumerate(payloads):
-            try:
-                decode_bundle(payload)
-            except Corrupt as exc:
-                raise BadArgument(
-                    f"topic {self.name!r} holds bundles (payload='bundles'): payload {i} is "
-                    f"not one ({exc.message}); use append_bundle (BND-9)"
-                ) from None
+        if self._is_bundles():
+            _check_bundle_payloads(self.name, payloads)
 
     @property
     def name(self) -> str:
@@ -288,21 +364,12 @@ class Topic:
         return self._store._live().topic_config(self._ref)
 
     # -- log -------------------------------------------------------------------------------
-    def append(self, payload: bytes, *, tag: str | None = None, node: str | None = None) -> int:
-        """Append one record and return its seq (spec TOP-1, TOP-6)."""
-        if tag is None and node is None and type(payload) is bytes and not self._store._closed:
-            # the common case, checked: the backend's lean path, if it takes it
-            lane = self._lane
-            if lane is None:
-                lane = self._lane = self._find_lane()
-            seq = lane(payload)
-            if seq is not None:
-                return seq
-        data = _payload(payload)
-        check_label(tag, "tag")
-        check_label(node, "node")
-        self._check_bundles((data,))
-        return self._append((data,), tag, node)[0]
+    @cached_property
+    def append(self) -> _Append:
+        """``append(payload, *, tag=None, node=None) -> seq``: append one record and return its
+        seq (spec TOP-1, TOP-6). The handle's ``append`` is made at its first use (the
+        backend's lean path for the common case, where it has one: ``_appender``) and kept."""
+        return _appender(self._store, self._ref)
 
     def append_many(
         self,
@@ -394,24 +461,7 @@ class Topic:
         node: str | None,
         producer: tuple[str, int] | None = None,
     ) -> list[int]:
-        backend = self._store._live()
-        try:
-            return backend.append(self._ref, data, tag, node, producer)
-        except Backpressure as first:
-            wait_ms = backend.topic_config(self._ref).backpressure_wait_ms
-            if wait_ms <= 0:
-                raise
-
-            def attempt() -> tuple[bool, list[int] | Backpressure]:
-                try:
-                    return True, self._store._live().append(self._ref, data, tag, node, producer)
-                except Backpressure as exc:
-                    return False, exc
-
-            out = _wait_until(backend, self._ref, wait_ms, attempt)
-            if isinstance(out, Backpressure):  # SUB-6: waited backpressure_wait_ms, still full
-                raise Backpressure(f"{out.message} (after waiting {wait_ms} ms)") from first
-            return out
+        return _append_to(self._store, self._ref, data, tag, node, producer)
 
     def read(
         self,

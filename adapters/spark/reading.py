@@ -348,7 +348,7 @@ def _tail(opts: SourceOptions, lo: int, hi: int, store: Store | None = None) -> 
         if i1 < i0:
             return None, max(lo, end + 1)
         a, b = i0, i1 + 1
-        tail = (log.base + a, log.payloads[a:b], log.tss[a:b], log.tags[a:b], log.nodes[a:b])
+        tail = (log.base + a, *log.tail_columns(a, b))
     return tail, end + 1
 
 

@@ -38,7 +38,7 @@ from tidelog.records import Item, Lease, RouterConfig, RouterInfo, Tombstone, To
 from .index import SealedChunk, TopicLog
 from .jobs import JobQueue
 from .journal import Journal
-from .lane import Lane, make_lane
+from .lane import Fallback, Lane, make_lane
 from .progress import Progress, SubState
 from .routing import Routing
 
@@ -63,7 +63,7 @@ class EngineTopic:
     store-wide incarnation number) identifies it in logs and on disk."""
 
     __slots__ = (
-        "name", "config", "tid", "log", "progress", "jobs", "version", "producers", "lean",
+        "name", "config", "tid", "log", "progress", "jobs", "_version", "producers", "lean",
         "cursors", "outs", "dropped",
     )  # fmt: skip
 
@@ -74,7 +74,10 @@ class EngineTopic:
         self.log = TopicLog(name, config)
         self.progress = Progress()
         self.jobs = JobQueue()
-        self.version = 0  # moves on every change; readers waiting for data sleep on it (CON-3)
+        # version (a property): moves on every change; readers waiting for data sleep on it
+        # (CON-3). An append moves the head, so it is _version + head: appends change nothing
+        # else, other changes bump _version
+        self._version = 0
         self.producers: dict[str, int] = {}  # TOP-11: producer id -> last applied sequence
         # no cap and no TTL: a single append can neither evict, nor be refused for room, nor
         # expire anything, so a lane (lane.py) may take it (config is immutable, TOP-9)
@@ -84,6 +87,14 @@ class EngineTopic:
         self.cursors: dict[str, int] = {}  # RTR-10: the cursors of the routers into this topic
         self.outs = 0  # how many routers read this topic (their forwarding follows its ops)
         self.dropped = False  # dropped: a lane holding it refuses from then on
+
+    @property
+    def version(self) -> int:
+        return self._version + self.log.head
+
+    def bump(self) -> None:
+        """A change that does not move the head (one read-modify-write of ``_version``)."""
+        self._version += 1
 
 
 class Engine(Backend):
@@ -231,7 +242,7 @@ class Engine(Backend):
                 for t, seq in touched:
                     if t.log.visible < seq:
                         t.log.visible = seq
-                        t.version += 1
+                        t.bump()
             if self._waiters:
                 with self.lock:
                     for t, _ in touched:
@@ -284,7 +295,7 @@ class Engine(Backend):
             self._finish(ticket, touched, last=False)
 
     def _bump(self, t: EngineTopic) -> None:
-        t.version += 1
+        t.bump()
         if self._waiters:
             self._notify(t.name)
 
@@ -624,9 +635,18 @@ class Engine(Backend):
         """The lean single append for this topic (lane.py), or None where it never applies: a
         topic with caps or TTL, a read-only view, a store with ``max_bytes``, or a journal
         without a per-topic hook for it (``lean(t)``; e.g. a backend that reserves nothing)."""
+        return self.append_lane(ref)
+
+    def append_lane(self, ref: TopicRef, fallback: Fallback | None = None) -> Lane | None:
+        """``lane``, taking ``append(payload, *, tag=None, node=None)``: what it does not take
+        goes to ``fallback(payload, tag, node)`` and its result is returned (without one: None,
+        as ``lane``'s). The API makes a topic handle's ``append`` with this. None also for a
+        topic of bundles (BND-9 checks every payload)."""
         with self.lock:
             t = self.topics.get(ref.name)
             if t is None or t.tid != ref.incarnation or not t.lean or self.closed:
+                return None
+            if t.config.payload == "bundles":
                 return None
             one = None
             if self.journal is not None:
@@ -634,7 +654,9 @@ class Engine(Backend):
                 one = hook(t) if hook is not None else None
                 if one is None:
                     return None
-            return make_lane(self, t, one)
+            if fallback is None:
+                return make_lane(self, t, one)
+            return make_lane(self, t, one, fallback)
 
     def append_records(
         self,

@@ -1,8 +1,12 @@
 """The per-topic log index: a base+offset vector, tag index and lazy front reclaim.
 
 The newest records live in the *tail*: slot ``i`` holds seq ``base + i`` as a payload (None once
-the record is gone), a ts, a tag and a node, in parallel lists so reads are a tight loop with no
-per-record lookups. Older records may live in *sealed chunks* (read-only, e.g. mmap'd segment
+the record is gone) and a ts, in parallel lists so reads are a tight loop with no per-record
+lookups. Tags and nodes are stored as runs (most records have neither: an append without labels
+stores nothing for them) and materialised as lists only where read in bulk (``tail_slice``).
+The live count and byte total are derived, not counted per append: ``count`` from the tail's
+length, ``nbytes`` folded in from the payloads appended since it was last read.
+Older records may live in *sealed chunks* (read-only, e.g. mmap'd segment
 files of the file backend) that cover contiguous seq ranges below ``base``; a chunk answers the
 same per-slot questions through the small ``SealedChunk`` interface. The memory backend never
 seals, so its reads never leave the tail's fast path.
@@ -70,8 +74,13 @@ class TopicLog:
         self.visible = 0  # readers see seqs <= visible (fsync topics: what is durable)
         self.gate_visibility = False  # True: the engine publishes seqs once durable
         self.evict_floor = 1
-        self.count = 0
-        self.nbytes = 0
+        # count == _count + len(payloads): each tail slot appended is one more live record, so
+        # an append changes no counter; what kills or moves slots adjusts _count
+        self._count = 0
+        # nbytes == _nbytes + the sizes of payloads[_folded:] (appended since the last fold,
+        # all live: whatever kills a slot folds first)
+        self._nbytes = 0
+        self._folded = 0
         self.last_ts: int | None = None
         self.losses: list[tuple[int, int]] = []  # crash-loss ranges above the floor (TMB-2)
         self.chunks: list[SealedChunk] = []
@@ -81,14 +90,139 @@ class TopicLog:
         # the tail's columns are changed in place, never rebound: a lane (lane.py) holds them
         self.payloads: list[bytes | None] = []
         self.tss: list[int] = []
-        self.tags: list[str | None] = []
-        self.nodes: list[str | None] = []
+        # the tail's labels as runs: seq _label_firsts[k] onwards carries _label_tags[k] and
+        # _label_nodes[k], up to the next run; no run: none. The last run is always (None,
+        # None) (an unlabelled append adds nothing); runs start at or below ``base`` only for
+        # the first one kept
+        self._label_firsts: list[int] = []
+        self._label_tags: list[str | None] = []
+        self._label_nodes: list[str | None] = []
         # tag -> its seqs as ascending, disjoint inclusive ranges, flat: lo0, hi0, lo1, hi1, ...
         # (may cover dead seqs); a run of equally tagged appends is one range, so neither
         # appending nor rebuilding the index at open costs anything per record
         self.tag_ranges: dict[str, array[int]] = {}
         self.tag_keys: list[str] = []  # sorted distinct tags, for glob prefix ranges
         self.examined = 0  # slots/tag entries examined by deletes (DEL-5 instrumentation)
+
+    # -- derived totals ----------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        """Live records, tail and sealed chunks."""
+        return self._count + len(self.payloads)
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self._count = value - len(self.payloads)
+
+    @property
+    def nbytes(self) -> int:
+        """Payload bytes of the live records."""
+        self._fold()
+        return self._nbytes
+
+    @nbytes.setter
+    def nbytes(self, value: int) -> None:
+        self._fold()
+        self._nbytes = value
+
+    def _fold(self) -> None:
+        """Add the sizes of the payloads appended since the last fold to ``_nbytes``."""
+        p, k = self.payloads, self._folded
+        if k < len(p):
+            self._nbytes += sum(map(len, p[k:]))  # type: ignore[arg-type]  # none is None
+            self._folded = len(p)
+
+    # -- labels ------------------------------------------------------------------------------
+    def _label_at(self, seq: int) -> tuple[str | None, str | None]:
+        k = bisect_right(self._label_firsts, seq) - 1
+        if k < 0:
+            return None, None
+        return self._label_tags[k], self._label_nodes[k]
+
+    def _label_pieces(self, i0: int, i1: int) -> list[tuple[int, int, str | None, str | None]]:
+        """Tail slots i0..i1 (inclusive) as (j0, j1, tag, node) pieces of equal labels."""
+        firsts = self._label_firsts
+        if not firsts:
+            return [(i0, i1, None, None)]
+        base = self.base
+        k = max(bisect_right(firsts, base + i0) - 1, 0)
+        out: list[tuple[int, int, str | None, str | None]] = []
+        tags, nodes, n = self._label_tags, self._label_nodes, len(firsts)
+        j = i0
+        if firsts[k] > base + j:  # slots before the first run carry none
+            end = min(firsts[k] - base - 1, i1)
+            out.append((j, end, None, None))
+            j = end + 1
+        while j <= i1:
+            end = i1 if k + 1 >= n else min(firsts[k + 1] - base - 1, i1)
+            out.append((j, end, tags[k], nodes[k]))
+            j = end + 1
+            k += 1
+        return out
+
+    def _labels(self, i0: int, n: int) -> tuple[list[str | None], list[str | None]]:
+        """The tags and nodes of tail slots i0 .. i0 + n - 1, as lists."""
+        if not self._label_firsts:
+            none: list[str | None] = [None] * n
+            return none, none.copy()
+        tags: list[str | None] = []
+        nodes: list[str | None] = []
+        if n > 0:
+            for j0, j1, tag, node in self._label_pieces(i0, i0 + n - 1):
+                tags += [tag] * (j1 - j0 + 1)
+                nodes += [node] * (j1 - j0 + 1)
+        return tags, nodes
+
+    def tail_columns(
+        self, a: int, b: int
+    ) -> tuple[list[bytes | None], list[int], list[str | None], list[str | None]]:
+        """Tail slots ``a .. b - 1`` (clipped to the tail) as lists: payloads (None: dead),
+        tss, tags and nodes. A dead slot carries no node, as when nodes were stored per slot
+        and a removal cleared its node: the label runs a checkpoint seals stay the same."""
+        payloads = self.payloads[a:b]
+        tags, nodes = self._labels(a, len(payloads))
+        if self._label_firsts and None in payloads and any(nodes):
+            nodes = [None if p is None else nd for p, nd in zip(payloads, nodes)]
+        return payloads, self.tss[a:b], tags, nodes
+
+    @property
+    def tags(self) -> list[str | None]:
+        """The tail's tags, slot by slot (a list made on each read: ``tail_columns`` for a
+        range)."""
+        return self._labels(0, len(self.payloads))[0]
+
+    @property
+    def nodes(self) -> list[str | None]:
+        """The tail's nodes, slot by slot, None for a dead slot (a list made on each read)."""
+        return self.tail_columns(0, len(self.payloads))[3]
+
+    def _label_run(self, first: int, last: int, tag: str | None, node: str | None) -> None:
+        """Seqs first..last (the newest, just appended) carry ``tag`` and ``node``."""
+        if tag is None and node is None:
+            return  # the last run is (None, None) already
+        firsts, tags, nodes = self._label_firsts, self._label_tags, self._label_nodes
+        if firsts and firsts[-1] == first:  # the open unlabelled run holds nothing yet
+            del firsts[-1], tags[-1], nodes[-1]
+        if not (firsts and tags[-1] == tag and nodes[-1] == node):
+            firsts.append(first)
+            tags.append(tag)
+            nodes.append(node)
+        firsts.append(last + 1)
+        tags.append(None)
+        nodes.append(None)
+
+    def _cut_tail(self, cut: int) -> None:
+        """Drop the tail's first ``cut`` slots (folded and counted by the caller's ``_count``
+        adjustment) and the label runs that end before the new base."""
+        p = self.payloads
+        del p[:cut], self.tss[:cut]
+        self.base += cut
+        self._folded = len(p)
+        firsts = self._label_firsts
+        if firsts:
+            k = bisect_right(firsts, self.base) - 1
+            if k > 0:
+                del firsts[:k], self._label_tags[:k], self._label_nodes[:k]
 
     # -- locating slots ----------------------------------------------------------------------
     def _chunk(self, seq: int) -> tuple[SealedChunk, int] | None:
@@ -140,7 +274,7 @@ class TopicLog:
         if i >= 0:
             payload = self.payloads[i]
             assert payload is not None
-            return Record(seq, self.tss[i], self.tags[i], self.nodes[i], payload)
+            return Record(seq, self.tss[i], *self._label_at(seq), payload)
         found = self._chunk(seq)
         assert found is not None
         return found[0].record(found[1])
@@ -192,25 +326,20 @@ class TopicLog:
         ts: int,
         nbytes: int | None = None,
     ) -> list[int]:
-        """Append a run sharing ts and labels; ``nbytes`` is their total size if the caller
-        knows it. Bulk list operations only: no Python loop per record."""
+        """Append a run sharing ts and labels (``nbytes``, their total size, is not needed: the
+        total is folded in when read). Bulk list operations only: no Python loop per record."""
         first = self.head + 1
         n = len(payloads)
         if n == 1:  # the common single append: no temporary lists
             self.payloads.append(payloads[0])
             self.tss.append(ts)
-            self.tags.append(tag)
-            self.nodes.append(node)
         else:
             self.payloads.extend(payloads)
             self.tss.extend([ts] * n)
-            self.tags.extend([tag] * n)
-            self.nodes.extend([node] * n)
-        self.head += n
+        self._label_run(first, first + n - 1, tag, node)
+        self.head += n  # count and nbytes follow from the tail (``count``, ``_fold``)
         if not self.gate_visibility:
             self.visible = self.head
-        self.count += n
-        self.nbytes += sum(map(len, payloads)) if nbytes is None else nbytes
         self.last_ts = ts
         if tag is not None:
             self.index_tag(tag, first, first + n - 1)
@@ -230,8 +359,9 @@ class TopicLog:
         self.head += n
         if not self.gate_visibility:
             self.visible = self.head
-        self.count += n
-        self.nbytes += nbytes
+        self._count += n  # not in the tail: counted here
+        self._fold()
+        self._nbytes += nbytes
         self.last_ts = ts
         if tag is not None:
             self.index_tag(tag, first, first + n - 1)
@@ -300,20 +430,20 @@ class TopicLog:
     # -- removal ---------------------------------------------------------------------------
     def remove(self, seqs: Sequence[int], involuntary: bool) -> None:
         """Kill live slots. Involuntary removals are the oldest live prefix (TMB-1)."""
+        self._fold()
         p, base = self.payloads, self.base
         for q in seqs:
             i = q - base
             if i >= 0:
                 payload = p[i]
                 assert payload is not None, f"seq {q} is not live"
-                self.nbytes -= len(payload)
+                self._nbytes -= len(payload)
                 p[i] = None
-                self.nodes[i] = None
             else:
                 found = self._chunk(q)
                 assert found is not None and found[0].is_live(found[1]), f"seq {q} is not live"
-                self.nbytes -= found[0].kill(found[1])
-            self.count -= 1
+                self._nbytes -= found[0].kill(found[1])
+            self._count -= 1
         if involuntary and seqs:
             self.evict_floor = max(self.evict_floor, max(seqs) + 1)
             floor = self.evict_floor
@@ -327,8 +457,9 @@ class TopicLog:
             i += 1
         self._first = i
         if i >= _COMPACT_MIN and 2 * i >= n:  # lazy front reclaim, amortised O(1)
-            del p[:i], self.tss[:i], self.tags[:i], self.nodes[:i]
-            self.base += i
+            self._fold()
+            self._count += i  # the slots are dead: count unchanged
+            self._cut_tail(i)
             self._first = 0
 
     def skip_to(self, hi: int) -> None:
@@ -338,10 +469,11 @@ class TopicLog:
         if n <= 0:
             return
         if self.payloads:
+            self._fold()
             self.payloads.extend([None] * n)
             self.tss.extend([self.last_ts or 0] * n)
-            self.tags.extend([None] * n)
-            self.nodes.extend([None] * n)
+            self._folded = len(self.payloads)
+            self._count -= n  # dead slots: count unchanged (their labels: the open run's none)
         else:
             self.base = hi + 1
         self.head = hi
@@ -367,8 +499,7 @@ class TopicLog:
     ) -> tuple[int, list[bytes | None], list[int], list[str | None], list[str | None]]:
         """The tail's slots from ``base`` through ``through``: (first_seq, payloads, tss, tags,
         nodes), with None payloads for dead slots. Copies the lists (cheap: references)."""
-        n = through - self.base + 1
-        return (self.base, self.payloads[:n], self.tss[:n], self.tags[:n], self.nodes[:n])
+        return (self.base, *self.tail_columns(0, max(through - self.base + 1, 0)))
 
     def seal(self, chunk: SealedChunk) -> list[bytes | None]:
         """Replace the tail slots of seqs ``chunk.first_seq ..`` by ``chunk``. Slots that died
@@ -387,8 +518,9 @@ class TopicLog:
         gone: list[bytes | None] = []
         if cut > 0:
             gone = self.payloads[:cut]
-            del self.payloads[:cut], self.tss[:cut], self.tags[:cut], self.nodes[:cut]
-            self.base += cut
+            self._fold()
+            self._count += cut  # the records only move to the chunk
+            self._cut_tail(cut)
             self._first = max(self._first - cut, 0)
         self.add_chunk(chunk)
         self._advance_first()
@@ -456,20 +588,28 @@ class TopicLog:
             if start > end:
                 return end
         base = self.base
-        p, t, g, nd = self.payloads, self.tss, self.tags, self.nodes
+        p, t = self.payloads, self.tss
         i = max(start - base, self._first)
         stop = min(end - base, len(p) - 1)
         room = limit - len(items)
         if not room:
             return start - 1
+        if i > stop:
+            return end
         append, new = items.append, tuple.__new__  # tuple.__new__: a NamedTuple without its
-        while i <= stop and room:  # Python-level __new__ (measurable per record)
-            payload = p[i]
-            if payload is not None and (exclude is None or nd[i] != exclude):
-                append(new(Record, (base + i, t[i], g[i], nd[i], payload)))
-                room -= 1
-            i += 1
-        return end if i > stop else base + i - 1
+        for j0, j1, tag, node in self._label_pieces(i, stop):  # Python-level __new__
+            if exclude is not None and node == exclude:  # (measurable per record)
+                continue
+            i = j0
+            while i <= j1 and room:
+                payload = p[i]
+                if payload is not None:
+                    append(new(Record, (base + i, t[i], tag, node, payload)))
+                    room -= 1
+                i += 1
+            if not room:
+                return end if i > stop else base + i - 1
+        return end
 
     # -- voluntary deletes (DEL-1..5) -------------------------------------------------------
     def delete_targets(

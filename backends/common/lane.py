@@ -6,11 +6,15 @@ TOP-5, and the durability class through the journal), it is the common case's wh
 A *lane* is a closure made once per topic handle (``Engine.lane``): what an append would look up
 on every call (the store lock, the topic, its tail lists, the journal's per-topic hook) is bound
 in it, and what can change is checked on every call (the store closed, the topic dropped, a
-router out of it, a lease or delayed job). It returns None when it does not take the record; the
-caller then uses ``Backend.append``, which decides and raises as usual.
+router out of it, a lease or delayed job). A record it does not take (a tag or node, a payload
+not of type bytes or too long, any of those changes) goes to its *fallback*, the caller's general
+path (``Backend.append``, which decides and raises as usual), whose result it returns: made with
+the API's general append as fallback (``Engine.append_lane``), the lane is the topic handle's
+``append`` itself, one Python frame per append. ``Engine.lane``'s lanes (``Backend.lane``) take
+only a payload and return None for "not here".
 
-The record is appended to the topic's tail as ``TopicLog.append`` does for one record (the tail
-lists are mutated in place, never rebound, so the lane may hold them).
+The record is appended to the topic's tail as ``TopicLog.append`` does for one unlabelled record
+(the tail lists are mutated in place, never rebound, so the lane may hold them).
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from .journal import FALLBACK
 if TYPE_CHECKING:
     from .engine import Engine, EngineTopic
 
-__all__ = ["Lane", "OneHook", "make_lane"]
+__all__ = ["Lane", "Fallback", "OneHook", "make_lane"]
 
 #: append one record: its seq, or None when the general path must take it
 Lane = Callable[[bytes], "int | None"]
+#: the general path of a record the lane does not take: (payload, tag, node) -> its result
+Fallback = Callable[[object, "str | None", "str | None"], "int | None"]
 #: the journal's per-topic hook: log record ``seq`` (ts, payload) as a complete op and return the
 #: ticket the op waits on (None: nothing to wait for), or FALLBACK for the general path
 OneHook = Callable[[int, int, bytes], object]
@@ -35,46 +41,58 @@ OneHook = Callable[[int, int, bytes], object]
 _time_ns = time.time_ns
 
 
-def make_lane(e: Engine, t: EngineTopic, one: OneHook | None) -> Lane:
+def _decline(payload: object, tag: str | None, node: str | None) -> None:
+    """``Backend.lane``'s fallback: "not here", the caller takes the record."""
+    return None
+
+
+def make_lane(
+    e: Engine, t: EngineTopic, one: OneHook | None, fallback: Fallback = _decline
+) -> Callable[..., int | None]:
+    """The lane of topic ``t``: ``append(payload, *, tag=None, node=None)``."""
     acquire, release = e.lock.acquire, e.lock.release  # not ``with``: no bound methods per call
     log = t.log
     leases, delayed = t.jobs.leases, t.jobs.delayed
     add_payload, add_ts = log.payloads.append, log.tss.append
-    add_tag, add_node = log.tags.append, log.nodes.append
     limit = e.options.max_record_bytes
     gate = log.gate_visibility  # set when the topic is created (fsync topics), never changed
 
-    def append(payload: bytes) -> int | None:
+    def append(payload: bytes, *, tag: str | None = None, node: str | None = None) -> int | None:
+        if tag is not None or node is not None or type(payload) is not bytes:
+            return fallback(payload, tag, node)
         if len(payload) > limit:
-            return None
+            return fallback(payload, tag, node)
+        seq: int | None = None
         acquire()
         try:
-            if e.closed or t.dropped or t.outs or leases or delayed:
-                return None
-            now = _time_ns() // 1_000_000 if e._wall else e.clock.now_ms()
-            last = log.last_ts
-            ts = now if last is None or now > last else last  # TOP-5
-            seq = log.head + 1
-            ticket = None
-            if one is not None:
-                ticket = one(seq, ts, payload)
+            if not (e.closed or t.dropped or t.outs or leases or delayed):
+                now = _time_ns() // 1_000_000 if e._wall else e.clock.now_ms()
+                last = log.last_ts
+                later = last is None or now > last
+                ts: int = now if later else last  # type: ignore[assignment]  # TOP-5
+                seq = log.head + 1
+                ticket = None
+                if one is not None:
+                    ticket = one(seq, ts, payload)
                 if ticket is FALLBACK:
-                    return None
-            add_payload(payload)
-            add_ts(ts)
-            add_tag(None)
-            add_node(None)
-            log.head = seq
-            if not gate:
-                log.visible = seq
-            log.count += 1
-            log.nbytes += len(payload)
-            log.last_ts = ts
-            t.version += 1
-            if e._waiters:
-                e._notify(t.name)
+                    seq = None
+                else:
+                    # the tail's columns; no label (the open label run is unlabelled), no
+                    # counter: the count, byte total and change counter follow from the tail
+                    # and head (index.py, EngineTopic.version)
+                    add_payload(payload)
+                    add_ts(ts)
+                    log.head = seq
+                    if not gate:
+                        log.visible = seq
+                    if later:
+                        log.last_ts = ts
+                    if e._waiters:
+                        e._notify(t.name)
         finally:
             release()
+        if seq is None:  # not taken: nothing changed
+            return fallback(payload, tag, node)
         if ticket is not None or gate:
             e._finish(ticket, [(t, seq)] if gate else [])
         return seq

@@ -185,24 +185,32 @@ class WalJournal:
 
             return one_ephemeral
         reserving = cls == "disk"  # memory reserves nothing (DUR-4)
+        if not reserving:
+            low = 1 << 63  # never reached: no reservation step
 
         def one_buffered(seq: int, ts: int, payload: bytes) -> object:
             nonlocal low
-            if self._ops:
-                return FALLBACK
-            if reserving and seq >= low:
-                refused, low = self._reserve_one(tid, shard, seq)
-                if refused is not None:
-                    return refused
-            # WalShard.defer's common case inline (the record extends the open run): one
-            # Python call less per append
-            run_next, run_ts, run_tid = shard._run_next, shard._run_ts, shard._run_tid
-            if seq == run_next and ts == run_ts and tid == run_tid and shard.failed is None:
+            # WalShard.defer's common case first, inline (the record extends the open run, no
+            # reservation step due, no op under way): one Python call less per append
+            if (
+                seq == shard._run_next
+                and ts == shard._run_ts
+                and tid == shard._run_tid
+                and seq < low
+                and not self._ops
+                and shard.failed is None
+            ):
                 shard._run.append(payload)
                 shard._run_next = seq + 1
                 shard.ops += 1
-            else:
-                defer(tid, ts, False, seq, payload)
+                return None
+            if self._ops:
+                return FALLBACK
+            if seq >= low:
+                refused, low = self._reserve_one(tid, shard, seq)
+                if refused is not None:
+                    return refused
+            defer(tid, ts, False, seq, payload)
             return None
 
         return one_buffered
