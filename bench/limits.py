@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import xxhash
 
-from .measure import Ctx, Io, Metrics, rate_metrics, timed, timed_latency
+from .measure import Ctx, Io, Metrics, rate_metrics, timed, timed_latency, timed_puts
 
 __all__ = [
     "raw_append",
@@ -58,9 +58,9 @@ def _single(ctx: Ctx, overwrite: bool) -> Metrics:
             return 1
 
         io = Io(ctx.device)
-        n, elapsed, lat = timed_latency(step, ctx.seconds)
+        n, elapsed, lat, more = timed_puts(step, ctx.seconds)
         out = rate_metrics(n, elapsed, ctx.size, lat)
-        out.update(io.stop(n, n * ctx.size))
+        out.update(io.stop(n + more, (n + more) * ctx.size))
         out["fdatasync_per_rec"] = 1.0
         return out
     finally:

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Callable
 
 from .cases import read_set_size
-from .measure import Ctx, Io, Metrics, rate_metrics, timed, timed_latency
+from .measure import Ctx, Io, Metrics, rate_metrics, timed, timed_puts
 
 __all__ = [
     "sqlite",
@@ -32,11 +32,11 @@ def _read_set(ctx: Ctx) -> int:
 
 def _puts(ctx: Ctx, put: Callable[[], int], after: Callable[[], None] | None = None) -> Metrics:
     io = Io(ctx.device)
-    n, elapsed, lat = timed_latency(put, ctx.seconds)
+    n, elapsed, lat, more = timed_puts(put, ctx.seconds)
     if after is not None:
         after()
-    out = rate_metrics(n, elapsed, ctx.size, lat if n == len(lat) else None)
-    out.update(io.stop(n, n * ctx.size))
+    out = rate_metrics(n, elapsed, ctx.size, lat if more == len(lat) else None)
+    out.update(io.stop(n + more, (n + more) * ctx.size))
     return out
 
 
@@ -250,9 +250,7 @@ def lmdb_env(ctx: Ctx, sync: bool, per_txn: int) -> Metrics:
     (``read``), and get + delete per transaction of ``per_txn`` (``get``)."""
     import lmdb
 
-    env = lmdb.open(
-        os.path.join(ctx.base, "lmdb"), map_size=4 << 30, sync=sync, metasync=sync
-    )
+    env = lmdb.open(os.path.join(ctx.base, "lmdb"), map_size=4 << 30, sync=sync, metasync=sync)
     try:
         data = ctx.payload
         seq = [0]

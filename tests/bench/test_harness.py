@@ -158,3 +158,37 @@ def test_sealed_ceiling_writes_each_record_twice(
     assert per_rec >= 0.9 * (100 + limits._SEALED_PER_RECORD) * whole
     assert per_rec <= 100 + limits._SEALED_PER_RECORD
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
+
+
+def test_timed_puts_reads_the_clock_per_stride_and_times_latency_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Single puts are timed as loop_floor is: the rate pass reads the clock once per stride
+    of calls, not per call (a per-call clock costs a quarter of a buffered append), and the
+    latencies come from a second pass; every call is counted in one of the two, and a
+    max_records bound holds in both."""
+    import time as _time
+
+    from tidelog.bench import measure
+
+    calls = [0]
+    reads = [0]
+    real = _time.perf_counter
+
+    def clock() -> float:
+        reads[0] += 1
+        return real()
+
+    def step() -> int:
+        calls[0] += 1
+        return 1
+
+    monkeypatch.setattr(measure.time, "perf_counter", clock)
+    n, elapsed, lat, more = measure.timed_puts(step, 0.2)
+    assert elapsed >= 0.2 and n > 1000 and more == len(lat) > 0
+    assert calls[0] == n + more
+    rate_reads = reads[0] - (len(lat) + 1)  # the latency pass reads the clock once per call
+    assert rate_reads < n / 50  # strides of up to 256 calls
+    calls[0] = 0
+    n, _, lat, more = measure.timed_puts(step, 10.0, max_records=4000)
+    assert 4000 <= n < 4000 + 256 and more <= 1000 + 1 and calls[0] == n + more
