@@ -137,7 +137,7 @@ class _Tail:
             sizes = (
                 (0 if p is None else len(p) for p in self.payloads)
                 if self.dead
-                else map(len, cast("list[bytes]", self.payloads))  # no None: dead is False
+                else list(map(len, cast("list[bytes]", self.payloads)))  # a list: preallocated
             )
             try:
                 self.lens = array(segfmt._U32_CODE, sizes)
@@ -149,6 +149,8 @@ class _Tail:
         """(payloads, tss, tags, nodes) of slots lo..hi-1, None payloads for dead slots."""
         if self.source is not None:
             return self.source.columns(lo, hi, self.dead_map)
+        if lo == 0 and hi == len(self.payloads):  # one segment: the capture's own copies
+            return self.payloads, self.tss, self.tags, self.nodes
         return self.payloads[lo:hi], self.tss[lo:hi], self.tags[lo:hi], self.nodes[lo:hi]
 
 

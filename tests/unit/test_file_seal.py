@@ -5,10 +5,13 @@ within both limits."""
 
 from __future__ import annotations
 
+import struct
 from array import array
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -206,3 +209,54 @@ def test_SEG_18_run_frames_end_at_label_runs_or_past_64_kib(
     index = seg.read_index(idx, topic_id=9, first_seq=1)
     assert list(index.block_slots) == _seg18_cuts(sizes, tags)
     assert seg.scan_data(data).problem is None
+
+
+def _plain_data(first: int, payloads: list[bytes], tss: list[int]) -> bytes:
+    """SEG-14..SEG-16 and SEG-18 written out record by record, for unlabelled records: the
+    header, then run frames cut where SEG-18 cuts, each frame_len | flags | seq | count |
+    node_len | tag_len | ts[] | len[] | payloads | XXH3-64 of all but frame_len."""
+    out = [struct.pack("<8sHHIQQ", seg.DATA_MAGIC, 2, 32, 0, 9, first)]
+    cuts = [*_seg18_cuts([len(p) for p in payloads], [None] * len(payloads)), len(payloads)]
+    for a, b in pairwise(cuts):
+        body = b"".join(
+            [struct.pack("<Q", t) for t in tss[a:b]]
+            + [struct.pack("<I", len(p)) for p in payloads[a:b]]
+            + payloads[a:b]
+        )
+        head = struct.pack("<BQIHH", 0, first + a, b - a, 0, 0)
+        frame = head + body
+        frame += struct.pack("<Q", xxhash.xxh3_64_intdigest(frame))
+        out.append(struct.pack("<I", len(frame)) + frame)
+    return b"".join(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    groups=st.lists(
+        st.tuples(st.sampled_from((0, 1, 100, 5000, 66_000)), st.integers(1, 1500)),
+        min_size=1,
+        max_size=5,
+    ),
+    ts_runs=st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(1, 900)), min_size=1),
+    shared=st.booleans(),
+)
+def test_SEG_15_frames_are_byte_exact_for_equal_lengths_and_ts_runs(
+    groups: list[tuple[int, int]], ts_runs: list[tuple[int, int]], shared: bool
+) -> None:
+    """SEG-15, SEG-16, SEG-18: the column encoder's shortcuts (a frame of equal lengths cut
+    by arithmetic and its offsets made in one step; a run of equal ts repeated, the ts in any
+    order, one int object per run or one per record) write exactly the bytes the frame layout
+    gives when written out record by record, and an index whose entries point at them."""
+    payloads: list[bytes] = []
+    for size, count in groups:
+        payloads += [bytes([len(payloads) % 251]) * size] * min(count, 3 if size > 5000 else count)
+    n = len(payloads)
+    tss: list[int] = []
+    for t, k in ts_runs:
+        tss += [t] * k if shared else [int(str(t)) for _ in range(k)]
+    tss = (tss * (n // len(tss) + 1))[:n]
+    data, idx = build_columns(9, 3, payloads, tss, [None] * n, [None] * n, dead=False)
+    assert data == _plain_data(3, payloads, tss)
+    index = seg.read_index(idx, topic_id=9, first_seq=3)
+    assert [data[o : o + k] for o, k in zip(index.offsets, index.lengths)] == payloads
+    assert list(index.tss) == tss

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from itertools import accumulate, pairwise
 from typing import Any
@@ -28,6 +29,11 @@ __all__ = ["build_columns", "build_parts"]
 _U64 = struct.Struct("<Q")
 _PER_RECORD = 12  # a run frame's ts (u64) + length (u32) per record (SEG-15)
 _PIECE_BYTES = 1 << 20  # build_parts' sink: .data handed over about this much at a time
+#: u64 items from Python ints: 'L' where it is 8 bytes converts without the generic
+#: ``_PyLong_AsByteArray`` that 'Q' goes through (a third of the instructions)
+_U64_FAST = "L" if array("L").itemsize == 8 else segfmt._U64_CODE
+_RUN_MIN = 16  # a run of equal ts at least this long is repeated, not converted item by item
+_STEPS: dict[tuple[int, int], tuple[int, int]] = {}  # (length, count) -> _steps' two ints
 
 
 def _little(column: array[int]) -> array[int]:
@@ -36,6 +42,61 @@ def _little(column: array[int]) -> array[int]:
         column = array(column.typecode, column)
         column.byteswap()
     return column
+
+
+def _u64_column(tss: Sequence[int]) -> array[int]:
+    """``tss`` as an array of u64 items. Runs of equal ts (TOP-5: a ts never decreases, and
+    records of one millisecond share it) are found by bisection and repeated, with one
+    conversion per run; a run is taken as one only once ``count`` has checked every item of it,
+    so an input that is not sorted still comes out exactly (item by item)."""
+    n = len(tss)
+    if not isinstance(tss, list) or n < 2 * _RUN_MIN:
+        return array(_U64_FAST, tss)
+    out = array(_U64_FAST)
+    i = 0
+    while i < n:
+        t = tss[i]
+        j = bisect_right(tss, t, i, n)
+        # ``is``: a run shares its int object when the engine reused it (TOP-5's clamp, a
+        # batch's ts); the count then compares by identity, else converting is as cheap
+        if j - i >= _RUN_MIN and tss[j - 1] is t and tss[i:j].count(t) == j - i:
+            out += array(_U64_FAST, (t,)) * (j - i)
+        else:
+            j = min(n, max(j, i + 8 * _RUN_MIN))
+            out += array(_U64_FAST, tss[i:j])
+        i = j
+    return out
+
+
+def _steps(length: int, count: int) -> tuple[int, int]:
+    """Two ints whose lanes of 32 bits (little-endian) hold ``length * k`` and ``1`` for
+    ``k < count``: ``(steps + start * ones).to_bytes(4 * count, "little")`` is the offsets of
+    ``count`` payloads of ``length`` bytes from ``start``, one C-level pass per frame (no lane
+    carries over: every offset is below 2**32, SEG-8). Frames of one topic mostly share their
+    shape, so the few are kept."""
+    got = _STEPS.get((length, count))
+    if got is None:
+        if len(_STEPS) >= 64:
+            _STEPS.clear()
+        code = segfmt._U32_CODE
+        lanes = array(code, range(0, length * count, length) if length else [0] * count)
+        if segfmt._BIG_ENDIAN:
+            lanes.byteswap()
+        ones = int.from_bytes(b"\x01\x00\x00\x00" * count, "little")
+        got = _STEPS[(length, count)] = (int.from_bytes(lanes.tobytes(), "little"), ones)
+    return got
+
+
+def _uniform_end(lens: array[int], raw: bytes, i: int, b: int) -> tuple[int, int, int] | None:
+    """SEG-18's frame from slot ``i`` (in a label run ending at ``b``) when all its payloads
+    have one length ``L``: (end, payload bytes, L), found by arithmetic, and checked with one
+    compare of the lengths' bytes ``raw``; None when they differ (``_frame_end`` seeks)."""
+    length = lens[i]
+    per = length + _PER_RECORD
+    e = min(b, i + max(1, -(-segfmt.RUN_FRAME_BYTES // per)))  # ceil: the first to reach it
+    if lens[e - 1] != length or raw[4 * i : 4 * e] != raw[4 * i : 4 * i + 4] * (e - i):
+        return None
+    return e, length * (e - i), length
 
 
 def build_columns(
@@ -101,8 +162,8 @@ def build_parts(
     data_payloads: Sequence[bytes] = payloads  # type: ignore[assignment]  # no None left
     try:
         if lens is None:
-            lens = array(segfmt._U32_CODE, map(len, data_payloads))
-        ts_col = array(segfmt._U64_CODE, tss)
+            lens = array(segfmt._U32_CODE, list(map(len, data_payloads)))  # a list: preallocated
+        ts_col = _u64_column(tss)
     except OverflowError as exc:
         raise BadArgument(f"segment record field out of range ({exc})") from None
     runs = segfmt.label_runs(tags, nodes)
@@ -111,6 +172,7 @@ def build_parts(
     # the columns' bytes, sliced per frame without a copy (join reads any buffer)
     little_ts = memoryview(_little(ts_col)).cast("B")
     little_lens = memoryview(_little(lens)).cast("B")
+    raw_lens = little_lens.tobytes()  # bytes: slices compare with memcmp (_uniform_end)
     head = segfmt._DATA_HEADER.pack(
         segfmt.DATA_MAGIC, segfmt.DATA_VERSION_RUNS, segfmt.HEADER_SIZE, 0, topic_id, first_seq
     )
@@ -128,22 +190,35 @@ def build_parts(
         label, nl, tl, flags = runs.labels[r], runs.nls[r], runs.tls[r], runs.flags[r]
         i = a
         while i < b:
-            e, size = _frame_end(lens, i, b, i + guess)
+            got = _uniform_end(lens, raw_lens, i, b)
+            if got is None:
+                e, size = _frame_end(lens, i, b, i + guess)
+                length = -1
+            else:
+                e, size, length = got
             count = guess = e - i
             header = segfmt.RUN_HEADER_SIZE + nl + tl + _PER_RECORD * count
             frame_len = header + size + 8 - 4
             if pos + frame_len + 4 > segfmt.MAX_DATA_SIZE:  # u32 .idx offsets
                 raise TooLarge(f"segment would exceed {segfmt.MAX_DATA_SIZE} bytes")
-            body = b"".join(
-                (pack_head(frame_len, flags, first_seq + i, count, nl, tl), label,
-                 little_ts[8 * i:8 * e], little_lens[4 * i:4 * e], *data_payloads[i:e])
-            )  # fmt: skip
+            # the frame's pieces in the one list its payloads are sliced into (a tuple with
+            # ``*payloads`` would copy their references twice more)
+            part: list[Any] = data_payloads[i:e]  # type: ignore[assignment]  # checked:
+            if type(part) is not list:
+                part = list(part)
+            part[:0] = (pack_head(frame_len, flags, first_seq + i, count, nl, tl), label,
+                        little_ts[8 * i:8 * e], little_lens[4 * i:4 * e])  # fmt: skip
+            body = b"".join(part)
             check = _U64.pack(digest(memoryview(body)[4:]))
             block = xxhash.xxh3_64(body)
             block.update(check)
             sums.append(block.intdigest())
             parts += (body, check)
-            offsets.extend(accumulate(lens[i : e - 1], initial=pos + header))
+            if length >= 0 and not segfmt._BIG_ENDIAN:  # equal lengths: offsets by steps
+                steps, ones = _steps(length, count)
+                offsets.frombytes((steps + (pos + header) * ones).to_bytes(4 * count, "little"))
+            else:
+                offsets.extend(accumulate(lens[i : e - 1], initial=pos + header))
             frames.append((i, pos))
             pos += frame_len + 4
             i = e
