@@ -42,7 +42,7 @@ from .chunk import SegChunk
 from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
-from .format.seal import build_parts
+from .format.seal import build_indexed
 from .journal import ranges
 from .progressfiles import topic_dir
 from .walchunk import WalChunk
@@ -366,7 +366,9 @@ def _write_segments(b: CheckpointPort, tail: _Tail) -> None:
         if tail.bundles:
             chunk = _write_qseg(b, directory, tail.tid, cols, first)
         if chunk is None:
-            lens = tail.lens[lo : lo + count] if tail.lens is not None else None
+            lens = tail.lens
+            if lens is not None and (lo, count) != (0, len(lens)):
+                lens = lens[lo : lo + count]
             chunk = _write_plain(b, directory, tail, cols, first, lens)
         if tail.dead:
             for i, p in enumerate(cols[0]):
@@ -400,7 +402,7 @@ def _write_plain(
             write_parts(h, pieces, at)
             at += sum(map(len, pieces))
 
-        _, idx = build_parts(tail.tid, first, *cols, dead=tail.dead, lens=lens, sink=sink)
+        _, idx, index = build_indexed(tail.tid, first, *cols, dead=tail.dead, lens=lens, sink=sink)
         h.fdatasync()
     finally:
         h.close()
@@ -411,7 +413,7 @@ def _write_plain(
         h.fdatasync()
     finally:
         h.close()
-    index = segfmt.read_index(idx, topic_id=tail.tid, first_seq=first)
+    # the index decoded from the columns the .idx was made of, not by parsing it again
     return SegChunk(data_path, b.fs.open_read(data_path), index)
 
 

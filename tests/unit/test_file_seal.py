@@ -19,7 +19,7 @@ import tidelog
 from tidelog.backends.file import FileBackend
 from tidelog.backends.file.checkpoint import _split, _Tail
 from tidelog.backends.file.format import segment as seg
-from tidelog.backends.file.format.seal import build_columns, build_parts
+from tidelog.backends.file.format.seal import build_columns, build_indexed, build_parts
 from tidelog.errors import BadArgument
 from tidelog.hooks import hooks
 
@@ -260,3 +260,24 @@ def test_SEG_15_frames_are_byte_exact_for_equal_lengths_and_ts_runs(
     index = seg.read_index(idx, topic_id=9, first_seq=3)
     assert [data[o : o + k] for o, k in zip(index.offsets, index.lengths)] == payloads
     assert list(index.tss) == tss
+
+
+@given(rows=st.lists(slots, max_size=40), big=st.integers(0, 3))
+def test_SEG_17_the_writers_index_is_the_index_its_idx_decodes_to(
+    rows: list[tuple[bytes | None, int, str | None, str | None]], big: int
+) -> None:
+    """SEG-17, checkpoint: the decoded index a checkpoint hands its new chunk, made from the
+    columns the .idx was encoded from, is field for field (and type for type) what reading
+    that .idx gives: entries, blocks, label runs, flags, sizes; labelled, dead, several frames."""
+    rows = rows + [(bytes(70_000), 7, None, None)] * big  # frames of one record each
+    cols = [[r[k] for r in rows] for k in range(4)]
+    parts, idx, got = build_indexed(5, 11, *cols, dead=None in cols[0])
+    want = seg.read_index(idx, topic_id=5, first_seq=11)
+    for name in ("topic_id", "first_seq", "count", "version", "data_size", "runs"):
+        assert getattr(got, name) == getattr(want, name), name
+    for name in ("offsets", "lengths", "tss", "flags", "block_slots", "block_offsets",
+                 "block_hashes"):  # fmt: skip
+        a, b = getattr(got, name), getattr(want, name)
+        assert (a.typecode, a.tolist()) == (b.typecode, b.tolist()), name
+    assert [got.entry_offset(i) for i in range(got.count)] == list(want.offsets)
+    assert got.data_size == sum(map(len, parts))

@@ -24,7 +24,7 @@ from tidelog.errors import BadArgument, TooLarge
 
 from . import segment as segfmt
 
-__all__ = ["build_columns", "build_parts"]
+__all__ = ["build_columns", "build_indexed", "build_parts"]
 
 _U64 = struct.Struct("<Q")
 _PER_RECORD = 12  # a run frame's ts (u64) + length (u32) per record (SEG-15)
@@ -60,7 +60,7 @@ def _u64_column(tss: Sequence[int]) -> array[int]:
         # ``is``: a run shares its int object when the engine reused it (TOP-5's clamp, a
         # batch's ts); the count then compares by identity, else converting is as cheap
         if j - i >= _RUN_MIN and tss[j - 1] is t and tss[i:j].count(t) == j - i:
-            out += array(_U64_FAST, (t,)) * (j - i)
+            out.frombytes(array(_U64_FAST, (t,)).tobytes() * (j - i))  # bytes: by doubling
         else:
             j = min(n, max(j, i + 8 * _RUN_MIN))
             out += array(_U64_FAST, tss[i:j])
@@ -141,16 +141,37 @@ def build_parts(
     lens: array[int] | None = None,
     sink: Callable[[list[bytes]], None] | None = None,
 ) -> tuple[list[bytes], bytes]:
-    """(.data pieces, .idx) of records ``first_seq ..``: record ``i`` has ``payloads[i]``,
-    ``tss[i]``, ``tags[i]`` and ``nodes[i]``. A None payload is a slot removed before sealing:
-    it is written as an empty record without labels (the snapshot lists it as dead).
-    ``dead=False`` promises there is no None, which saves a scan. ``lens``: the payloads'
+    """``build_indexed`` without the decoded index: (.data pieces, .idx)."""
+    parts, idx, _ = build_indexed(
+        topic_id, first_seq, payloads, tss, tags, nodes, dead=dead, lens=lens, sink=sink
+    )
+    return parts, idx
+
+
+def build_indexed(
+    topic_id: int,
+    first_seq: int,
+    payloads: Sequence[bytes | None],
+    tss: Sequence[int],
+    tags: Sequence[str | None],
+    nodes: Sequence[str | None],
+    *,
+    dead: bool = True,
+    lens: array[int] | None = None,
+    sink: Callable[[list[bytes]], None] | None = None,
+) -> tuple[list[bytes], bytes, segfmt.SegmentIndex]:
+    """(.data pieces, .idx, the .idx decoded) of records ``first_seq ..``: record ``i`` has
+    ``payloads[i]``, ``tss[i]``, ``tags[i]`` and ``nodes[i]``. A None payload is a slot removed
+    before sealing: it is written as an empty record without labels (the snapshot lists it as
+    dead). ``dead=False`` promises there is no None, which saves a scan. ``lens``: the payloads'
     lengths (0 for a None) as an unsigned 32-bit array, when the caller has them (a checkpoint
     takes them once per tail for its cuts). The .data is the list of its pieces, to be written
     as they are (``fsio.write_parts``): joining them would copy the segment once more. With
     ``sink``, the pieces are handed to it in order as they are built, about ``_PIECE_BYTES`` at
     a time, and none are returned: the writer writes each at once and the memory is reused
-    for the next (fresh memory's page faults cost about a third of sealing on a VM)."""
+    for the next (fresh memory's page faults cost about a third of sealing on a VM). The
+    decoded index is made from the columns the .idx was encoded from, as ``read_index`` would
+    decode that .idx (its columns already cut: no strided copies when the segment is read)."""
     n = len(payloads)
     if first_seq < 1:
         raise BadArgument(f"first_seq must be >= 1, got {first_seq}")
@@ -228,10 +249,15 @@ def build_parts(
     if sink is not None and parts:
         sink(parts)
         parts = []
+    per_slot = bytes(n)  # each slot's flags: its label run's
+    if any(runs.flags):
+        bounds = [*runs.firsts, n]
+        per_slot = b"".join(
+            bytes((f,)) * (y - x) for f, x, y in zip(runs.flags, bounds, bounds[1:])
+        )
     if segfmt._BIG_ENDIAN:  # the strided copies below assume little-endian words
-        entry_flags = [runs.flags[runs.run_of(i)] for i in range(n)]
         entries: bytes | bytearray = b"".join(
-            map(segfmt._ENTRY.pack, offsets, lens, ts_col, entry_flags)
+            map(segfmt._ENTRY.pack, offsets, lens, ts_col, per_slot)
         )
     else:
         raw = bytearray(segfmt.ENTRY_SIZE * n)
@@ -242,12 +268,25 @@ def build_parts(
         words[2::5] = halves[0::2]
         words[3::5] = halves[1::2]
         if any(runs.flags):
-            bounds = [*runs.firsts, n]
-            per_slot = b"".join(
-                bytes((f,)) * (y - x) for f, x, y in zip(runs.flags, bounds, bounds[1:])
-            )
             words[4::5] = array("I", iter(per_slot))  # ints, not raw bytes
         entries = raw
     idx = segfmt.encode_index(topic_id, first_seq, None, entries, (), tags, nodes, runs=runs,
                               frames=frames, sums=(pos, sums))  # fmt: skip
-    return parts, idx
+    tss_q = ts_col
+    if ts_col.typecode != segfmt._U64_CODE:
+        tss_q = array(segfmt._U64_CODE, ts_col.tobytes())  # the same items, the index's type
+    index = segfmt.SegmentIndex(
+        topic_id,
+        first_seq,
+        n,
+        b"",
+        version=segfmt.IDX_VERSION_RUNS,
+        data_size=pos,
+        block_slots=array(segfmt._U32_CODE, [f for f, _ in frames]),
+        block_offsets=array(segfmt._U32_CODE, [o for _, o in frames]),
+        block_hashes=array(segfmt._U64_CODE, sums),
+        runs=runs,
+        flags=array("B", per_slot),
+        columns=(offsets, lens, tss_q),
+    )
+    return parts, idx, index
