@@ -349,11 +349,12 @@ def encode_append_batch(
         raise BadArgument("an APPEND_BATCH frame holds at least one record")
     flags, nb, tb = _labels(tag, node, batch_end, durable)
     n = len(payloads)
+    sizes = list(map(len, payloads))  # a list: summed without an int per item, then copied
     try:
-        lens = array("I", map(len, payloads))
+        lens = array("I", sizes)
     except OverflowError:
         raise BadArgument("a payload of 4 GiB or more does not fit a WAL frame") from None
-    size = 4 + 4 * n + sum(lens)
+    size = 4 + 4 * n + sum(sizes)
     if size > limit:
         parts = split_runs(lens, limit)
         return b"".join(
@@ -389,7 +390,11 @@ def encode_append_batch(
         raise BadArgument(f"WAL frame field out of range ({exc})") from None
     # one buffer with room for the checksum, filled in place: ``body + checksum`` would copy
     # the whole frame again into fresh memory (page faults, on a VM as dear as the copy)
-    frame = bytearray().join((head, nb, tb, _U32.pack(n), lens, *payloads, _NO_SUM))
+    # (one list: a tuple with ``*payloads`` would copy their references twice more)
+    pieces: list[Any] = [head, nb, tb, _U32.pack(n), lens]
+    pieces += payloads
+    pieces.append(_NO_SUM)
+    frame = bytearray().join(pieces)
     with memoryview(frame) as mv:
         _U64.pack_into(frame, len(frame) - 8, xxhash.xxh3_64_intdigest(mv[4:-8], seed))
     return frame
