@@ -141,7 +141,7 @@ class _Tail:
             )
             try:
                 self.lens = array(segfmt._U32_CODE, sizes)
-            except OverflowError:  # build_parts refuses such a record (BadArgument)
+            except OverflowError:  # build_indexed refuses such a record (BadArgument)
                 return [0 if p is None else len(p) for p in self.payloads]
         return self.lens
 
@@ -388,7 +388,7 @@ def _write_plain(
 ) -> SegChunk:
     """A ``.data`` + ``.idx`` pair (SEG-1..SEG-7), encoded column-wise (format/seal.py). A slot
     removed before sealing is an empty placeholder, dead in the snapshot. The .data is written
-    piece by piece as it is built (``build_parts``' sink), the .idx after it: a crash or a
+    piece by piece as it is built (``build_indexed``' sink), the .idx after it: a crash or a
     refusal part way leaves a file no snapshot names, as a crash in a whole write would."""
     _remove_stale(b, os.path.join(directory, qseg_name(first)))
     data_path = os.path.join(directory, segfmt.data_name(first))

@@ -19,7 +19,7 @@ import tidelog
 from tidelog.backends.file import FileBackend
 from tidelog.backends.file.checkpoint import _split, _Tail
 from tidelog.backends.file.format import segment as seg
-from tidelog.backends.file.format.seal import build_columns, build_indexed, build_parts
+from tidelog.backends.file.format.seal import build_columns, build_indexed
 from tidelog.errors import BadArgument
 from tidelog.hooks import hooks
 
@@ -106,10 +106,10 @@ def test_SEG_17_pieces_handed_to_a_sink_with_given_lengths_are_the_same_segment(
     tags = [("a" if i % 4 < 2 else None) if labelled else None for i in range(n)]
     nodes = [None] * n
     dead = None in payloads
-    whole, idx = build_parts(9, 5, payloads, tss, tags, nodes, dead=dead)
+    whole, idx, _ = build_indexed(9, 5, payloads, tss, tags, nodes, dead=dead)
     pieces: list[bytes] = []
     lens = array(seg._U32_CODE, (z or 0 for z in sizes))
-    rest, idx2 = build_parts(
+    rest, idx2, _ = build_indexed(
         9, 5, payloads, tss, tags, nodes, dead=dead, lens=lens, sink=pieces.extend
     )
     assert rest == [] and idx2 == idx

@@ -24,11 +24,11 @@ from tidelog.errors import BadArgument, TooLarge
 
 from . import segment as segfmt
 
-__all__ = ["build_columns", "build_indexed", "build_parts"]
+__all__ = ["build_columns", "build_indexed"]
 
 _U64 = struct.Struct("<Q")
 _PER_RECORD = 12  # a run frame's ts (u64) + length (u32) per record (SEG-15)
-_PIECE_BYTES = 1 << 20  # build_parts' sink: .data handed over about this much at a time
+_PIECE_BYTES = 1 << 20  # build_indexed's sink: .data handed over about this much at a time
 #: u64 items from Python ints: 'L' where it is 8 bytes converts without the generic
 #: ``_PyLong_AsByteArray`` that 'Q' goes through (a third of the instructions)
 _U64_FAST = "L" if array("L").itemsize == 8 else segfmt._U64_CODE
@@ -102,8 +102,8 @@ def _uniform_end(lens: array[int], raw: bytes, i: int, b: int) -> tuple[int, int
 def build_columns(
     topic_id: int, first_seq: int, *columns: Sequence[Any], dead: bool = True
 ) -> tuple[bytes, bytes]:
-    """``build_parts`` with the .data joined: (.data, .idx) bytes (tests, vectors)."""
-    parts, idx = build_parts(topic_id, first_seq, *columns, dead=dead)
+    """``build_indexed`` with the .data joined: (.data, .idx) bytes (tests, vectors)."""
+    parts, idx, _ = build_indexed(topic_id, first_seq, *columns, dead=dead)
     return b"".join(parts), idx
 
 
@@ -127,25 +127,6 @@ def _frame_end(lens: array[int], i: int, b: int, guess: int) -> tuple[int, int]:
             w += lens[e] + step
             e += 1
     return e, w - step * (e - i)
-
-
-def build_parts(
-    topic_id: int,
-    first_seq: int,
-    payloads: Sequence[bytes | None],
-    tss: Sequence[int],
-    tags: Sequence[str | None],
-    nodes: Sequence[str | None],
-    *,
-    dead: bool = True,
-    lens: array[int] | None = None,
-    sink: Callable[[list[bytes]], None] | None = None,
-) -> tuple[list[bytes], bytes]:
-    """``build_indexed`` without the decoded index: (.data pieces, .idx)."""
-    parts, idx, _ = build_indexed(
-        topic_id, first_seq, payloads, tss, tags, nodes, dead=dead, lens=lens, sink=sink
-    )
-    return parts, idx
 
 
 def build_indexed(
