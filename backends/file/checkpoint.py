@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from .chunk import SegChunk
 from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
-from .format.seal import build_indexed
+from .format.seal import build_indexed, dead_slots
 from .journal import ranges
 from .progressfiles import topic_dir
 from .walchunk import WalChunk
@@ -127,6 +128,14 @@ class _Tail:
     source: WalChunk | None = None
     dead_map: bytes = b""
     lens: array[int] | None = None  # sizes() of a tail held in memory, once taken
+    at: list[int] | None = None  # dead_at(), once taken
+
+    def dead_at(self) -> list[int]:
+        """The dead slots of a tail held in memory, ascending (seal.dead_slots: a C-level scan,
+        Python work per dead slot only)."""
+        if self.at is None:
+            self.at = dead_slots(self.payloads) if self.dead and self.source is None else []
+        return self.at
 
     def sizes(self) -> Sequence[int]:
         """Payload size of every slot (0 for a dead one). A tail held in memory keeps them
@@ -134,15 +143,16 @@ class _Tail:
         if self.source is not None:
             return self.source.sizes()  # dead slots keep their size: cuts stay conservative
         if self.lens is None:
-            sizes = (
-                (0 if p is None else len(p) for p in self.payloads)
-                if self.dead
-                else list(map(len, cast("list[bytes]", self.payloads)))  # a list: preallocated
-            )
+            filled = self.payloads
+            if self.dead_at():  # a dead slot's size is 0: its payload is b"" as it is sealed
+                filled = filled.copy()
+                for i in self.dead_at():
+                    filled[i] = b""
+            sizes = list(map(len, cast("list[bytes]", filled)))  # a list: preallocated
             try:
                 self.lens = array(segfmt._U32_CODE, sizes)
             except OverflowError:  # build_indexed refuses such a record (BadArgument)
-                return [0 if p is None else len(p) for p in self.payloads]
+                return sizes
         return self.lens
 
     def columns(self, lo: int, hi: int) -> _Columns:
@@ -262,9 +272,7 @@ def _capture(state: StoreState) -> _Capture:
                 tail = _Tail(t.tid, first + k, payloads, tss, tags, nodes, bundles, any_dead)
                 tails.append(tail)
                 if any_dead:
-                    dead += ranges(
-                        [tail.first + i for i, p in enumerate(tail.payloads) if p is None]
-                    )
+                    dead += ranges([tail.first + i for i in tail.dead_at()])
         segments[t.tid] = firsts  # the tails' segments join them after the split (checkpoint)
         ceiling = state.ceilings.get(t.tid, log.head)
         jobs = t.jobs
@@ -370,10 +378,13 @@ def _write_segments(b: CheckpointPort, tail: _Tail) -> None:
             if lens is not None and (lo, count) != (0, len(lens)):
                 lens = lens[lo : lo + count]
             chunk = _write_plain(b, directory, tail, cols, first, lens)
-        if tail.dead:
+        if tail.source is not None and tail.dead:
             for i, p in enumerate(cols[0]):
                 if p is None:
                     chunk.kill(i)
+        at = tail.dead_at()
+        for i in at[bisect_left(at, lo) : bisect_left(at, lo + count)]:
+            chunk.kill(i - lo)
         tail.chunks.append(chunk)
     b.fs.fsync_dir(directory)
 

@@ -19,7 +19,7 @@ import tidelog
 from tidelog.backends.file import FileBackend
 from tidelog.backends.file.checkpoint import _split, _Tail
 from tidelog.backends.file.format import segment as seg
-from tidelog.backends.file.format.seal import build_columns, build_indexed
+from tidelog.backends.file.format.seal import build_columns, build_indexed, dead_slots
 from tidelog.errors import BadArgument
 from tidelog.hooks import hooks
 
@@ -281,3 +281,13 @@ def test_SEG_17_the_writers_index_is_the_index_its_idx_decodes_to(
         assert (a.typecode, a.tolist()) == (b.typecode, b.tolist()), name
     assert [got.entry_offset(i) for i in range(got.count)] == list(want.offsets)
     assert got.data_size == sum(map(len, parts))
+
+
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=3)), max_size=50), st.booleans())
+def test_SEG_17_dead_slots_are_the_none_payloads(
+    payloads: list[bytes | None], as_tuple: bool
+) -> None:
+    """SEG-17, checkpoint: the slots sealed as dead placeholders are exactly the None payloads,
+    ascending, from a list or any sequence."""
+    got = dead_slots(tuple(payloads) if as_tuple else payloads)
+    assert got == [i for i, p in enumerate(payloads) if p is None]

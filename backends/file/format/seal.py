@@ -24,7 +24,7 @@ from tidelog.errors import BadArgument, TooLarge
 
 from . import segment as segfmt
 
-__all__ = ["build_columns", "build_indexed"]
+__all__ = ["build_columns", "build_indexed", "dead_slots"]
 
 _U64 = struct.Struct("<Q")
 _PER_RECORD = 12  # a run frame's ts (u64) + length (u32) per record (SEG-15)
@@ -42,6 +42,20 @@ def _little(column: array[int]) -> array[int]:
         column = array(column.typecode, column)
         column.byteswap()
     return column
+
+
+def dead_slots(payloads: Sequence[bytes | None]) -> list[int]:
+    """The slots whose payload is None (removed before sealing), ascending: found by
+    ``list.index`` (a C-level scan), so the Python work is per dead slot, not per slot."""
+    items = payloads if isinstance(payloads, list) else list(payloads)
+    out: list[int] = []
+    i = -1
+    try:
+        while True:
+            i = items.index(None, i + 1)
+            out.append(i)
+    except ValueError:
+        return out
 
 
 def _u64_column(tss: Sequence[int]) -> array[int]:
@@ -156,11 +170,11 @@ def build_indexed(
     n = len(payloads)
     if first_seq < 1:
         raise BadArgument(f"first_seq must be >= 1, got {first_seq}")
-    if dead and None in payloads:
-        live = [p is not None for p in payloads]
-        payloads = [b"" if p is None else p for p in payloads]
-        tags = [t if k else None for t, k in zip(tags, live)]
-        nodes = [x if k else None for x, k in zip(nodes, live)]
+    at = dead_slots(payloads) if dead else []
+    if at:  # the dead slots alone are visited: most of a tail is live
+        payloads, tags, nodes = list(payloads), list(tags), list(nodes)
+        for i in at:
+            payloads[i], tags[i], nodes[i] = b"", None, None
     data_payloads: Sequence[bytes] = payloads  # type: ignore[assignment]  # no None left
     try:
         if lens is None:
