@@ -340,16 +340,22 @@ def encode_append_batch(
     durable: bool,
     limit: int = BATCH_DATA_MAX,
     seed: int = 0,
+    sizes: list[int] | None = None,
 ) -> bytes | bytearray:
     """APPEND_BATCH frames (WAL-14) for records ``first_seq ..`` of one run sharing ``ts``, tag
     and node: each payload's length in a u32 array, the payloads back to back, one XXH3-64 over
     all of it, with no Python-level loop per record. One frame, unless the data would exceed
-    ``limit`` bytes (u32 ``data_len``): then consecutive frames, ``batch_end`` on the last."""
+    ``limit`` bytes (u32 ``data_len``): then consecutive frames, ``batch_end`` on the last.
+    ``sizes``: the payloads' lengths, when the caller has taken them (a ``len`` per payload is
+    most of what encoding a batch of small records costs)."""
     if not payloads:
         raise BadArgument("an APPEND_BATCH frame holds at least one record")
     flags, nb, tb = _labels(tag, node, batch_end, durable)
     n = len(payloads)
-    sizes = list(map(len, payloads))  # a list: summed without an int per item, then copied
+    if sizes is None:
+        sizes = list(map(len, payloads))  # a list: summed without an int per item, then copied
+    elif len(sizes) != n:
+        raise BadArgument(f"{len(sizes)} sizes for {n} payloads")
     try:
         lens = array("I", sizes)
     except OverflowError:
@@ -369,6 +375,7 @@ def encode_append_batch(
                 durable=durable,
                 limit=limit,
                 seed=seed,
+                sizes=sizes[lo:hi],
             )
             for lo, hi in parts
         )
