@@ -2,7 +2,11 @@
 ``.data`` version 2 (run frames, spec/FORMATS-seg3.md SEG-14..16, SEG-18) and ``.idx`` version 3
 (SEG-17) with C-level calls only: array conversions, one ``join`` and one XXH3-64 per run frame
 of ~64 KiB, strided copies for the index entries. Nothing runs in Python per record (label runs,
-when records carry labels, take one simple pass: ``segment.label_runs``).
+when records carry labels, take one simple pass: ``segment.label_runs``). Most C-level work per
+record is avoided too where records look alike: a frame of equal lengths is cut by arithmetic
+and its payload offsets made in one big-int step (``_steps``), a run of equal ts is converted
+once and repeated (``_u64_column``), dead slots are visited alone (``dead_slots``), and the
+checkpoint gets the decoded index from the columns (``build_indexed``), not by parsing the .idx.
 
 A checkpoint seals every record the WAL took, on the maintenance thread, under the same GIL as
 the appenders: per-record framing (``segment.SegmentBuilder``, .data version 1) cost ~0.7 µs
