@@ -259,16 +259,18 @@ def build_indexed(
             map(segfmt._ENTRY.pack, offsets, lens, ts_col, per_slot)
         )
     else:
-        raw = bytearray(segfmt.ENTRY_SIZE * n)
-        words = memoryview(raw).cast("I")  # entry: offset | length | ts lo | ts hi | flags+pad
+        # entry: offset | length | ts lo | ts hi | flags+pad, as u32 words. An array's strided
+        # slice assignment copies an item once; a memoryview's copies it twice (via a buffer)
+        code = segfmt._U32_CODE
+        words = array(code, bytes(segfmt.ENTRY_SIZE * n))
         words[0::5] = offsets
-        words[1::5] = lens
-        halves = memoryview(ts_col).cast("B").cast("I")
+        words[1::5] = lens if lens.typecode == code else array(code, lens)
+        halves = array(code, ts_col.tobytes())
         words[2::5] = halves[0::2]
         words[3::5] = halves[1::2]
         if any(runs.flags):
-            words[4::5] = array("I", iter(per_slot))  # ints, not raw bytes
-        entries = raw
+            words[4::5] = array(code, iter(per_slot))  # ints, not raw bytes
+        entries = words.tobytes()
     idx = segfmt.encode_index(topic_id, first_seq, None, entries, (), tags, nodes, runs=runs,
                               frames=frames, sums=(pos, sums))  # fmt: skip
     tss_q = ts_col
