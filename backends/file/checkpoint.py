@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from .chunk import SegChunk
 from .format import qseg_name
 from .format import segment as segfmt
 from .format import snapshot as snapfmt
-from .format.seal import build_parts
+from .format.seal import build_indexed, dead_slots
 from .journal import ranges
 from .progressfiles import topic_dir
 from .walchunk import WalChunk
@@ -127,6 +128,14 @@ class _Tail:
     source: WalChunk | None = None
     dead_map: bytes = b""
     lens: array[int] | None = None  # sizes() of a tail held in memory, once taken
+    at: list[int] | None = None  # dead_at(), once taken
+
+    def dead_at(self) -> list[int]:
+        """The dead slots of a tail held in memory, ascending (seal.dead_slots: a C-level scan,
+        Python work per dead slot only)."""
+        if self.at is None:
+            self.at = dead_slots(self.payloads) if self.dead and self.source is None else []
+        return self.at
 
     def sizes(self) -> Sequence[int]:
         """Payload size of every slot (0 for a dead one). A tail held in memory keeps them
@@ -134,21 +143,24 @@ class _Tail:
         if self.source is not None:
             return self.source.sizes()  # dead slots keep their size: cuts stay conservative
         if self.lens is None:
-            sizes = (
-                (0 if p is None else len(p) for p in self.payloads)
-                if self.dead
-                else map(len, cast("list[bytes]", self.payloads))  # no None: dead is False
-            )
+            filled = self.payloads
+            if self.dead_at():  # a dead slot's size is 0: its payload is b"" as it is sealed
+                filled = filled.copy()
+                for i in self.dead_at():
+                    filled[i] = b""
+            sizes = list(map(len, cast("list[bytes]", filled)))  # a list: preallocated
             try:
                 self.lens = array(segfmt._U32_CODE, sizes)
-            except OverflowError:  # build_parts refuses such a record (BadArgument)
-                return [0 if p is None else len(p) for p in self.payloads]
+            except OverflowError:  # build_indexed refuses such a record (BadArgument)
+                return sizes
         return self.lens
 
     def columns(self, lo: int, hi: int) -> _Columns:
         """(payloads, tss, tags, nodes) of slots lo..hi-1, None payloads for dead slots."""
         if self.source is not None:
             return self.source.columns(lo, hi, self.dead_map)
+        if lo == 0 and hi == len(self.payloads):  # one segment: the capture's own copies
+            return self.payloads, self.tss, self.tags, self.nodes
         return self.payloads[lo:hi], self.tss[lo:hi], self.tags[lo:hi], self.nodes[lo:hi]
 
 
@@ -260,9 +272,7 @@ def _capture(state: StoreState) -> _Capture:
                 tail = _Tail(t.tid, first + k, payloads, tss, tags, nodes, bundles, any_dead)
                 tails.append(tail)
                 if any_dead:
-                    dead += ranges(
-                        [tail.first + i for i, p in enumerate(tail.payloads) if p is None]
-                    )
+                    dead += ranges([tail.first + i for i in tail.dead_at()])
         segments[t.tid] = firsts  # the tails' segments join them after the split (checkpoint)
         ceiling = state.ceilings.get(t.tid, log.head)
         jobs = t.jobs
@@ -364,12 +374,17 @@ def _write_segments(b: CheckpointPort, tail: _Tail) -> None:
         if tail.bundles:
             chunk = _write_qseg(b, directory, tail.tid, cols, first)
         if chunk is None:
-            lens = tail.lens[lo : lo + count] if tail.lens is not None else None
+            lens = tail.lens
+            if lens is not None and (lo, count) != (0, len(lens)):
+                lens = lens[lo : lo + count]
             chunk = _write_plain(b, directory, tail, cols, first, lens)
-        if tail.dead:
+        if tail.source is not None and tail.dead:
             for i, p in enumerate(cols[0]):
                 if p is None:
                     chunk.kill(i)
+        at = tail.dead_at()
+        for i in at[bisect_left(at, lo) : bisect_left(at, lo + count)]:
+            chunk.kill(i - lo)
         tail.chunks.append(chunk)
     b.fs.fsync_dir(directory)
 
@@ -384,7 +399,7 @@ def _write_plain(
 ) -> SegChunk:
     """A ``.data`` + ``.idx`` pair (SEG-1..SEG-7), encoded column-wise (format/seal.py). A slot
     removed before sealing is an empty placeholder, dead in the snapshot. The .data is written
-    piece by piece as it is built (``build_parts``' sink), the .idx after it: a crash or a
+    piece by piece as it is built (``build_indexed``' sink), the .idx after it: a crash or a
     refusal part way leaves a file no snapshot names, as a crash in a whole write would."""
     _remove_stale(b, os.path.join(directory, qseg_name(first)))
     data_path = os.path.join(directory, segfmt.data_name(first))
@@ -398,7 +413,7 @@ def _write_plain(
             write_parts(h, pieces, at)
             at += sum(map(len, pieces))
 
-        _, idx = build_parts(tail.tid, first, *cols, dead=tail.dead, lens=lens, sink=sink)
+        _, idx, index = build_indexed(tail.tid, first, *cols, dead=tail.dead, lens=lens, sink=sink)
         h.fdatasync()
     finally:
         h.close()
@@ -409,7 +424,7 @@ def _write_plain(
         h.fdatasync()
     finally:
         h.close()
-    index = segfmt.read_index(idx, topic_id=tail.tid, first_seq=first)
+    # the index decoded from the columns the .idx was made of, not by parsing it again
     return SegChunk(data_path, b.fs.open_read(data_path), index)
 
 

@@ -428,6 +428,11 @@ def test_wal_append_batch_round_trip(
     frame = wal.encode_append_batch(
         tid, seq, ts, tag, node, records, batch_end=batch_end, durable=durable
     )
+    given_sizes = wal.encode_append_batch(
+        tid, seq, ts, tag, node, records, batch_end=batch_end, durable=durable,
+        sizes=[len(r) for r in records],
+    )  # fmt: skip
+    assert given_sizes == frame  # the caller's lengths: the same frame
     flags = reference_flags(tag, node, batch_end, durable)
     nb, tb = (node or "").encode(), (tag or "").encode()
     data = reference_batch_data(records)

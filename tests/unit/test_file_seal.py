@@ -5,10 +5,13 @@ within both limits."""
 
 from __future__ import annotations
 
+import struct
 from array import array
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +19,7 @@ import tidelog
 from tidelog.backends.file import FileBackend
 from tidelog.backends.file.checkpoint import _split, _Tail
 from tidelog.backends.file.format import segment as seg
-from tidelog.backends.file.format.seal import build_columns, build_parts
+from tidelog.backends.file.format.seal import build_columns, build_indexed, dead_slots
 from tidelog.errors import BadArgument
 from tidelog.hooks import hooks
 
@@ -103,10 +106,10 @@ def test_SEG_17_pieces_handed_to_a_sink_with_given_lengths_are_the_same_segment(
     tags = [("a" if i % 4 < 2 else None) if labelled else None for i in range(n)]
     nodes = [None] * n
     dead = None in payloads
-    whole, idx = build_parts(9, 5, payloads, tss, tags, nodes, dead=dead)
+    whole, idx, _ = build_indexed(9, 5, payloads, tss, tags, nodes, dead=dead)
     pieces: list[bytes] = []
     lens = array(seg._U32_CODE, (z or 0 for z in sizes))
-    rest, idx2 = build_parts(
+    rest, idx2, _ = build_indexed(
         9, 5, payloads, tss, tags, nodes, dead=dead, lens=lens, sink=pieces.extend
     )
     assert rest == [] and idx2 == idx
@@ -206,3 +209,85 @@ def test_SEG_18_run_frames_end_at_label_runs_or_past_64_kib(
     index = seg.read_index(idx, topic_id=9, first_seq=1)
     assert list(index.block_slots) == _seg18_cuts(sizes, tags)
     assert seg.scan_data(data).problem is None
+
+
+def _plain_data(first: int, payloads: list[bytes], tss: list[int]) -> bytes:
+    """SEG-14..SEG-16 and SEG-18 written out record by record, for unlabelled records: the
+    header, then run frames cut where SEG-18 cuts, each frame_len | flags | seq | count |
+    node_len | tag_len | ts[] | len[] | payloads | XXH3-64 of all but frame_len."""
+    out = [struct.pack("<8sHHIQQ", seg.DATA_MAGIC, 2, 32, 0, 9, first)]
+    cuts = [*_seg18_cuts([len(p) for p in payloads], [None] * len(payloads)), len(payloads)]
+    for a, b in pairwise(cuts):
+        body = b"".join(
+            [struct.pack("<Q", t) for t in tss[a:b]]
+            + [struct.pack("<I", len(p)) for p in payloads[a:b]]
+            + payloads[a:b]
+        )
+        head = struct.pack("<BQIHH", 0, first + a, b - a, 0, 0)
+        frame = head + body
+        frame += struct.pack("<Q", xxhash.xxh3_64_intdigest(frame))
+        out.append(struct.pack("<I", len(frame)) + frame)
+    return b"".join(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    groups=st.lists(
+        st.tuples(st.sampled_from((0, 1, 100, 5000, 66_000)), st.integers(1, 1500)),
+        min_size=1,
+        max_size=5,
+    ),
+    ts_runs=st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(1, 900)), min_size=1),
+    shared=st.booleans(),
+)
+def test_SEG_15_frames_are_byte_exact_for_equal_lengths_and_ts_runs(
+    groups: list[tuple[int, int]], ts_runs: list[tuple[int, int]], shared: bool
+) -> None:
+    """SEG-15, SEG-16, SEG-18: the column encoder's shortcuts (a frame of equal lengths cut
+    by arithmetic and its offsets made in one step; a run of equal ts repeated, the ts in any
+    order, one int object per run or one per record) write exactly the bytes the frame layout
+    gives when written out record by record, and an index whose entries point at them."""
+    payloads: list[bytes] = []
+    for size, count in groups:
+        payloads += [bytes([len(payloads) % 251]) * size] * min(count, 3 if size > 5000 else count)
+    n = len(payloads)
+    tss: list[int] = []
+    for t, k in ts_runs:
+        tss += [t] * k if shared else [int(str(t)) for _ in range(k)]
+    tss = (tss * (n // len(tss) + 1))[:n]
+    data, idx = build_columns(9, 3, payloads, tss, [None] * n, [None] * n, dead=False)
+    assert data == _plain_data(3, payloads, tss)
+    index = seg.read_index(idx, topic_id=9, first_seq=3)
+    assert [data[o : o + k] for o, k in zip(index.offsets, index.lengths)] == payloads
+    assert list(index.tss) == tss
+
+
+@given(rows=st.lists(slots, max_size=40), big=st.integers(0, 3))
+def test_SEG_17_the_writers_index_is_the_index_its_idx_decodes_to(
+    rows: list[tuple[bytes | None, int, str | None, str | None]], big: int
+) -> None:
+    """SEG-17, checkpoint: the decoded index a checkpoint hands its new chunk, made from the
+    columns the .idx was encoded from, is field for field (and type for type) what reading
+    that .idx gives: entries, blocks, label runs, flags, sizes; labelled, dead, several frames."""
+    rows = rows + [(bytes(70_000), 7, None, None)] * big  # frames of one record each
+    cols = [[r[k] for r in rows] for k in range(4)]
+    parts, idx, got = build_indexed(5, 11, *cols, dead=None in cols[0])
+    want = seg.read_index(idx, topic_id=5, first_seq=11)
+    for name in ("topic_id", "first_seq", "count", "version", "data_size", "runs"):
+        assert getattr(got, name) == getattr(want, name), name
+    for name in ("offsets", "lengths", "tss", "flags", "block_slots", "block_offsets",
+                 "block_hashes"):  # fmt: skip
+        a, b = getattr(got, name), getattr(want, name)
+        assert (a.typecode, a.tolist()) == (b.typecode, b.tolist()), name
+    assert [got.entry_offset(i) for i in range(got.count)] == list(want.offsets)
+    assert got.data_size == sum(map(len, parts))
+
+
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=3)), max_size=50), st.booleans())
+def test_SEG_17_dead_slots_are_the_none_payloads(
+    payloads: list[bytes | None], as_tuple: bool
+) -> None:
+    """SEG-17, checkpoint: the slots sealed as dead placeholders are exactly the None payloads,
+    ascending, from a list or any sequence."""
+    got = dead_slots(tuple(payloads) if as_tuple else payloads)
+    assert got == [i for i, p in enumerate(payloads) if p is None]

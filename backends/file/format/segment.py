@@ -274,12 +274,16 @@ class SegmentIndex:
         block_hashes: array[int] | None = None,
         runs: LabelRuns | None = None,
         flags: array[int] | None = None,
+        columns: tuple[array[int], array[int], array[int]] | None = None,
     ) -> None:
+        """``columns``: (offsets, lengths, tss) when the caller has them (the writer, which
+        encoded ``entries`` from them: seal.build_indexed); else cut from ``entries`` when
+        first used."""
         self.topic_id = topic_id
         self.first_seq = first_seq
         self.count = count
         self._entries = entries
-        self._columns: tuple[array[int], array[int], array[int]] | None = None
+        self._columns = columns
         self.flags = array("B", bytes(entries[16::ENTRY_SIZE])) if flags is None else flags
         self.version = version
         self.block_slots = array(_U32_CODE) if block_slots is None else block_slots

@@ -340,20 +340,27 @@ def encode_append_batch(
     durable: bool,
     limit: int = BATCH_DATA_MAX,
     seed: int = 0,
+    sizes: list[int] | None = None,
 ) -> bytes | bytearray:
     """APPEND_BATCH frames (WAL-14) for records ``first_seq ..`` of one run sharing ``ts``, tag
     and node: each payload's length in a u32 array, the payloads back to back, one XXH3-64 over
     all of it, with no Python-level loop per record. One frame, unless the data would exceed
-    ``limit`` bytes (u32 ``data_len``): then consecutive frames, ``batch_end`` on the last."""
+    ``limit`` bytes (u32 ``data_len``): then consecutive frames, ``batch_end`` on the last.
+    ``sizes``: the payloads' lengths, when the caller has taken them (a ``len`` per payload is
+    most of what encoding a batch of small records costs)."""
     if not payloads:
         raise BadArgument("an APPEND_BATCH frame holds at least one record")
     flags, nb, tb = _labels(tag, node, batch_end, durable)
     n = len(payloads)
+    if sizes is None:
+        sizes = list(map(len, payloads))  # a list: summed without an int per item, then copied
+    elif len(sizes) != n:
+        raise BadArgument(f"{len(sizes)} sizes for {n} payloads")
     try:
-        lens = array("I", map(len, payloads))
+        lens = array("I", sizes)
     except OverflowError:
         raise BadArgument("a payload of 4 GiB or more does not fit a WAL frame") from None
-    size = 4 + 4 * n + sum(lens)
+    size = 4 + 4 * n + sum(sizes)
     if size > limit:
         parts = split_runs(lens, limit)
         return b"".join(
@@ -368,6 +375,7 @@ def encode_append_batch(
                 durable=durable,
                 limit=limit,
                 seed=seed,
+                sizes=sizes[lo:hi],
             )
             for lo, hi in parts
         )
@@ -389,7 +397,11 @@ def encode_append_batch(
         raise BadArgument(f"WAL frame field out of range ({exc})") from None
     # one buffer with room for the checksum, filled in place: ``body + checksum`` would copy
     # the whole frame again into fresh memory (page faults, on a VM as dear as the copy)
-    frame = bytearray().join((head, nb, tb, _U32.pack(n), lens, *payloads, _NO_SUM))
+    # (one list: a tuple with ``*payloads`` would copy their references twice more)
+    pieces: list[Any] = [head, nb, tb, _U32.pack(n), lens]
+    pieces += payloads
+    pieces.append(_NO_SUM)
+    frame = bytearray().join(pieces)
     with memoryview(frame) as mv:
         _U64.pack_into(frame, len(frame) - 8, xxhash.xxh3_64_intdigest(mv[4:-8], seed))
     return frame
