@@ -177,6 +177,7 @@ class RingJournal:
         tag: str | None,
         node: str | None,
         payloads: Sequence[bytes],
+        sizes: list[int] | None = None,  # the ring frames each record apart: not needed
     ) -> None:
         tb = tag.encode() if tag is not None else None
         nb = node.encode() if node is not None else None

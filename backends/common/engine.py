@@ -383,12 +383,15 @@ class Engine(Backend):
         node: str | None,
         ts: int,
         nbytes: int | None = None,
+        sizes: list[int] | None = None,
     ) -> list[int]:
+        """``nbytes``: the payloads' total size, ``sizes`` their lengths, if the caller took
+        them (the journal's frame then takes no ``len`` of each payload again)."""
         seqs = t.log.append(payloads, tag, node, ts, nbytes)
         if t.log.gate_visibility:
             self._unpublished.append((t, seqs[-1]))
         if self.journal is not None:
-            self.journal.appended(t, seqs[0], ts, tag, node, payloads)
+            self.journal.appended(t, seqs[0], ts, tag, node, payloads, sizes)
         self._bump(t)
         return seqs
 
@@ -697,9 +700,16 @@ class Engine(Backend):
         nbytes = 0
         limit = self.options.max_record_bytes
         sizes: list[int] = []
+        lens: list[list[int] | None] = []  # each run's lengths, for its WAL frame (WAL-14)
         for payloads, _, _ in runs:  # RET-7 order: too_large, caps, store_full, topic_full, ...
             n += len(payloads)
-            size = sum(map(len, payloads))  # C-level: no Python loop per record
+            if len(payloads) > 1:  # taken once, for the total and the frame alike
+                run_lens = list(map(len, payloads))
+                size = sum(run_lens)  # C-level: no Python loop per record
+                lens.append(run_lens)
+            else:
+                size = sum(map(len, payloads))
+                lens.append(None)
             if size > limit:  # only then can a single record be too large
                 big = max(map(len, payloads))
                 if big > limit:
@@ -738,8 +748,8 @@ class Engine(Backend):
                 self.routing.backpressure(t, victims)
         ts = now if log.last_ts is None or now > log.last_ts else log.last_ts
         seqs: list[int] = []
-        for (payloads, tag, node), size in zip(runs, sizes):
-            seqs += self.apply_append(t, payloads, tag, node, ts, size)
+        for (payloads, tag, node), size, run_lens in zip(runs, sizes, lens):
+            seqs += self.apply_append(t, payloads, tag, node, ts, size, run_lens)
         if victims:
             self.apply_evict(t, victims[-1], "cap")
         return seqs

@@ -42,7 +42,10 @@ class Journal(Protocol):
         tag: str | None,
         node: str | None,
         payloads: Sequence[bytes],
-    ) -> None: ...
+        sizes: list[int] | None = None,
+    ) -> None:
+        """Records ``first_seq ..`` were appended; ``sizes``: their payloads' lengths, when
+        the engine took them (None: not taken)."""
 
     def produced(self, t: EngineTopic, pid: str, seq: int) -> None:
         """TOP-11: producer ``pid`` applied sequence ``seq`` (same op as its records)."""
