@@ -185,17 +185,6 @@ class TopicLog:
             nodes = [None if p is None else nd for p, nd in zip(payloads, nodes)]
         return payloads, self.tss[a:b], tags, nodes
 
-    @property
-    def tags(self) -> list[str | None]:
-        """The tail's tags, slot by slot (a list made on each read: ``tail_columns`` for a
-        range)."""
-        return self._labels(0, len(self.payloads))[0]
-
-    @property
-    def nodes(self) -> list[str | None]:
-        """The tail's nodes, slot by slot, None for a dead slot (a list made on each read)."""
-        return self.tail_columns(0, len(self.payloads))[3]
-
     def _label_run(self, first: int, last: int, tag: str | None, node: str | None) -> None:
         """Seqs first..last (the newest, just appended) carry ``tag`` and ``node``."""
         if tag is None and node is None:
@@ -326,10 +315,14 @@ class TopicLog:
         ts: int,
         nbytes: int | None = None,
     ) -> list[int]:
-        """Append a run sharing ts and labels (``nbytes``, their total size, is not needed: the
-        total is folded in when read). Bulk list operations only: no Python loop per record."""
+        """Append a run sharing ts and labels; ``nbytes`` is their total size if the caller
+        knows it (else it is folded in when read). Bulk list operations only: no Python loop
+        per record."""
         first = self.head + 1
         n = len(payloads)
+        if nbytes is not None and self._folded == len(self.payloads):  # no len() of each later
+            self._nbytes += nbytes
+            self._folded += n
         if n == 1:  # the common single append: no temporary lists
             self.payloads.append(payloads[0])
             self.tss.append(ts)
