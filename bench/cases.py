@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import tidelog
@@ -115,16 +116,39 @@ def _file_store(ctx: Ctx, **options: Any) -> Any:
     return tidelog.open(f"file://{root}", **options)
 
 
+#: the most a warm-up appends before it gives up (``warm_to_steady``)
+STEADY_MAX_BYTES = 2 << 30
+
+
+def warm_to_steady(
+    append_many: Callable[[list[bytes]], object],
+    wal: Callable[[], dict[str, int]],
+    limit: int = STEADY_MAX_BYTES,
+) -> None:
+    """Append 1 MiB batches until a WAL file made from a retired one takes the frames
+    (``wal()["recycled_files"]``, FORMATS.md WAL-15). Bounded: a store that never retires a
+    WAL file (checkpoints off, say ``checkpoint_bytes=64GiB``) would take the whole disk, so
+    after ``limit`` bytes it raises instead."""
+    batch = [bytes(4096)] * 256
+    written = 0
+    while wal()["recycled_files"] < 1:
+        if written >= limit:
+            raise RuntimeError(
+                f"no WAL file recycled after {written >> 20} MiB of warm-up: the store does not "
+                "checkpoint (steady state needs checkpoint_bytes well below it)"
+            )
+        append_many(batch)
+        written += 1 << 20
+
+
 def _steady(store: Any) -> None:
     """Bring a new store to its steady state before the timer (FORMATS.md WAL-15): append
     until a WAL file made from a retired one (its blocks written in an earlier life, so no
     zero-ahead) takes the frames, then sync everything, so the timed window neither pays a
     new file's first writes nor sees the warm-up's writeback. The raw overwrite loop likewise
     zero-fills and syncs its file before its timer."""
-    t = store.topic("warm-up", durability="disk")
-    batch = [bytes(4096)] * 256  # 1 MiB per call
-    while store.describe()["wal"]["recycled_files"] < 1:
-        t.append_many(batch)
+    warm_to_steady(store.topic("warm-up", durability="disk").append_many,
+                   lambda: store.describe()["wal"])  # fmt: skip
     hooks(store, Checkpoint).checkpoint()  # seal the warm-up now, not inside the timed window
     os.sync()
 

@@ -70,12 +70,11 @@ CHILD = textwrap.dedent(
             return dict(own.describe()["wal"])
 
         if mode == "steady":
-            # as cases._steady: until a recycled WAL file (WAL-15) takes the frames, then
+            # as cases._steady (bounded): until a recycled WAL file (WAL-15) takes the frames, then
             # checkpoint and sync, so the window pays neither new files nor the warm-up
-            warm = store.topic("warm-up", durability="disk")
-            big = [bytes(4096)] * 256
-            while wal()["recycled_files"] < 1:
-                warm.append_many(big)
+            from tidelog.bench.cases import warm_to_steady
+
+            warm_to_steady(store.topic("warm-up", durability="disk").append_many, wal)
             own.checkpoint()
             os.sync()
         recycled = wal()["recycled_files"]  # before the window: 1 or more once steady

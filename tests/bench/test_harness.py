@@ -192,3 +192,28 @@ def test_timed_puts_reads_the_clock_per_stride_and_times_latency_apart(
     calls[0] = 0
     n, _, lat, more = measure.timed_puts(step, 10.0, max_records=4000)
     assert 4000 <= n < 4000 + 256 and more <= 1000 + 1 and calls[0] == n + more
+
+
+def test_steady_warm_up_is_bounded(tmp_path: Path) -> None:
+    """The steady-state warm-up appends until a recycled WAL file takes the frames; on a store
+    that never checkpoints none ever does, so it stops at its byte bound with an error instead
+    of filling the disk. A checkpointing store gets there within the bound."""
+    import time
+
+    import tidelog
+    from tidelog.bench.cases import warm_to_steady
+
+    with tidelog.open(f"file://{tmp_path}/off?checkpoint_bytes=64GiB&wal_file_bytes=1MiB") as s:
+        t = s.topic("w", durability="memory")
+        with pytest.raises(RuntimeError, match="no WAL file recycled after 8 MiB"):
+            warm_to_steady(t.append_many, lambda: s.describe()["wal"], limit=8 << 20)
+        assert s.describe()["topics"]["w"]["state"]["count"] == 8 * 256
+    with tidelog.open(f"file://{tmp_path}/on?checkpoint_bytes=1MiB&wal_file_bytes=1MiB") as s:
+        t = s.topic("w", durability="memory")
+
+        def paced(batch: list[bytes]) -> None:  # let the maintenance thread's ticks come
+            t.append_many(batch)
+            time.sleep(0.01)
+
+        warm_to_steady(paced, lambda: s.describe()["wal"], limit=64 << 20)
+        assert s.describe()["wal"]["recycled_files"] >= 1
