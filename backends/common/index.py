@@ -132,6 +132,22 @@ class TopicLog:
             self._nbytes += sum(map(len, p[k:]))  # type: ignore[arg-type]  # none is None
             self._folded = len(p)
 
+    def _fold_prefix(self, cut: int, sizes: Sequence[int] | None, sizes_first: int) -> None:
+        """Fold the tail's first ``cut`` slots, before they are cut (``_cut_tail``); slots after
+        them may stay unfolded. From ``sizes`` (``sizes[i]``: the payload size of seq
+        ``sizes_first + i``) when it covers the unfolded part: a C-level sum over the caller's
+        array, not a ``len`` of each payload under the store lock. The unfolded part holds no
+        dead slot (a removal folds first), so its sizes are its payloads' own."""
+        k = self._folded
+        if k >= cut:
+            return
+        lo, hi = self.base + k - sizes_first, self.base + cut - sizes_first
+        if sizes is not None and lo >= 0 and hi <= len(sizes):
+            self._nbytes += sum(sizes[lo:hi])
+            self._folded = cut
+        else:
+            self._fold()
+
     # -- labels ------------------------------------------------------------------------------
     def _label_at(self, seq: int) -> tuple[str | None, str | None]:
         k = bisect_right(self._label_firsts, seq) - 1
@@ -201,12 +217,12 @@ class TopicLog:
         nodes.append(None)
 
     def _cut_tail(self, cut: int) -> None:
-        """Drop the tail's first ``cut`` slots (folded and counted by the caller's ``_count``
+        """Drop the tail's first ``cut`` slots (folded, and counted by the caller's ``_count``
         adjustment) and the label runs that end before the new base."""
         p = self.payloads
         del p[:cut], self.tss[:cut]
         self.base += cut
-        self._folded = len(p)
+        self._folded = max(self._folded - cut, 0)
         firsts = self._label_firsts
         if firsts:
             k = bisect_right(firsts, self.base) - 1
@@ -494,13 +510,16 @@ class TopicLog:
         nodes), with None payloads for dead slots. Copies the lists (cheap: references)."""
         return (self.base, *self.tail_columns(0, max(through - self.base + 1, 0)))
 
-    def seal(self, chunk: SealedChunk) -> list[bytes | None]:
+    def seal(
+        self, chunk: SealedChunk, sizes: Sequence[int] | None = None, sizes_first: int = 0
+    ) -> list[bytes | None]:
         """Replace the tail slots of seqs ``chunk.first_seq ..`` by ``chunk``. Slots that died
         since the chunk was built (or were popped from the tail's dead prefix meanwhile) are
         killed in it, so the chunk reflects the current state. Totals do not change: the
         records only move. Returns the payloads it took out of the tail: the caller drops them
         after releasing its lock (freeing 100k payload objects is milliseconds that appenders
-        would otherwise wait)."""
+        would otherwise wait). ``sizes``: the caller's payload sizes of seqs ``sizes_first ..``
+        (the checkpoint's lengths column), for ``_fold_prefix``."""
         first, n = chunk.first_seq, chunk.count
         if first < self.base or self.tail_dead():  # else nothing died since: no loop
             for i in range(n):
@@ -511,7 +530,7 @@ class TopicLog:
         gone: list[bytes | None] = []
         if cut > 0:
             gone = self.payloads[:cut]
-            self._fold()
+            self._fold_prefix(cut, sizes, sizes_first)
             self._count += cut  # the records only move to the chunk
             self._cut_tail(cut)
             self._first = max(self._first - cut, 0)

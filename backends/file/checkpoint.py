@@ -206,8 +206,8 @@ def checkpoint(b: CheckpointPort) -> int:
                 _reseal(t, tail)
                 continue
             for chunk in tail.chunks:
-                if t is not None:
-                    gone.append(t.log.seal(chunk))
+                if t is not None:  # sizes: the records' bytes are added without a len() each
+                    gone.append(t.log.seal(chunk, tail.lens, tail.first))
                 else:  # dropped meanwhile: its directory goes at the next checkpoint
                     chunk.close()
         b.sealed(n)
