@@ -43,7 +43,7 @@ __all__ = ["FaultFS", "FaultHandle", "Fault", "Injected", "KINDS", "FAULTS", "AP
 #: every counted call kind, in the order reports list them
 KINDS = (
     "open", "pwrite", "pread", "truncate", "allocate", "fdatasync", "fsync", "fsync_dir",
-    "rename", "unlink", "rmdir", "mkdir", "map", "writeback",
+    "rename", "unlink", "rmdir", "mkdir", "map",
 )  # fmt: skip
 FAULTS = ("eio", "enospc", "short", "drop")
 #: which faults make sense for which kind of call
@@ -61,7 +61,6 @@ APPLICABLE: dict[str, tuple[str, ...]] = {
     "rmdir": ("eio",),
     "mkdir": ("eio", "enospc"),
     "map": ("eio",),
-    "writeback": ("eio",),
 }
 _ERRNO = {"eio": errno.EIO, "enospc": errno.ENOSPC, "short": errno.ENOSPC, "drop": errno.EIO}
 
@@ -294,14 +293,6 @@ class FaultHandle:
     def map(self) -> memoryview:
         self._fs._call("map", self.path)
         return self._h.map()
-
-    def writeback(self, offset: int, size: int, wait: bool) -> None:
-        """``fsio.writeback`` (a counted call, which may fail with EIO as sync_file_range
-        reports a write-back error): passed on where the wrapped handle has it."""
-        self._fs._call("writeback", self.path)
-        inner = getattr(self._h, "writeback", None)
-        if inner is not None:
-            inner(offset, size, wait)
 
     def lock(self) -> None:
         self._h.lock()

@@ -39,7 +39,6 @@ __all__ = [
     "replace_file",
     "whole_object",
     "write_parts",
-    "writeback",
     "written_prefix",
     "zero_after",
 ]
@@ -183,17 +182,6 @@ def write_parts(h: Handle, parts: Sequence[bytes], offset: int) -> None:
         h.pwrite(b"".join(parts), offset)
 
 
-def writeback(h: Handle, offset: int, size: int, *, wait: bool = False) -> None:
-    """Start writing the file's dirty pages in ``[offset, offset + size)`` to the device now
-    (``wait``: and wait until they are written): paced writeback, so a large file reaches the
-    device in steady pieces instead of one burst at its sync that other files' syncs queue
-    behind. Not a durability point (no device cache flush, no metadata: ``fdatasync`` still
-    is); where the handle cannot (another FS, another OS), nothing happens."""
-    start = getattr(h, "writeback", None)
-    if start is not None and size > 0:
-        start(offset, size, wait)
-
-
 def written_prefix(h: Handle) -> int:
     """Bytes from the start of the file up to its first hole: blocks below it have been
     written (``SEEK_HOLE``: preallocated extents never written are holes); 0 when unknown."""
@@ -242,28 +230,6 @@ def io_errors(what: str) -> Iterator[None]:
         raise
     except OSError as exc:
         raise storage_error(exc, what) from None
-
-
-_SFR_WAIT_BEFORE, _SFR_WRITE, _SFR_WAIT_AFTER = 1, 2, 4  # linux/fs.h sync_file_range flags
-_sfr: Any = None  # libc's sync_file_range once looked up; False: this system has none
-
-
-def _sync_file_range() -> Any:
-    """libc's ``sync_file_range`` (Linux; the os module has none), or False."""
-    global _sfr
-    if _sfr is None:
-        _sfr = False
-        if hasattr(os, "posix_fadvise"):  # a POSIX libc; only Linux has the call
-            import ctypes  # here: importing it costs every process a few ms at start
-
-            try:
-                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-            except (AttributeError, OSError):
-                return _sfr
-            fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-            fn.restype = ctypes.c_int
-            _sfr = fn  # a CDLL call releases the GIL while it waits
-    return _sfr
 
 
 def _named(exc: OSError, path: str) -> OSError:
@@ -361,21 +327,6 @@ class _OsHandle:
         except OSError:  # no SEEK_DATA here: every byte may be data
             return [(offset, size)]
         return out
-
-    def writeback(self, offset: int, size: int, wait: bool) -> None:
-        """``fsio.writeback``: ``sync_file_range`` (WRITE; with ``wait`` also WAIT_BEFORE and
-        WAIT_AFTER), or nothing where the system has none."""
-        fn = _sync_file_range()
-        if not fn:
-            return
-        flags = _SFR_WRITE | (_SFR_WAIT_BEFORE | _SFR_WAIT_AFTER if wait else 0)
-        if fn(self.fd, offset, size, flags) != 0:
-            import ctypes  # loaded by _sync_file_range already
-
-            code = ctypes.get_errno()
-            if code in (errno.ENOSYS, errno.ESPIPE, errno.EOPNOTSUPP):
-                return  # a file system or kernel without it: a hint only
-            raise OSError(code, os.strerror(code), self.path)
 
     def fdatasync(self) -> None:
         try:

@@ -50,7 +50,6 @@ class FSStats:
     fdatasyncs: int = 0
     fsyncs: int = 0
     dir_fsyncs: int = 0
-    writebacks: int = 0  # write-back hints (fsio.writeback): no effect on what survives
     truncates: int = 0  # truncate and allocate calls that changed the size
     creates: int = 0  # files and directories
     renames: int = 0
@@ -113,15 +112,6 @@ class RecordingHandle:
     def fsync(self) -> None:
         self._check()
         self._fs._sync(self._ino, self.path, "fsync")
-
-    def writeback(self, offset: int, size: int, wait: bool) -> None:
-        """``fsio.writeback``: a hint that changes no state a crash may leave (writes not yet
-        synced may or may not survive either way, CRASH-1), so it is only counted."""
-        self._check(write=True)
-        if size < 0 or offset < 0:
-            raise _oserror(errno.EINVAL, self.path)
-        with self._fs._mutex:
-            self._fs.stats.writebacks += 1
 
     def drop_unsynced(self) -> None:
         """What a failed sync may do on Linux: the file's writes since its last sync never

@@ -10,7 +10,6 @@ import pytest
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.conformance.faultfs import APPLICABLE, KINDS, Fault, FaultFS
 from tidelog.errors import BadArgument
-from tidelog.fsio import writeback
 
 
 def _file(fs: FaultFS, path: str = "/d/f") -> bytes:
@@ -114,24 +113,6 @@ def test_an_eio_sync_keeps_the_pages() -> None:
     with pytest.raises(OSError):
         h.fsync()
     assert _file(fs) == b"kept"
-
-
-def test_a_writeback_hint_is_a_counted_call_that_may_fail_and_changes_no_crash_state() -> None:
-    """``fsio.writeback`` through a FaultFS: counted as its own kind, passed to the wrapped
-    handle (RecordingFS counts it and records nothing: no crash state changes), and an EIO
-    fault raises, as sync_file_range reports a write-back error."""
-    inner = RecordingFS(dirs=["/d"])
-    fs = FaultFS(inner, [Fault("eio", kind="writeback", nth=1)]).keep_log()
-    h = fs.open("/d/f")
-    h.pwrite(b"data", 0)
-    history = list(inner.history)
-    writeback(h, 0, 4)
-    assert inner.stats.writebacks == 1 and inner.history == history
-    with pytest.raises(OSError) as failed:
-        writeback(h, 0, 4, wait=True)
-    assert failed.value.errno == errno.EIO and failed.value.filename == "/d/f"
-    assert [k for k, _ in fs.log or []] == ["open", "pwrite", "writeback", "writeback"]
-    assert _file(fs) == b"data" and inner.stats.writebacks == 1
 
 
 def test_random_faults_are_reproducible_from_the_seed() -> None:

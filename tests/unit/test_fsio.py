@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tidelog import fsio
 from tidelog.conformance.crashfs import RecordingFS
 from tidelog.errors import Locked, StorageError
-from tidelog.fsio import FS, OsFS, io_errors, storage_error, write_parts, writeback
+from tidelog.fsio import FS, OsFS, io_errors, storage_error, write_parts
 
 
 @pytest.fixture(params=["os", "recording"])
@@ -78,53 +77,6 @@ def test_write_parts_writes_them_back_to_back(
     write_parts(h, [], h.size())
     assert h.pread(h.size(), 0) == b"head" + b"".join(parts)
     h.close()
-
-
-def test_writeback_is_a_hint_that_changes_no_bytes(fs: FS, tmp_path: Path) -> None:
-    """``writeback`` (paced write-back of a file being written) starts or waits for the
-    write-back of a range and changes nothing a read sees; an empty range is no call."""
-    h = fs.open(str(tmp_path / "f"))
-    data = os.urandom(3 << 20)
-    h.pwrite(data, 0)
-    writeback(h, 0, 1 << 20)
-    writeback(h, 1 << 20, 2 << 20, wait=True)
-    writeback(h, 5 << 20, 0)
-    assert h.pread(len(data), 0) == data and h.size() == len(data)
-    h.close()
-
-
-def test_writeback_on_linux_is_sync_file_range(tmp_path: Path) -> None:
-    """On Linux it is ``sync_file_range`` (the os module has none): WRITE, and with ``wait``
-    WAIT_BEFORE | WRITE | WAIT_AFTER; a failure is an ``OSError`` naming the file, as every
-    descriptor call's; where libc has no such call it does nothing."""
-    if not fsio._sync_file_range():
-        pytest.skip("no sync_file_range on this system")
-    calls: list[tuple[int, int, int]] = []
-    real = fsio._sfr
-
-    def fake(fd: int, offset: int, size: int, flags: int) -> int:
-        calls.append((offset, size, flags))
-        return real(fd, offset, size, flags)  # type: ignore[no-any-return]
-
-    h = OsFS().open(str(tmp_path / "f"))
-    h.pwrite(b"x" * 8192, 0)
-    try:
-        fsio._sfr = fake
-        writeback(h, 0, 4096)
-        writeback(h, 4096, 4096, wait=True)
-        fsio._sfr = lambda *args: -1  # errno is whatever ctypes last saw: set it
-        import ctypes
-
-        ctypes.set_errno(errno.EIO)
-        with pytest.raises(OSError) as failed:
-            writeback(h, 0, 4096)
-        assert failed.value.errno == errno.EIO and failed.value.filename == h.path
-        fsio._sfr = False  # none on this system: nothing happens
-        writeback(h, 0, 4096)
-    finally:
-        fsio._sfr = real
-        h.close()
-    assert calls == [(0, 4096, 2), (4096, 4096, 7)]
 
 
 def test_open_read_is_read_only(fs: FS, tmp_path: Path) -> None:
