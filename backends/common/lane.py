@@ -15,20 +15,32 @@ only a payload and return None for "not here".
 
 The record is appended to the topic's tail as ``TopicLog.append`` does for one unlabelled record
 (the tail lists are mutated in place, never rebound, so the lane may hold them).
+
+*Open runs*: a ``disk`` or ``memory`` topic's record is deferred on its WAL shard, where
+consecutive records of one topic sharing a ts form the shard's open run (one APPEND_BATCH frame
+when placed, WAL-14). Its journal hook is then a ``RunHook``, and the lane extends that run
+itself, without calling the hook, while the hook would do only that: the shard's open run is
+still the list the lane's last record went into (``is``: nobody placed or closed it since),
+this record has that run's ts and next seq, its seq is below the hook's next reservation step
+(``RunHook.low``, WAL-12), no journal op is under way and the shard has not failed. It keeps
+the shard's counters as ``WalShard.defer`` does (``_run_next``, ``ops``). The run cannot be
+placed or closed while the lane checks and extends it: every placing (``submit``,
+``_place_deferred`` of the committer, a flush or a leader, ``position``, ``close``) holds the
+shard's ``outer`` lock, which is the engine lock the lane holds.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .journal import FALLBACK
 
 if TYPE_CHECKING:
     from .engine import Engine, EngineTopic
 
-__all__ = ["Lane", "Fallback", "OneHook", "make_lane"]
+__all__ = ["Lane", "Fallback", "OneHook", "RunHook", "make_lane"]
 
 #: append one record: its seq, or None when the general path must take it
 Lane = Callable[[bytes], "int | None"]
@@ -39,6 +51,31 @@ Fallback = Callable[[object, "str | None", "str | None"], "int | None"]
 OneHook = Callable[[int, int, bytes], object]
 
 _time_ns = time.time_ns
+
+
+class RunHook:
+    """A journal's ``OneHook`` whose records join an open run the lane may extend itself
+    (module docstring). ``shard`` holds the open run as ``WalShard`` does (``_run``, the list;
+    ``_run_next``; ``ops``; ``failed``), ``journal`` has ``_ops`` (an op under way when not
+    empty), and ``low`` is the first seq that needs the hook (a reservation step), kept by
+    the hook."""
+
+    __slots__ = ("shard", "journal", "low")
+
+    def __init__(self, shard: Any, journal: Any, low: int) -> None:
+        self.shard = shard
+        self.journal = journal
+        self.low = low
+
+    def __call__(self, seq: int, ts: int, payload: bytes) -> object:
+        raise NotImplementedError  # each journal's hook is its own
+
+
+class _NoRun:
+    """The open-run holder of a lane whose hook is not a ``RunHook``: its run is never the
+    lane's, so the extension check fails at its first test."""
+
+    _run = None
 
 
 def _decline(payload: object, tag: str | None, node: str | None) -> None:
@@ -56,8 +93,16 @@ def make_lane(
     add_payload, add_ts = log.payloads.append, log.tss.append
     limit = e.options.max_record_bytes
     gate = log.gate_visibility  # set when the topic is created (fsync topics), never changed
+    tap = one if isinstance(one, RunHook) else None
+    shard: Any = tap.shard if tap is not None else _NoRun
+    journal: Any = tap.journal if tap is not None else None
+    # the open run the lane's last record went into, its ts and next seq, and the hook's next
+    # reservation step: set after each call of a RunHook; a fresh list is never the shard's
+    run: list[bytes] = []
+    run_ts = run_next = low = -1
 
     def append(payload: bytes, *, tag: str | None = None, node: str | None = None) -> int | None:
+        nonlocal run, run_ts, run_next, low
         if tag is not None or node is not None or type(payload) is not bytes:
             return fallback(payload, tag, node)
         if len(payload) > limit:
@@ -73,7 +118,21 @@ def make_lane(
                 seq = log.head + 1
                 ticket = None
                 if one is not None:
-                    ticket = one(seq, ts, payload)
+                    if (
+                        run is shard._run
+                        and seq == run_next
+                        and ts == run_ts
+                        and seq < low
+                        and not journal._ops
+                        and shard.failed is None
+                    ):  # the hook would only extend the open run (module docstring)
+                        run.append(payload)
+                        run_next = shard._run_next = seq + 1
+                        shard.ops += 1
+                    else:
+                        ticket = one(seq, ts, payload)
+                        if ticket is None and tap is not None:  # seq is the open run's last
+                            run, run_ts, run_next, low = shard._run, ts, seq + 1, tap.low
                 if ticket is FALLBACK:
                     seq = None
                 else:

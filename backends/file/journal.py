@@ -24,6 +24,7 @@ from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
 from ..common.journal import FALLBACK
+from ..common.lane import RunHook
 from .format import dumps_body
 from .format import wal as walfmt
 from .format.wal import FrameType
@@ -33,6 +34,28 @@ __all__ = ["WalJournal", "ranges"]
 
 _Effect = tuple[Any, ...]
 _yield_gil = time.sleep  # time.sleep(0): release the GIL, take it back after whoever waits
+
+
+class _BufferedHook(RunHook):
+    """``WalJournal.lean``'s hook of a ``disk`` or ``memory`` topic: the records the lane does
+    not add to the open run itself (a new run, a reservation step due at ``low``)."""
+
+    __slots__ = ("tid",)
+
+    def __init__(self, journal: WalJournal, tid: int, shard: WalShard, low: int) -> None:
+        super().__init__(shard, journal, low)
+        self.tid = tid
+
+    def __call__(self, seq: int, ts: int, payload: bytes) -> object:
+        journal: WalJournal = self.journal
+        if journal._ops:
+            return FALLBACK
+        if seq >= self.low:
+            refused, self.low = journal._reserve_one(self.tid, self.shard, seq)
+            if refused is not None:
+                return refused
+        self.shard.defer(self.tid, ts, False, seq, payload)
+        return None
 
 
 def ranges(seqs: Sequence[int]) -> list[list[int]]:
@@ -158,7 +181,8 @@ class WalJournal:
         op, queued on its shard in op order (``WalShard.defer``: framed when placed, WAL-14).
         Returns the ticket the op waits on (fsync), or FALLBACK for the general path: inside
         another op (never expected; its effects stay in order then), or for a seq above the
-        durable ceiling (WAL-12)."""
+        durable ceiling (WAL-12). A ``disk`` or ``memory`` topic's hook is a ``RunHook``: the
+        lane extends the open run itself while the hook would do only that."""
         tid, cls = t.tid, t.config.durability
         shard = self.shards[self.shard_of(tid)]
         defer = shard.defer
@@ -184,36 +208,8 @@ class WalJournal:
                 return None
 
             return one_ephemeral
-        reserving = cls == "disk"  # memory reserves nothing (DUR-4)
-        if not reserving:
-            low = 1 << 63  # never reached: no reservation step
-
-        def one_buffered(seq: int, ts: int, payload: bytes) -> object:
-            nonlocal low
-            # WalShard.defer's common case first, inline (the record extends the open run, no
-            # reservation step due, no op under way): one Python call less per append
-            if (
-                seq == shard._run_next
-                and ts == shard._run_ts
-                and tid == shard._run_tid
-                and seq < low
-                and not self._ops
-                and shard.failed is None
-            ):
-                shard._run.append(payload)
-                shard._run_next = seq + 1
-                shard.ops += 1
-                return None
-            if self._ops:
-                return FALLBACK
-            if seq >= low:
-                refused, low = self._reserve_one(tid, shard, seq)
-                if refused is not None:
-                    return refused
-            defer(tid, ts, False, seq, payload)
-            return None
-
-        return one_buffered
+        # memory reserves nothing (DUR-4): its reservation step is never reached
+        return _BufferedHook(self, tid, shard, 0 if cls == "disk" else 1 << 63)
 
     def appended(
         self,
