@@ -19,11 +19,13 @@ The record is appended to the topic's tail as ``TopicLog.append`` does for one u
 *Open runs*: a ``disk`` or ``memory`` topic's record is deferred on its WAL shard, where
 consecutive records of one topic sharing a ts form the shard's open run (one APPEND_BATCH frame
 when placed, WAL-14). Its journal hook is then a ``RunHook``, and the lane extends that run
-itself, without calling the hook, while the hook would do only that: the shard's open run is
-still the list the lane's last record went into (``is``: nobody placed or closed it since),
-this record has that run's ts and next seq, its seq is below the hook's next reservation step
-(``RunHook.low``, WAL-12), no journal op is under way and the shard has not failed. It keeps
-the shard's counters as ``WalShard.defer`` does (``_run_next``, ``ops``). The run cannot be
+itself, without calling the hook, while the hook would do only that: the record's seq is below
+the hook's next reservation step (``RunHook.low``, WAL-12), no journal op is under way, the
+shard's open run is still the list the lane's last record went into (``is``: nobody placed or
+closed it since), this record has that run's ts and next seq, and the shard has not failed. It
+keeps the shard's counters as ``WalShard.defer`` does (``_run_next``, ``ops``). An
+``ephemeral`` topic's hook is a ``RunHook`` without runs: below its reservation step, with no
+op under way, it would do nothing, and is not called. The run cannot be
 placed or closed while the lane checks and extends it: every placing (``submit``,
 ``_place_deferred`` of the committer, a flush or a leader, ``position``, ``close``) holds the
 shard's ``outer`` lock, which is the engine lock the lane holds.
@@ -54,28 +56,22 @@ _time_ns = time.time_ns
 
 
 class RunHook:
-    """A journal's ``OneHook`` whose records join an open run the lane may extend itself
-    (module docstring). ``shard`` holds the open run as ``WalShard`` does (``_run``, the list;
-    ``_run_next``; ``ops``; ``failed``), ``journal`` has ``_ops`` (an op under way when not
-    empty), and ``low`` is the first seq that needs the hook (a reservation step), kept by
-    the hook."""
+    """A journal's ``OneHook`` that tells the lane when a record needs nothing of it but what
+    the lane can do itself (module docstring): below seq ``low`` (its next reservation step,
+    kept by the hook), with no journal op under way (``journal._ops`` empty), a record of a
+    class never logged needs nothing (``runs`` None: ``ephemeral``), and one that continues the
+    open run of ``runs`` (a ``WalShard``: ``_run``, the list; ``_run_next``; ``ops``;
+    ``failed``) is added to it."""
 
-    __slots__ = ("shard", "journal", "low")
+    __slots__ = ("runs", "journal", "low")
 
-    def __init__(self, shard: Any, journal: Any, low: int) -> None:
-        self.shard = shard
+    def __init__(self, runs: Any, journal: Any, low: int) -> None:
+        self.runs = runs
         self.journal = journal
         self.low = low
 
     def __call__(self, seq: int, ts: int, payload: bytes) -> object:
         raise NotImplementedError  # each journal's hook is its own
-
-
-class _NoRun:
-    """The open-run holder of a lane whose hook is not a ``RunHook``: its run is never the
-    lane's, so the extension check fails at its first test."""
-
-    _run = None
 
 
 def _decline(payload: object, tag: str | None, node: str | None) -> None:
@@ -93,16 +89,19 @@ def make_lane(
     add_payload, add_ts = log.payloads.append, log.tss.append
     limit = e.options.max_record_bytes
     gate = log.gate_visibility  # set when the topic is created (fsync topics), never changed
-    tap = one if isinstance(one, RunHook) else None
-    shard: Any = tap.shard if tap is not None else _NoRun
-    journal: Any = tap.journal if tap is not None else None
-    # the open run the lane's last record went into, its ts and next seq, and the hook's next
-    # reservation step: set after each call of a RunHook; a fresh list is never the shard's
+    runs: Any = None
+    journal: Any = None
+    # the hook's next reservation step, taken after each call of a RunHook (-1: not one, never
+    # passed; 0: the hook's first call is ahead), and the open run the lane's last record went
+    # into, its ts and next seq (a fresh list is never the shard's)
+    low = -1
     run: list[bytes] = []
-    run_ts = run_next = low = -1
+    run_ts = run_next = -1
+    if isinstance(one, RunHook):
+        runs, journal, low = one.runs, one.journal, 0
 
     def append(payload: bytes, *, tag: str | None = None, node: str | None = None) -> int | None:
-        nonlocal run, run_ts, run_next, low
+        nonlocal low, run, run_ts, run_next
         if tag is not None or node is not None or type(payload) is not bytes:
             return fallback(payload, tag, node)
         if len(payload) > limit:
@@ -119,20 +118,28 @@ def make_lane(
                 ticket = None
                 if one is not None:
                     if (
-                        run is shard._run
-                        and seq == run_next
-                        and ts == run_ts
-                        and seq < low
+                        seq < low
                         and not journal._ops
-                        and shard.failed is None
-                    ):  # the hook would only extend the open run (module docstring)
-                        run.append(payload)
-                        run_next = shard._run_next = seq + 1
-                        shard.ops += 1
+                        and (
+                            runs is None  # a class whose records are not logged
+                            or (
+                                run is runs._run
+                                and seq == run_next
+                                and ts == run_ts
+                                and runs.failed is None
+                            )
+                        )
+                    ):  # the hook would do nothing, or only extend the open run
+                        if runs is not None:
+                            run.append(payload)
+                            run_next = runs._run_next = seq + 1
+                            runs.ops += 1
                     else:
                         ticket = one(seq, ts, payload)
-                        if ticket is None and tap is not None:  # seq is the open run's last
-                            run, run_ts, run_next, low = shard._run, ts, seq + 1, tap.low
+                        if low >= 0:  # a RunHook
+                            low = one.low  # type: ignore[attr-defined]
+                            if ticket is None and runs is not None:  # seq ends the open run
+                                run, run_ts, run_next = runs._run, ts, seq + 1
                 if ticket is FALLBACK:
                     seq = None
                 else:

@@ -36,24 +36,42 @@ _Effect = tuple[Any, ...]
 _yield_gil = time.sleep  # time.sleep(0): release the GIL, take it back after whoever waits
 
 
-class _BufferedHook(RunHook):
-    """``WalJournal.lean``'s hook of a ``disk`` or ``memory`` topic: the records the lane does
-    not add to the open run itself (a new run, a reservation step due at ``low``)."""
+class _ReservingHook(RunHook):
+    """``WalJournal.lean``'s hook of an ``ephemeral`` topic, never logged, only reserved
+    (DUR-5): the lane calls it only for a reservation step due at ``low`` or an op under way."""
 
-    __slots__ = ("tid",)
+    __slots__ = ("tid", "shard")
 
-    def __init__(self, journal: WalJournal, tid: int, shard: WalShard, low: int) -> None:
-        super().__init__(shard, journal, low)
+    def __init__(
+        self, journal: WalJournal, tid: int, shard: WalShard, runs: WalShard | None, low: int
+    ) -> None:
+        super().__init__(runs, journal, low)
         self.tid = tid
+        self.shard = shard
 
     def __call__(self, seq: int, ts: int, payload: bytes) -> object:
-        journal: WalJournal = self.journal
-        if journal._ops:
+        if self.journal._ops:
             return FALLBACK
-        if seq >= self.low:
-            refused, self.low = journal._reserve_one(self.tid, self.shard, seq)
-            if refused is not None:
-                return refused
+        return self._step(seq) if seq >= self.low else None
+
+    def _step(self, seq: int) -> object:
+        """The reservation step due at ``seq`` (WAL-12): FALLBACK, or None; moves ``low``."""
+        refused, self.low = self.journal._reserve_one(self.tid, self.shard, seq)
+        return refused
+
+
+class _BufferedHook(_ReservingHook):
+    """The hook of a ``disk`` or ``memory`` topic, whose records are deferred on the shard:
+    the lane calls it for a record that does not continue the open run (a new run), a
+    reservation step due at ``low``, or an op under way."""
+
+    __slots__ = ()
+
+    def __call__(self, seq: int, ts: int, payload: bytes) -> object:
+        if self.journal._ops:
+            return FALLBACK
+        if seq >= self.low and (refused := self._step(seq)) is not None:
+            return refused
         self.shard.defer(self.tid, ts, False, seq, payload)
         return None
 
@@ -181,8 +199,9 @@ class WalJournal:
         op, queued on its shard in op order (``WalShard.defer``: framed when placed, WAL-14).
         Returns the ticket the op waits on (fsync), or FALLBACK for the general path: inside
         another op (never expected; its effects stay in order then), or for a seq above the
-        durable ceiling (WAL-12). A ``disk`` or ``memory`` topic's hook is a ``RunHook``: the
-        lane extends the open run itself while the hook would do only that."""
+        durable ceiling (WAL-12). The hooks of ``disk``, ``memory`` and ``ephemeral`` topics are
+        ``RunHook``s: the lane does itself what they would do between reservation steps (add
+        the record to the open run; for ``ephemeral``, nothing)."""
         tid, cls = t.tid, t.config.durability
         shard = self.shards[self.shard_of(tid)]
         defer = shard.defer
@@ -194,22 +213,10 @@ class WalJournal:
                 return [(shard, defer(tid, ts, True, seq, payload))]
 
             return one_fsync
-        low = 0  # the next seq that needs a reservation step
         if cls == "ephemeral":  # never logged, only reserved (DUR-5)
-
-            def one_ephemeral(seq: int, ts: int, payload: bytes) -> object:
-                nonlocal low
-                if self._ops:
-                    return FALLBACK
-                if seq >= low:
-                    refused, low = self._reserve_one(tid, shard, seq)
-                    if refused is not None:
-                        return refused
-                return None
-
-            return one_ephemeral
+            return _ReservingHook(self, tid, shard, None, 0)
         # memory reserves nothing (DUR-4): its reservation step is never reached
-        return _BufferedHook(self, tid, shard, 0 if cls == "disk" else 1 << 63)
+        return _BufferedHook(self, tid, shard, shard, 0 if cls == "disk" else 1 << 63)
 
     def appended(
         self,

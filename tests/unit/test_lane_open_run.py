@@ -161,8 +161,10 @@ def test_WAL_12_every_reservation_step_goes_to_the_hook(tmp_path: Path, calls: C
 
 def test_WAL_7_an_op_under_way_sends_the_record_to_the_fallback(tmp_path: Path) -> None:
     """WAL-7, TOP-1: while a journal op is under way (its effects not yet submitted), the lane
-    does not add to the open run: the hook answers FALLBACK and the lane's fallback takes the
-    record; the run is unchanged."""
+    neither adds to the open run nor skips the hook: the hook answers FALLBACK and the lane's
+    fallback takes the record, the run unchanged. Its first record too: the records after it
+    are logged (a ``memory`` hook's reservation step is never due, yet the lane still calls it
+    until it opened a run)."""
     clock = FakeClock()
     s = _open(tmp_path / "s", clock)
     s.topic("t", durability="memory")
@@ -173,19 +175,67 @@ def test_WAL_7_an_op_under_way_sends_the_record_to_the_fallback(tmp_path: Path) 
     def fallback(payload: object, tag: str | None, node: str | None) -> None:
         taken.append(payload)  # type: ignore[arg-type]
 
+    def under_op(payload: bytes) -> int | None:
+        with e.lock:
+            e.journal._ops[0] = []  # an op under way on this thread
+            try:
+                return ap(payload)
+            finally:
+                del e.journal._ops[0]
+
     ap = make_lane(e, t, e.journal.lean(t), fallback)
     shard = _shard(s)
+    assert under_op(b"0") is None and taken == [b"0"]
     assert ap(b"1") == 1 and ap(b"2") == 2
-    run = list(shard._run)
+    assert under_op(b"3") is None
+    assert taken == [b"0", b"3"] and shard._run == [b"1", b"2"] and t.log.head == 2
+    assert ap(b"3") == 3
+    s.close()
+    assert _records(tmp_path / "s") == [(1, 1, 1_000_000, [b"1", b"2", b"3"])]
+
+
+def test_DUR_5_ephemeral_reservation_steps_go_to_the_hook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DUR-5, WAL-12: an ``ephemeral`` topic's records are never logged; the lane calls its
+    hook only for a seq at or above the hook's next reservation step, or with an op under way,
+    and the reservations follow the head as the hook places them."""
+    seen: list[tuple[int, int]] = []
+    hooks_seen: list[Any] = []
+    real = journal_mod._ReservingHook.__call__
+
+    def counted(self: Any, seq: int, ts: int, payload: bytes) -> object:
+        seen.append((seq, self.low))
+        hooks_seen.append(self)
+        return real(self, seq, ts, payload)
+
+    monkeypatch.setattr(journal_mod._ReservingHook, "__call__", counted)
+    clock = FakeClock()
+    s = _open(tmp_path / "s", clock, "&head_reserve=32")
+    ap = s.topic("t", durability="ephemeral").append
+    for i in range(300):
+        before = len(seen)
+        assert ap(b"x") == i + 1
+        if len(seen) == before:
+            assert i + 1 < hooks_seen[-1].low
+        else:
+            assert seen[-1][0] == i + 1
+    assert seen[0] == (1, 0) and len(seen) >= 300 // 16 and len(set(map(id, hooks_seen))) == 1
+    assert all(seq >= low for seq, low in seen)  # called only when a step was due
+    e = hooks(s, FileBackend)
+    t = e.topics["t"]
+    taken: list[object] = []
+    lane = make_lane(e, t, e.journal.lean(t), lambda p, tag, node: taken.append(p))
+    assert lane(b"y") == 301  # a new lane: its hook is called first
     with e.lock:
-        e.journal._ops[0] = []  # an op under way on this thread
+        e.journal._ops[0] = []
         try:
-            assert ap(b"3") is None
+            assert lane(b"z") is None and taken == [b"z"]
         finally:
             del e.journal._ops[0]
-    assert taken == [b"3"] and shard._run == run and t.log.head == 2
-    assert ap(b"3") == 3 and shard._run == [b"1", b"2", b"3"]
+    assert max(e.journal.reserved().values()) >= 300
     s.close()
+    assert _records(tmp_path / "s") == []
 
 
 def test_FLT_4_a_failed_shard_refuses_the_next_record(tmp_path: Path) -> None:
