@@ -74,6 +74,20 @@ class RunHook:
         raise NotImplementedError  # each journal's hook is its own
 
 
+class _NoRuns:
+    """The runs of a lane whose hook has none (not a ``RunHook``, or one of a class never
+    logged): its open run is never the lane's, so the extension check fails at its first
+    test."""
+
+    __slots__ = ("_run",)
+
+    def __init__(self) -> None:
+        self._run = None
+
+
+_NO_RUNS = _NoRuns()
+
+
 def _decline(payload: object, tag: str | None, node: str | None) -> None:
     """``Backend.lane``'s fallback: "not here", the caller takes the record."""
     return None
@@ -89,16 +103,21 @@ def make_lane(
     add_payload, add_ts = log.payloads.append, log.tss.append
     limit = e.options.max_record_bytes
     gate = log.gate_visibility  # set when the topic is created (fsync topics), never changed
-    runs: Any = None
-    journal: Any = None
     # the hook's next reservation step, taken after each call of a RunHook (-1: not one, never
-    # passed; 0: the hook's first call is ahead), and the open run the lane's last record went
-    # into, its ts and next seq (a fresh list is never the shard's)
+    # passed; 0: the hook's first call is ahead); the open run the lane's last record went
+    # into (a fresh list is never the shard's), its ts and next seq
     low = -1
     run: list[bytes] = []
     run_ts = run_next = -1
+    runs: Any = _NO_RUNS  # never holds the lane's run
+    journal: Any = None
+    quiet = False  # a RunHook without runs: below ``low``, with no op under way, nothing to do
     if isinstance(one, RunHook):
-        runs, journal, low = one.runs, one.journal, 0
+        journal, low = one.journal, 0
+        if one.runs is None:
+            quiet = True
+        else:
+            runs = one.runs
 
     def append(payload: bytes, *, tag: str | None = None, node: str | None = None) -> int | None:
         nonlocal low, run, run_ts, run_next
@@ -118,27 +137,21 @@ def make_lane(
                 ticket = None
                 if one is not None:
                     if (
-                        seq < low
+                        run is runs._run
+                        and seq == run_next
+                        and ts == run_ts
+                        and seq < low
                         and not journal._ops
-                        and (
-                            runs is None  # a class whose records are not logged
-                            or (
-                                run is runs._run
-                                and seq == run_next
-                                and ts == run_ts
-                                and runs.failed is None
-                            )
-                        )
-                    ):  # the hook would do nothing, or only extend the open run
-                        if runs is not None:
-                            run.append(payload)
-                            run_next = runs._run_next = seq + 1
-                            runs.ops += 1
-                    else:
+                        and runs.failed is None
+                    ):  # the hook would only extend the open run (module docstring)
+                        run.append(payload)
+                        run_next = runs._run_next = seq + 1
+                        runs.ops += 1
+                    elif not (quiet and seq < low and not journal._ops):
                         ticket = one(seq, ts, payload)
                         if low >= 0:  # a RunHook
                             low = one.low  # type: ignore[attr-defined]
-                            if ticket is None and runs is not None:  # seq ends the open run
+                            if ticket is None and not quiet:  # seq ends the shard's open run
                                 run, run_ts, run_next = runs._run, ts, seq + 1
                 if ticket is FALLBACK:
                     seq = None

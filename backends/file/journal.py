@@ -76,6 +76,17 @@ class _BufferedHook(_ReservingHook):
         return None
 
 
+class _MemoryHook(_BufferedHook):
+    """A ``memory`` topic reserves nothing (DUR-4): its step only moves ``low`` a long way
+    ahead, keeping it a small int (CPython's fast int compare, made by the lane per record)."""
+
+    __slots__ = ()
+
+    def _step(self, seq: int) -> object:
+        self.low = seq + (1 << 20)
+        return None
+
+
 def ranges(seqs: Sequence[int]) -> list[list[int]]:
     """Ascending seqs as [[lo, hi], ...] runs (REMOVE bodies stay small for prefix deletes)."""
     out: list[list[int]] = []
@@ -215,8 +226,9 @@ class WalJournal:
             return one_fsync
         if cls == "ephemeral":  # never logged, only reserved (DUR-5)
             return _ReservingHook(self, tid, shard, None, 0)
-        # memory reserves nothing (DUR-4): its reservation step is never reached
-        return _BufferedHook(self, tid, shard, shard, 0 if cls == "disk" else 1 << 63)
+        if cls == "memory":
+            return _MemoryHook(self, tid, shard, shard, 0)
+        return _BufferedHook(self, tid, shard, shard, 0)
 
     def appended(
         self,

@@ -316,3 +316,29 @@ def test_WAL_14_wal_bytes_are_the_same_with_and_without_the_lanes_runs(
     fast = _play(tmp_path / "a", False, monkeypatch)
     slow = _play(tmp_path / "b", True, monkeypatch)
     assert len(fast) > 1000 and fast == slow
+
+
+def test_DUR_4_a_memory_topics_step_reserves_nothing(tmp_path: Path) -> None:
+    """DUR-4, WAL-12: a ``memory`` topic reserves no seqs: when a record reaches its hook's
+    step (``low``), the hook only moves ``low`` ahead; no HEAD_RESERVE is placed, the record
+    joins the open run like the others."""
+    clock = FakeClock()
+    s = _open(tmp_path / "s", clock)
+    s.topic("t", durability="memory")
+    e = hooks(s, FileBackend)
+    t = e.topics["t"]
+    hook = e.journal.lean(t)
+    ap = make_lane(e, t, hook, lambda p, tag, node: None)
+    assert ap(b"1") == 1 and hook.low == 1 + (1 << 20)
+    hook.low = 3  # the lane reads it at its next call of the hook: a new run
+    clock.advance(1)
+    assert ap(b"2") == 2 and ap(b"3") == 3 and ap(b"4") == 4
+    assert hook.low == 3 + (1 << 20) and e.journal.reserved() == {}
+    s.close()
+    assert _records(tmp_path / "s") == [
+        (1, 1, 1_000_000, [b"1"]),
+        (1, 2, 1_000_001, [b"2", b"3", b"4"]),
+    ]
+    buf = (tmp_path / "s" / "wal" / wal_file_name(1)).read_bytes()
+    types = {f.type for f in walfmt.scan_file(buf).frames}
+    assert walfmt.FrameType.HEAD_RESERVE not in types
