@@ -22,13 +22,14 @@ when placed, WAL-14). Its journal hook is then a ``RunHook``, and the lane exten
 itself, without calling the hook, while the hook would do only that: the record's seq is below
 the hook's next reservation step (``RunHook.low``, WAL-12), no journal op is under way, the
 shard's open run is still the list the lane's last record went into (``is``: nobody placed or
-closed it since), this record has that run's ts and next seq, and the shard has not failed. It
-keeps the shard's counters as ``WalShard.defer`` does (``_run_next``, ``ops``). An
-``ephemeral`` topic's hook is a ``RunHook`` without runs: below its reservation step, with no
-op under way, it would do nothing, and is not called. The run cannot be
-placed or closed while the lane checks and extends it: every placing (``submit``,
-``_place_deferred`` of the committer, a flush or a leader, ``position``, ``close``) holds the
-shard's ``outer`` lock, which is the engine lock the lane holds.
+closed it since, so it is this topic's), this record has that run's ts and next seq, and the
+shard has not failed (the run's ts and next seq are read from the shard, ``_run_ts`` and
+``_run_next``). It keeps the shard's counters as ``WalShard.defer`` does (``_run_next``,
+``ops``). An ``ephemeral`` topic's hook is a ``RunHook`` without runs: below its reservation
+step, with no op under way, it would do nothing, and is not called. The run cannot be placed
+or closed while the lane checks and extends it: every placing (``submit``, ``_place_deferred``
+of the committer, a flush or a leader, ``position``, ``close``) holds the shard's ``outer``
+lock, which is the engine lock the lane holds.
 """
 
 from __future__ import annotations
@@ -104,23 +105,19 @@ def make_lane(
     limit = e.options.max_record_bytes
     gate = log.gate_visibility  # set when the topic is created (fsync topics), never changed
     # the hook's next reservation step, taken after each call of a RunHook (-1: not one, never
-    # passed; 0: the hook's first call is ahead); the open run the lane's last record went
-    # into (a fresh list is never the shard's), its ts and next seq
+    # passed; 0: the hook's first call is ahead), and the open run the lane's last record went
+    # into (a fresh list is never the shard's); its ts and next seq are the shard's
     low = -1
     run: list[bytes] = []
-    run_ts = run_next = -1
-    runs: Any = _NO_RUNS  # never holds the lane's run
+    runs: Any = _NO_RUNS  # _NO_RUNS: a hook without runs; for a RunHook, nothing to log
     journal: Any = None
-    quiet = False  # a RunHook without runs: below ``low``, with no op under way, nothing to do
     if isinstance(one, RunHook):
         journal, low = one.journal, 0
-        if one.runs is None:
-            quiet = True
-        else:
+        if one.runs is not None:
             runs = one.runs
 
     def append(payload: bytes, *, tag: str | None = None, node: str | None = None) -> int | None:
-        nonlocal low, run, run_ts, run_next
+        nonlocal low, run
         if tag is not None or node is not None or type(payload) is not bytes:
             return fallback(payload, tag, node)
         if len(payload) > limit:
@@ -138,21 +135,21 @@ def make_lane(
                 if one is not None:
                     if (
                         run is runs._run
-                        and seq == run_next
-                        and ts == run_ts
+                        and seq == runs._run_next
+                        and ts == runs._run_ts
                         and seq < low
                         and not journal._ops
                         and runs.failed is None
                     ):  # the hook would only extend the open run (module docstring)
                         run.append(payload)
-                        run_next = runs._run_next = seq + 1
+                        runs._run_next = seq + 1
                         runs.ops += 1
-                    elif not (quiet and seq < low and not journal._ops):
+                    elif not (runs is _NO_RUNS and seq < low and not journal._ops):
                         ticket = one(seq, ts, payload)
                         if low >= 0:  # a RunHook
                             low = one.low  # type: ignore[attr-defined]
-                            if ticket is None and not quiet:  # seq ends the shard's open run
-                                run, run_ts, run_next = runs._run, ts, seq + 1
+                            if ticket is None and runs is not _NO_RUNS:  # seq ends the open run
+                                run = runs._run
                 if ticket is FALLBACK:
                     seq = None
                 else:
