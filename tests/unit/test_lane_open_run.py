@@ -115,45 +115,28 @@ def test_WAL_14_ts_change_and_other_topic_go_to_the_hook(tmp_path: Path, calls: 
     ]
 
 
-def test_WAL_14_a_seq_that_is_not_the_runs_next_goes_to_the_hook(
-    tmp_path: Path, calls: Calls
+@pytest.mark.parametrize("between", ["seq_not_next", "committer_placed"])
+def test_WAL_14_a_seq_not_the_runs_next_or_a_placed_run_goes_to_the_hook(
+    tmp_path: Path, calls: Calls, between: str
 ) -> None:
-    """WAL-14, TOP-1: the lane adds a record to the open run only if its seq is the run's
-    next (``_run_next``); any other seq goes to the hook, whose deferral starts a new run (the
-    shard's expectation is moved here by hand: no path of the engine assigns a topic's seq
-    outside an op, which closes the run)."""
+    """WAL-14, TOP-1: between two appends, either the open run's next seq (``_run_next``)
+    stops being the record's (moved here by hand: no path of the engine assigns a topic's seq
+    outside an op, which closes the run), or the committer places the deferred records (what
+    its tick does, ``_place_deferred``), so the lane's run is no longer the shard's open run.
+    Either way the next record goes to the hook and starts a new frame; the first is intact
+    and the shard's op count stays right."""
     clock = FakeClock()
     s = _open(tmp_path / "s", clock)
     ap = s.topic("t", durability="memory").append
     shard = _shard(s)
     ap(b"1")
     ap(b"2")
-    with hooks(s, FileBackend).lock:
-        shard._run_next = 7
-    ap(b"3")
-    ap(b"4")
-    assert calls == [1, 3]
-    s.close()
-    assert _records(tmp_path / "s") == [
-        (1, 1, 1_000_000, [b"1", b"2"]),
-        (1, 3, 1_000_000, [b"3", b"4"]),
-    ]
-
-
-def test_WAL_14_committer_placing_between_two_appends_starts_a_new_run(
-    tmp_path: Path, calls: Calls
-) -> None:
-    """WAL-14, TOP-1: when the committer places the deferred records (what its tick does,
-    ``_place_deferred``) between two appends, the lane's run is no longer the shard's open
-    run: the next record goes to the hook and starts a new frame; the placed one is intact."""
-    clock = FakeClock()
-    s = _open(tmp_path / "s", clock)
-    ap = s.topic("t", durability="memory").append
-    shard = _shard(s)
-    ap(b"1")
-    ap(b"2")
-    shard._place_deferred()
-    assert not shard._run and shard.ops_placed == shard.ops == 3
+    if between == "seq_not_next":
+        with hooks(s, FileBackend).lock:
+            shard._run_next = 7
+    else:
+        shard._place_deferred()
+        assert not shard._run and shard.ops_placed == shard.ops == 3
     ap(b"3")
     ap(b"4")
     assert calls == [1, 3] and shard.ops == 5
