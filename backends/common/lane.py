@@ -109,7 +109,9 @@ def make_lane(
     # into (a fresh list is never the shard's); its ts and next seq are the shard's
     low = -1
     run: list[bytes] = []
-    runs: Any = _NO_RUNS  # _NO_RUNS: a hook without runs; for a RunHook, nothing to log
+    # the hook's runs; _NO_RUNS: it has none (not a RunHook, or a RunHook of a class never
+    # logged, which needs nothing below ``low``)
+    runs: Any = _NO_RUNS
     journal: Any = None
     if isinstance(one, RunHook):
         journal, low = one.journal, 0
