@@ -24,6 +24,7 @@ from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
 from ..common.journal import FALLBACK
+from ..common.lane import RunHook
 from .format import dumps_body
 from .format import wal as walfmt
 from .format.wal import FrameType
@@ -33,6 +34,57 @@ __all__ = ["WalJournal", "ranges"]
 
 _Effect = tuple[Any, ...]
 _yield_gil = time.sleep  # time.sleep(0): release the GIL, take it back after whoever waits
+
+
+class _ReservingHook(RunHook):
+    """``WalJournal.lean``'s hook of an ``ephemeral`` topic, never logged, only reserved
+    (DUR-5): the lane calls it only for a reservation step due at ``low`` or an op under way."""
+
+    __slots__ = ("tid", "shard")
+
+    def __init__(
+        self, journal: WalJournal, tid: int, shard: WalShard, runs: WalShard | None, low: int
+    ) -> None:
+        super().__init__(runs, journal, low)
+        self.tid = tid
+        self.shard = shard
+
+    def __call__(self, seq: int, ts: int, payload: bytes) -> object:
+        if self.journal._ops:
+            return FALLBACK
+        return self._step(seq) if seq >= self.low else None
+
+    def _step(self, seq: int) -> object:
+        """The reservation step due at ``seq`` (WAL-12): FALLBACK, or None; moves ``low``."""
+        refused, self.low = self.journal._reserve_one(self.tid, self.shard, seq)
+        return refused
+
+
+class _BufferedHook(_ReservingHook):
+    """The hook of a ``disk`` or ``memory`` topic, whose records are deferred on the shard:
+    the lane calls it for a record that does not continue the open run (a new run), a
+    reservation step due at ``low``, or an op under way."""
+
+    __slots__ = ()
+
+    def __call__(self, seq: int, ts: int, payload: bytes) -> object:
+        if self.journal._ops:
+            return FALLBACK
+        if seq >= self.low and (refused := self._step(seq)) is not None:
+            return refused
+        self.shard.defer(self.tid, ts, False, seq, payload)
+        return None
+
+
+class _MemoryHook(_BufferedHook):
+    """A ``memory`` topic reserves nothing (DUR-4): its step only moves ``low`` a long way
+    ahead, keeping it a small int (CPython's fast int compare, made by the lane per record)."""
+
+    __slots__ = ()
+
+    def _step(self, seq: int) -> object:
+        self.low = seq + (1 << 20)
+        return None
 
 
 def ranges(seqs: Sequence[int]) -> list[list[int]]:
@@ -158,7 +210,9 @@ class WalJournal:
         op, queued on its shard in op order (``WalShard.defer``: framed when placed, WAL-14).
         Returns the ticket the op waits on (fsync), or FALLBACK for the general path: inside
         another op (never expected; its effects stay in order then), or for a seq above the
-        durable ceiling (WAL-12)."""
+        durable ceiling (WAL-12). The hooks of ``disk``, ``memory`` and ``ephemeral`` topics are
+        ``RunHook``s: the lane does itself what they would do between reservation steps (add
+        the record to the open run; for ``ephemeral``, nothing)."""
         tid, cls = t.tid, t.config.durability
         shard = self.shards[self.shard_of(tid)]
         defer = shard.defer
@@ -170,50 +224,11 @@ class WalJournal:
                 return [(shard, defer(tid, ts, True, seq, payload))]
 
             return one_fsync
-        low = 0  # the next seq that needs a reservation step
         if cls == "ephemeral":  # never logged, only reserved (DUR-5)
-
-            def one_ephemeral(seq: int, ts: int, payload: bytes) -> object:
-                nonlocal low
-                if self._ops:
-                    return FALLBACK
-                if seq >= low:
-                    refused, low = self._reserve_one(tid, shard, seq)
-                    if refused is not None:
-                        return refused
-                return None
-
-            return one_ephemeral
-        reserving = cls == "disk"  # memory reserves nothing (DUR-4)
-        if not reserving:
-            low = 1 << 63  # never reached: no reservation step
-
-        def one_buffered(seq: int, ts: int, payload: bytes) -> object:
-            nonlocal low
-            # WalShard.defer's common case first, inline (the record extends the open run, no
-            # reservation step due, no op under way): one Python call less per append
-            if (
-                seq == shard._run_next
-                and ts == shard._run_ts
-                and tid == shard._run_tid
-                and seq < low
-                and not self._ops
-                and shard.failed is None
-            ):
-                shard._run.append(payload)
-                shard._run_next = seq + 1
-                shard.ops += 1
-                return None
-            if self._ops:
-                return FALLBACK
-            if seq >= low:
-                refused, low = self._reserve_one(tid, shard, seq)
-                if refused is not None:
-                    return refused
-            defer(tid, ts, False, seq, payload)
-            return None
-
-        return one_buffered
+            return _ReservingHook(self, tid, shard, None, 0)
+        if cls == "memory":
+            return _MemoryHook(self, tid, shard, shard, 0)
+        return _BufferedHook(self, tid, shard, shard, 0)
 
     def appended(
         self,
