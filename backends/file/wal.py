@@ -98,9 +98,11 @@ class _Gate:
 HEADER_SIZE = 64
 ZERO_AHEAD = 1 << 20  # bytes zeroed past a small write's end (module docstring)
 _ZERO_BELOW = 256 << 10  # writes at least this big never trigger zero-ahead
+_HALF_AHEAD = ZERO_AHEAD // 2  # zeroing resumes once the data comes this close to its end
 _ZEROS = bytes(ZERO_AHEAD)
 # kept free at the end of every file: the SYNCED and FILE_END frames that close it (WAL-15, WAL-16)
 _END_ROOM = walfmt.SYNCED_SIZE + walfmt.FILE_END_SIZE
+_DURABLE_END = walfmt.DURABLE | walfmt.BATCH_END  # a durable single record's frame flags
 _PAGE = 4096  # a far SYNCED frame lands on a later page than what it proves (WAL-16)
 MIN_PREALLOC = 1 << 20  # a full disk halves a new file's preallocation down to this (FLT-8)
 
@@ -455,10 +457,8 @@ class WalShard:
             seed = self.gen
             frame: bytes | bytearray
             if len(payloads) == 1:
-                frame = walfmt.encode_append(
-                    tid, first, ts, None, None, payloads[0], batch_end=True, durable=durable,
-                    seed=seed,
-                )  # fmt: skip
+                flags = _DURABLE_END if durable else walfmt.BATCH_END
+                frame = walfmt.encode_plain(tid, first, ts, payloads[0], flags, seed)
             else:
                 frame = walfmt.encode_append_batch(
                     tid, first, ts, None, None, payloads, batch_end=True, durable=durable,
@@ -480,6 +480,10 @@ class WalShard:
         fdatasync if nobody is, else sleep until a sync covers the op (or this thread is
         picked to lead the next one)."""
         arrived = False
+        if self._released <= 1 and not self.leading and self.ops_placed < op:  # hints
+            if self._direct(op):
+                return
+            arrived = True
         while True:
             place = False
             self.lock.acquire()
@@ -507,6 +511,48 @@ class WalShard:
                 if place:
                     self._place_deferred()
             gate.wait()
+
+    def _direct(self, op: int) -> bool:
+        """The lone writer's path (its op deferred, no leader, no gathering due): place the
+        deferred records and lead the write + fdatasync in one turn of ``outer`` and the shard
+        lock, not one turn to place and more to lead; a lone single record is encoded with
+        no run list round trip. Same frames, same order, as the loop of ``wait_synced``.
+        True once op ``op`` is durable; False (its arrival counted) hands over to the loop."""
+        outer, lock = self.outer, self.lock
+        outer.acquire()
+        lock.acquire()
+        try:
+            self._arrived += 1
+            if self._gathering:
+                self._gather.notify()
+            if self.leading or self._released > 1 or self.failed is not None:
+                outer.release()
+                return False
+            if self.ops_synced >= op:
+                outer.release()
+                return True
+            try:
+                run = self._run
+                if self.records or len(run) != 1:
+                    self._place_records()
+                else:  # one record deferred: it is op ``ops``, right after ``ops_placed``
+                    gen = self.gen
+                    flags = _DURABLE_END if self._run_durable else walfmt.BATCH_END
+                    self._run = []  # taken, as _place_records takes it, even if encoding fails
+                    self._run_next = -1
+                    frame = walfmt.encode_plain(
+                        self._run_tid, self._run_first, self._run_ts, run[0], flags, gen
+                    )
+                    self._place(frame, self.ops, gen)
+                self._asked = False
+            finally:
+                outer.release()
+            self._lead(sync=True, waiter=True)
+            if self.failed is not None:
+                raise self.failed
+            return self.ops_synced >= op
+        finally:
+            lock.release()
 
     def _gathered(self) -> bool:
         """About to lead (lock held): gather (module docstring) the threads the last sync
@@ -582,10 +628,16 @@ class WalShard:
                 self.ops_synced = self.ops_written
                 self._synced_to = self._written_to
                 self._sync_s = time.monotonic() - started
-        waiters, synced = self._waiters, self.ops_synced
+        waiters = self._waiters
         if self.failed is not None:
             woken, self._waiters = waiters, []
+        elif not waiters:  # nobody else waits (a lone writer): nothing to sort
+            woken = waiters
+            if sync:
+                self._released = 1 if waiter else 0
+                self._arrived_at_sync = self._arrived
         else:
+            synced = self.ops_synced
             woken = [w for w in waiters if w[0] <= synced]
             self._waiters = rest = [w for w in waiters if w[0] > synced] if woken else waiters
             if sync:  # threads this sync returns to their callers (they tend to come back)
@@ -610,26 +662,30 @@ class WalShard:
         end = 0
         i = 0
         n = len(batch)
+        stats, files = self.stats, self.files
         while i < n:
-            gen, offset = batch[i][0], batch[i][1]
-            j = i
-            while j + 1 < n and batch[j + 1][0] == gen:
+            gen, offset, data, end, _ = batch[i]
+            j = i + 1
+            while j < n and batch[j][0] == gen:
                 j += 1
-            h = self.files.get(gen) or self._prepare(gen)
-            data = batch[i][2] if i == j else b"".join([c[2] for c in batch[i : j + 1]])
+            if j - i > 1:
+                data = b"".join([c[2] for c in batch[i:j]])
+                end = batch[j - 1][3]
+            h = files.get(gen) or self._prepare(gen)
             h.pwrite(data, offset)
-            self.stats["writes"] += 1
-            self.stats["bytes"] += len(data)
-            if self._zero_ahead:
-                self._zero_past(h, gen, offset + len(data), len(data))
-            if far is not None and far[0] == gen and j + 1 == n:
+            size = len(data)
+            stats["writes"] += 1
+            stats["bytes"] += size
+            # _zero_past has nothing to do while half a window is zeroed past the data
+            if self._zero_ahead and offset + size + _HALF_AHEAD > self._zeroed.get(gen, 0):
+                self._zero_past(h, gen, offset + size, size)
+            if far is not None and far[0] == gen and j == n:
                 h.pwrite(far[2], far[1])
-                self.stats["writes"] += 1
-            end = batch[j][3]
-            if j + 1 < n or sync:
+                stats["writes"] += 1
+            if j < n or sync:
                 h.fdatasync()
-                self.stats["fdatasyncs"] += 1
-            i = j + 1
+                stats["fdatasyncs"] += 1
+            i = j
         return end
 
     def _zero_past(self, h: Handle, gen: int, end: int, size: int) -> None:
@@ -637,7 +693,7 @@ class WalShard:
         end at ``end``; nothing placed later can have been written yet (leaders take turns)."""
         done = max(self._zeroed.get(gen, HEADER_SIZE), end)
         limit = self.options.file_bytes
-        if size < _ZERO_BELOW and done - end < ZERO_AHEAD // 2 and done < limit:
+        if size < _ZERO_BELOW and done - end < _HALF_AHEAD and done < limit:
             hi = min(limit, (end + ZERO_AHEAD) & ~4095)
             if hi > done:
                 h.pwrite(memoryview(_ZEROS)[: hi - done], done)

@@ -47,6 +47,7 @@ __all__ = [
     "encode_header",
     "decode_header",
     "encode_append",
+    "encode_plain",
     "encode_append_batch",
     "split_append_batch",
     "append_batch_lengths",
@@ -308,6 +309,25 @@ def encode_append(
     (``frame_seed``)."""
     flags, nb, tb = _labels(tag, node, batch_end, durable)
     return _frame(_APPEND, flags, topic_id, seq, ts, nb, tb, payload, seed)
+
+
+_pack_head = _FRAME.pack
+_pack_u64 = _U64.pack
+_xxh3 = xxhash.xxh3_64_intdigest
+
+
+def encode_plain(topic_id: int, seq: int, ts: int, payload: bytes, flags: int, seed: int) -> bytes:
+    """``encode_append`` of a record without tag or node, its ``flags`` given (``BATCH_END``,
+    ``DURABLE``), byte for byte: the frame a lone durable append writes (``WalShard``'s direct
+    path), without the calls ``encode_append`` makes per record (``_labels``, ``_frame``)."""
+    n = len(payload)
+    if n >= _STREAM_AT:
+        return _frame(_APPEND, flags, topic_id, seq, ts, b"", b"", payload, seed)
+    try:
+        body = _pack_head(_LEN_FIXED + n, _APPEND, flags, topic_id, seq, ts, 0, 0, n) + payload
+    except struct.error as exc:
+        raise BadArgument(f"WAL frame field out of range ({exc})") from None
+    return body + _pack_u64(_xxh3(body[4:], seed))
 
 
 def _labels(
