@@ -395,6 +395,7 @@ class WalShard:
             self._place_end(self.ops_placed)
             self.gen += 1
             self.offset = HEADER_SIZE
+            self._mark_end = HEADER_SIZE  # no SYNCED frame placed in the new file yet
             due = False
         if seed != self.gen:
             data = walfmt.reseed(data, self.gen)
