@@ -146,6 +146,7 @@ class WalShard:
         self.shard_count = shard_count
         self.store_id = store_id
         self.options = options
+        self._file_bytes = options.file_bytes  # read on every placement
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)  # flush/close waiting for a leader to end
         self._cond_waiters = 0
@@ -407,6 +408,31 @@ class WalShard:
         self.offset += len(data)
         self.ops_placed = op
 
+    def _place_plain(
+        self, tid: int, seq: int, ts: int, payload: bytes, flags: int, op: int
+    ) -> None:
+        """``_place`` of one record without tag or node (op ``op``): its APPEND frame and the
+        SYNCED frame due before it encoded in one piece (``walfmt.encode_plain``); a chunk that
+        does not fit the file goes through ``_place``, which rotates. Lock held."""
+        gen = self.gen
+        synced_gen, synced = self._synced_to
+        if synced_gen != gen or synced <= self._mark_end:
+            synced = 0
+        offset = self.offset
+        size = walfmt.FRAME_OVERHEAD + len(payload)
+        if synced:
+            size += walfmt.SYNCED_SIZE
+        if offset + size + _END_ROOM > self._file_bytes and offset > HEADER_SIZE:
+            self._place(walfmt.encode_plain(tid, seq, ts, payload, flags, gen), op, gen)
+            return
+        data = walfmt.encode_plain(tid, seq, ts, payload, flags, gen, synced)
+        if synced:
+            self._mark_end = offset + walfmt.SYNCED_SIZE
+        self.submitted += size
+        self.pending.append((gen, offset, data, self.submitted, op))
+        self.offset = offset + size
+        self.ops_placed = op
+
     def _synced_past_mark(self) -> int:
         """WAL-16: the current file's synced offset when bytes before it were synced since the
         last SYNCED frame placed, so a SYNCED frame should come next; else 0. Lock held."""
@@ -455,16 +481,15 @@ class WalShard:
         runs, self.records = self.records, []
         op = self.ops_placed  # deferred records are the newest ops: they follow it
         for tid, ts, durable, first, payloads in runs:
-            seed = self.gen
-            frame: bytes | bytearray
             if len(payloads) == 1:
+                op += 1
                 flags = _DURABLE_END if durable else walfmt.BATCH_END
-                frame = walfmt.encode_plain(tid, first, ts, payloads[0], flags, seed)
-            else:
-                frame = walfmt.encode_append_batch(
-                    tid, first, ts, None, None, payloads, batch_end=True, durable=durable,
-                    seed=seed,
-                )  # fmt: skip
+                self._place_plain(tid, first, ts, payloads[0], flags, op)
+                continue
+            seed = self.gen
+            frame = walfmt.encode_append_batch(
+                tid, first, ts, None, None, payloads, batch_end=True, durable=durable, seed=seed
+            )
             op += len(payloads)
             self._place(frame, op, seed)
 
@@ -537,14 +562,11 @@ class WalShard:
                 if self.records or len(run) != 1:
                     self._place_records()
                 else:  # one record deferred: it is op ``ops``, right after ``ops_placed``
-                    gen = self.gen
                     flags = _DURABLE_END if self._run_durable else walfmt.BATCH_END
                     self._run = []  # taken, as _place_records takes it, even if encoding fails
                     self._run_next = -1
-                    frame = walfmt.encode_plain(
-                        self._run_tid, self._run_first, self._run_ts, run[0], flags, gen
-                    )
-                    self._place(frame, self.ops, gen)
+                    tid, first, ts = self._run_tid, self._run_first, self._run_ts
+                    self._place_plain(tid, first, ts, run[0], flags, self.ops)
                 self._asked = False
             finally:
                 outer.release()

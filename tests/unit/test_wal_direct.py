@@ -98,16 +98,21 @@ def test_WAL_3_WAL_15_WAL_16_the_direct_path_writes_the_loops_bytes(
     durable=st.booleans(),
     batch_end=st.booleans(),
     seed=st.integers(0, 2**64 - 1),
+    synced=st.integers(0, 2**64 - 1),
 )
-def test_WAL_3_encode_plain_is_encode_append_without_labels(
-    tid: int, seq: int, ts: int, size: int, durable: bool, batch_end: bool, seed: int
+def test_WAL_3_WAL_16_encode_plain_is_encode_append_without_labels(
+    tid: int, seq: int, ts: int, size: int, durable: bool, batch_end: bool, seed: int, synced: int
 ) -> None:
+    """WAL-3: the frame of ``encode_append`` with no tag or node; WAL-16: with ``synced``, the
+    SYNCED frame of ``encode_synced`` before it."""
     payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
     flags = (walfmt.DURABLE if durable else 0) | (walfmt.BATCH_END if batch_end else 0)
     want = walfmt.encode_append(
         tid, seq, ts, None, None, payload, batch_end=batch_end, durable=durable, seed=seed
     )
     assert walfmt.encode_plain(tid, seq, ts, payload, flags, seed) == want
+    mark = walfmt.encode_synced(seed, synced) if synced else b""
+    assert walfmt.encode_plain(tid, seq, ts, payload, flags, seed, synced) == mark + want
 
 
 @pytest.mark.parametrize("size", [10, 5000])
