@@ -642,10 +642,12 @@ class WalShard:
             self.failed = error
         else:
             if batch:
-                self.written = max(self.written, end)
-                self.ops_written = max(self.ops_written, batch[-1][4])
-                gen, offset, data = batch[-1][:3]
-                self._written_to = (gen, offset + len(data))
+                last = batch[-1]
+                if end > self.written:
+                    self.written = end
+                if last[4] > self.ops_written:
+                    self.ops_written = last[4]
+                self._written_to = (last[0], last[1] + len(last[2]))
             if sync:
                 self.synced = self.written
                 self.ops_synced = self.ops_written
