@@ -128,6 +128,20 @@ def wal_file_name(gen: int) -> str:
 
 
 class WalShard:
+    # slots: every op reads and writes many of these (a plain instance dict with this many keys
+    # is not shared, so each access is a hinted dict lookup); ``__dict__`` keeps the instance
+    # open to what tests attach to it
+    __slots__ = (
+        "fs", "outer", "dir", "shard", "shard_count", "store_id", "options", "_file_bytes",
+        "lock", "cond", "_cond_waiters", "_tick", "_nudged", "_asked", "_waiters", "_gather",
+        "_gathering", "_arrived", "_arrived_at_sync", "_released", "_gathered_round", "_sync_s",
+        "pending", "records", "_run", "_run_tid", "_run_ts", "_run_first", "_run_next",
+        "_run_durable", "submitted", "written", "synced", "ops", "ops_placed", "ops_written",
+        "ops_synced", "leading", "_written_to", "_synced_to", "_mark_end", "_far", "_idle_ops",
+        "failed", "gen", "first_gen", "offset", "files", "stats", "_zero_ahead", "_zeroed",
+        "spares", "_stop", "_thread", "__dict__",
+    )  # fmt: skip
+
     def __init__(
         self,
         fs: FS,
