@@ -423,11 +423,12 @@ class WalShard:
         self.ops_placed = op
 
     def _place_plain(
-        self, tid: int, seq: int, ts: int, payload: bytes, flags: int, op: int
-    ) -> None:
+        self, tid: int, seq: int, ts: int, payload: bytes, flags: int, op: int, hold: bool = False
+    ) -> bytes | None:
         """``_place`` of one record without tag or node (op ``op``): its APPEND frame and the
         SYNCED frame due before it encoded in one piece (``walfmt.encode_plain``); a chunk that
-        does not fit the file goes through ``_place``, which rotates. Lock held."""
+        does not fit the file goes through ``_place``, which rotates (then None). ``hold``: the
+        chunk is returned, placed but not queued (``_direct`` writes it). Lock held."""
         gen = self.gen
         synced_gen, synced = self._synced_to
         if synced_gen != gen or synced <= self._mark_end:
@@ -438,14 +439,16 @@ class WalShard:
             size += walfmt.SYNCED_SIZE
         if offset + size + _END_ROOM > self._file_bytes and offset > HEADER_SIZE:
             self._place(walfmt.encode_plain(tid, seq, ts, payload, flags, gen), op, gen)
-            return
+            return None
         data = walfmt.encode_plain(tid, seq, ts, payload, flags, gen, synced)
         if synced:
             self._mark_end = offset + walfmt.SYNCED_SIZE
         self.submitted += size
-        self.pending.append((gen, offset, data, self.submitted, op))
+        if not hold:
+            self.pending.append((gen, offset, data, self.submitted, op))
         self.offset = offset + size
         self.ops_placed = op
+        return data
 
     def _synced_past_mark(self) -> int:
         """WAL-16: the current file's synced offset when bytes before it were synced since the
@@ -571,6 +574,7 @@ class WalShard:
             if self.ops_synced >= op:
                 outer.release()
                 return True
+            alone = None  # the lone record's chunk, placed but not queued
             try:
                 run = self._run
                 if self.records or len(run) != 1:
@@ -580,11 +584,17 @@ class WalShard:
                     self._run = []  # taken, as _place_records takes it, even if encoding fails
                     self._run_next = -1
                     tid, first, ts = self._run_tid, self._run_first, self._run_ts
-                    self._place_plain(tid, first, ts, run[0], flags, self.ops)
+                    hold = not self.pending and self._far is None  # nothing else to write
+                    alone = self._place_plain(tid, first, ts, run[0], flags, self.ops, hold)
+                    if not hold:
+                        alone = None
                 self._asked = False
             finally:
                 outer.release()
-            self._lead(sync=True, waiter=True)
+            if alone is not None:
+                self._lead_one(alone)
+            else:
+                self._lead(sync=True, waiter=True)
             if self.failed is not None:
                 raise self.failed
             return self.ops_synced >= op
@@ -651,17 +661,55 @@ class WalShard:
             end = 0
         finally:
             self.lock.acquire()
+        if batch:
+            gen, offset, data, _, op = batch[-1]
+            self._settle(error, sync, waiter, started, end, op, gen, offset + len(data))
+        else:
+            self._settle(error, sync, waiter, started, -1, 0, 0, 0)
+
+    def _lead_one(self, data: bytes) -> None:
+        """``_lead`` of one chunk ``_direct`` placed without queueing it (nothing else pending,
+        no far SYNCED frame): the same write, zero-ahead, fdatasync and wake-ups, with no
+        pending list round trip. Lock held, the chunk the last one placed."""
+        gen, end, op, at = self.gen, self.submitted, self.ops_placed, self.offset
+        self.leading = True
+        self.lock.release()
+        started = time.monotonic()
+        try:
+            h = self.files.get(gen) or self._prepare(gen)
+            self._put(h, gen, data, at - len(data), None, True)
+            error = None
+        except OSError as exc:
+            error = storage_error(exc, f"WAL shard {self.shard}")
+        finally:
+            self.lock.acquire()
+        self._settle(error, True, True, started, end, op, gen, at)
+
+    def _settle(
+        self,
+        error: StorageError | None,
+        sync: bool,
+        waiter: bool,
+        started: float,
+        end: int,
+        op: int,
+        gen: int,
+        at: int,
+    ) -> None:
+        """A leader's turn ends (lock held again): its failure poisons the shard (FLT-4), or
+        what it wrote (up to stream position ``end``, op ``op``, file offset ``at`` in the
+        file of ``gen``; ``end`` -1: nothing) and synced is recorded; the waiters that covered
+        are woken, and one more to lead if any are left."""
         self.leading = False
         if error is not None:
             self.failed = error
         else:
-            if batch:
-                last = batch[-1]
+            if end >= 0:
                 if end > self.written:
                     self.written = end
-                if last[4] > self.ops_written:
-                    self.ops_written = last[4]
-                self._written_to = (last[0], last[1] + len(last[2]))
+                if op > self.ops_written:
+                    self.ops_written = op
+                self._written_to = (gen, at)
             if sync:
                 self.synced = self.written
                 self.ops_synced = self.ops_written
@@ -701,7 +749,7 @@ class WalShard:
         end = 0
         i = 0
         n = len(batch)
-        stats, files = self.stats, self.files
+        files = self.files
         while i < n:
             gen, offset, data, end, _ = batch[i]
             j = i + 1
@@ -711,21 +759,39 @@ class WalShard:
                 data = b"".join([c[2] for c in batch[i:j]])
                 end = batch[j - 1][3]
             h = files.get(gen) or self._prepare(gen)
-            h.pwrite(data, offset)
-            size = len(data)
-            stats["writes"] += 1
-            stats["bytes"] += size
-            # _zero_past has nothing to do while half a window is zeroed past the data
-            if self._zero_ahead and offset + size + _HALF_AHEAD > self._zeroed.get(gen, 0):
-                self._zero_past(h, gen, offset + size, size)
-            if far is not None and far[0] == gen and j == n:
-                h.pwrite(far[2], far[1])
-                stats["writes"] += 1
-            if j < n or sync:
-                h.fdatasync()
-                stats["fdatasyncs"] += 1
+            if j < n:  # the next file gets no byte before this one is synced
+                self._put(h, gen, data, offset, None, True)
+            else:
+                self._put(h, gen, data, offset, far if far and far[0] == gen else None, sync)
             i = j
         return end
+
+    def _put(
+        self,
+        h: Handle,
+        gen: int,
+        data: bytes | bytearray,
+        offset: int,
+        far: tuple[int, int, bytes] | None,
+        sync: bool,
+    ) -> None:
+        """A leader's write into one file: ``data`` at ``offset``, its zero-ahead, the far
+        SYNCED frame ``far`` (after the zeros, which would clear it), then fdatasync if
+        ``sync``."""
+        h.pwrite(data, offset)
+        size = len(data)
+        stats = self.stats
+        stats["writes"] += 1
+        stats["bytes"] += size
+        # _zero_past has nothing to do while half a window is zeroed past the data
+        if self._zero_ahead and offset + size + _HALF_AHEAD > self._zeroed.get(gen, 0):
+            self._zero_past(h, gen, offset + size, size)
+        if far is not None:
+            h.pwrite(far[2], far[1])
+            stats["writes"] += 1
+        if sync:
+            h.fdatasync()
+            stats["fdatasyncs"] += 1
 
     def _zero_past(self, h: Handle, gen: int, end: int, size: int) -> None:
         """Zero-ahead (module docstring): called by the leader, right after writing frames that
