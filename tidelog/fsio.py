@@ -249,12 +249,15 @@ class _OsHandle:
         self._mmap = use_mmap
 
     def pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
-        view = memoryview(data)
         try:
-            while view:
-                n = os.pwrite(self.fd, view, offset)
-                view = view[n:]
+            n = os.pwrite(self.fd, data, offset)
+            if n < len(data):  # short: the rest, from a view (no view for the usual whole write)
+                view = memoryview(data)[n:]
                 offset += n
+                while view:
+                    n = os.pwrite(self.fd, view, offset)
+                    view = view[n:]
+                    offset += n
         except OSError as exc:
             raise _named(exc, self.path) from None
 

@@ -51,6 +51,14 @@ Run = tuple[Sequence[bytes], str | None, str | None]  # payloads sharing one tag
 Pending = tuple[object | None, list[tuple["EngineTopic", int]]]
 
 
+class _Inline(threading.local):
+    """Per thread: the Pending list of ``begin_inline`` (None outside it). The class attribute
+    is every thread's None until it sets its own: a ``getattr(local, "later", None)`` on a
+    thread that never set it raises and catches an AttributeError on every durable op."""
+
+    later: list[Pending] | None = None
+
+
 class WouldBlock(Exception):
     """Raised by ``Engine.wait`` inside ``begin_inline``: a call that waits for a change
     (CON-3: a read or poll with ``wait_ms``, an append waiting out backpressure) must run on a
@@ -136,7 +144,7 @@ class Engine(Backend):
         self._watchers: tuple[Callable[[str | None], None], ...] = ()
         self._publishing = threading.Lock()  # _finish: gated topics' visible
         # per thread: the Pending list of begin_inline, collecting what its ops would wait for
-        self._inline = threading.local()
+        self._inline = _Inline()
 
     # -- lookups ---------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -228,7 +236,7 @@ class Engine(Backend):
         another thread may not be durable yet (ops of a topic become durable in seq order).
         Inside ``begin_inline`` the op's last wait (``last``) is handed to the caller instead."""
         if last and (ticket is not None or touched):
-            later = getattr(self._inline, "later", None)
+            later = self._inline.later
             if later is not None:
                 later.append((ticket, touched))
                 return
@@ -317,7 +325,7 @@ class Engine(Backend):
             return self._get(ref).version
 
     def wait(self, ref: TopicRef, since: int, timeout: float) -> None:
-        if getattr(self._inline, "later", None) is not None:
+        if self._inline.later is not None:
             raise WouldBlock("a wait inside Engine.begin_inline")
         with self.changed:
             t = self.topics.get(ref.name)

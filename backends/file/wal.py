@@ -98,9 +98,11 @@ class _Gate:
 HEADER_SIZE = 64
 ZERO_AHEAD = 1 << 20  # bytes zeroed past a small write's end (module docstring)
 _ZERO_BELOW = 256 << 10  # writes at least this big never trigger zero-ahead
+_HALF_AHEAD = ZERO_AHEAD // 2  # zeroing resumes once the data comes this close to its end
 _ZEROS = bytes(ZERO_AHEAD)
 # kept free at the end of every file: the SYNCED and FILE_END frames that close it (WAL-15, WAL-16)
 _END_ROOM = walfmt.SYNCED_SIZE + walfmt.FILE_END_SIZE
+_DURABLE_END = walfmt.DURABLE | walfmt.BATCH_END  # a durable single record's frame flags
 _PAGE = 4096  # a far SYNCED frame lands on a later page than what it proves (WAL-16)
 MIN_PREALLOC = 1 << 20  # a full disk halves a new file's preallocation down to this (FLT-8)
 
@@ -126,6 +128,20 @@ def wal_file_name(gen: int) -> str:
 
 
 class WalShard:
+    # slots: every op reads and writes many of these (a plain instance dict with this many keys
+    # is not shared, so each access is a hinted dict lookup); ``__dict__`` keeps the instance
+    # open to what tests attach to it
+    __slots__ = (
+        "fs", "outer", "dir", "shard", "shard_count", "store_id", "options", "_file_bytes",
+        "lock", "cond", "_cond_waiters", "_tick", "_nudged", "_asked", "_waiters", "_gather",
+        "_gathering", "_arrived", "_arrived_at_sync", "_released", "_gathered_round", "_sync_s",
+        "pending", "records", "_run", "_run_tid", "_run_ts", "_run_first", "_run_next",
+        "_run_durable", "submitted", "written", "synced", "ops", "ops_placed", "ops_written",
+        "ops_synced", "leading", "_written_to", "_synced_to", "_mark_end", "_far", "_idle_ops",
+        "failed", "gen", "first_gen", "offset", "files", "stats", "_zero_ahead", "_zeroed",
+        "spares", "_stop", "_thread", "__dict__",
+    )  # fmt: skip
+
     def __init__(
         self,
         fs: FS,
@@ -144,6 +160,7 @@ class WalShard:
         self.shard_count = shard_count
         self.store_id = store_id
         self.options = options
+        self._file_bytes = options.file_bytes  # read on every placement
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)  # flush/close waiting for a leader to end
         self._cond_waiters = 0
@@ -393,6 +410,7 @@ class WalShard:
             self._place_end(self.ops_placed)
             self.gen += 1
             self.offset = HEADER_SIZE
+            self._mark_end = HEADER_SIZE  # no SYNCED frame placed in the new file yet
             due = False
         if seed != self.gen:
             data = walfmt.reseed(data, self.gen)
@@ -403,6 +421,34 @@ class WalShard:
         self.pending.append((self.gen, self.offset, data, self.submitted, op))
         self.offset += len(data)
         self.ops_placed = op
+
+    def _place_plain(
+        self, tid: int, seq: int, ts: int, payload: bytes, flags: int, op: int, hold: bool = False
+    ) -> bytes | None:
+        """``_place`` of one record without tag or node (op ``op``): its APPEND frame and the
+        SYNCED frame due before it encoded in one piece (``walfmt.encode_plain``); a chunk that
+        does not fit the file goes through ``_place``, which rotates (then None). ``hold``: the
+        chunk is returned, placed but not queued (``_direct`` writes it). Lock held."""
+        gen = self.gen
+        synced_gen, synced = self._synced_to
+        if synced_gen != gen or synced <= self._mark_end:
+            synced = 0
+        offset = self.offset
+        size = walfmt.FRAME_OVERHEAD + len(payload)
+        if synced:
+            size += walfmt.SYNCED_SIZE
+        if offset + size + _END_ROOM > self._file_bytes and offset > HEADER_SIZE:
+            self._place(walfmt.encode_plain(tid, seq, ts, payload, flags, gen), op, gen)
+            return None
+        data = walfmt.encode_plain(tid, seq, ts, payload, flags, gen, synced)
+        if synced:
+            self._mark_end = offset + walfmt.SYNCED_SIZE
+        self.submitted += size
+        if not hold:
+            self.pending.append((gen, offset, data, self.submitted, op))
+        self.offset = offset + size
+        self.ops_placed = op
+        return data
 
     def _synced_past_mark(self) -> int:
         """WAL-16: the current file's synced offset when bytes before it were synced since the
@@ -452,18 +498,15 @@ class WalShard:
         runs, self.records = self.records, []
         op = self.ops_placed  # deferred records are the newest ops: they follow it
         for tid, ts, durable, first, payloads in runs:
-            seed = self.gen
-            frame: bytes | bytearray
             if len(payloads) == 1:
-                frame = walfmt.encode_append(
-                    tid, first, ts, None, None, payloads[0], batch_end=True, durable=durable,
-                    seed=seed,
-                )  # fmt: skip
-            else:
-                frame = walfmt.encode_append_batch(
-                    tid, first, ts, None, None, payloads, batch_end=True, durable=durable,
-                    seed=seed,
-                )  # fmt: skip
+                op += 1
+                flags = _DURABLE_END if durable else walfmt.BATCH_END
+                self._place_plain(tid, first, ts, payloads[0], flags, op)
+                continue
+            seed = self.gen
+            frame = walfmt.encode_append_batch(
+                tid, first, ts, None, None, payloads, batch_end=True, durable=durable, seed=seed
+            )
             op += len(payloads)
             self._place(frame, op, seed)
 
@@ -480,6 +523,10 @@ class WalShard:
         fdatasync if nobody is, else sleep until a sync covers the op (or this thread is
         picked to lead the next one)."""
         arrived = False
+        if self._released <= 1 and not self.leading and self.ops_placed < op:  # hints
+            if self._direct(op):
+                return
+            arrived = True
         while True:
             place = False
             self.lock.acquire()
@@ -507,6 +554,52 @@ class WalShard:
                 if place:
                     self._place_deferred()
             gate.wait()
+
+    def _direct(self, op: int) -> bool:
+        """The lone writer's path (its op deferred, no leader, no gathering due): place the
+        deferred records and lead the write + fdatasync in one turn of ``outer`` and the shard
+        lock, not one turn to place and more to lead; a lone single record is encoded with
+        no run list round trip. Same frames, same order, as the loop of ``wait_synced``.
+        True once op ``op`` is durable; False (its arrival counted) hands over to the loop."""
+        outer, lock = self.outer, self.lock
+        outer.acquire()
+        lock.acquire()
+        try:
+            self._arrived += 1
+            if self._gathering:
+                self._gather.notify()
+            if self.leading or self._released > 1 or self.failed is not None:
+                outer.release()
+                return False
+            if self.ops_synced >= op:
+                outer.release()
+                return True
+            alone = None  # the lone record's chunk, placed but not queued
+            try:
+                run = self._run
+                if self.records or len(run) != 1:
+                    self._place_records()
+                else:  # one record deferred: it is op ``ops``, right after ``ops_placed``
+                    flags = _DURABLE_END if self._run_durable else walfmt.BATCH_END
+                    self._run = []  # taken, as _place_records takes it, even if encoding fails
+                    self._run_next = -1
+                    tid, first, ts = self._run_tid, self._run_first, self._run_ts
+                    hold = not self.pending and self._far is None  # nothing else to write
+                    alone = self._place_plain(tid, first, ts, run[0], flags, self.ops, hold)
+                    if not hold:
+                        alone = None
+                self._asked = False
+            finally:
+                outer.release()
+            if alone is not None:
+                self._lead_one(alone)
+            else:
+                self._lead(sync=True, waiter=True)
+            if self.failed is not None:
+                raise self.failed
+            return self.ops_synced >= op
+        finally:
+            lock.release()
 
     def _gathered(self) -> bool:
         """About to lead (lock held): gather (module docstring) the threads the last sync
@@ -568,24 +661,70 @@ class WalShard:
             end = 0
         finally:
             self.lock.acquire()
+        if batch:
+            gen, offset, data, _, op = batch[-1]
+            self._settle(error, sync, waiter, started, end, op, gen, offset + len(data))
+        else:
+            self._settle(error, sync, waiter, started, -1, 0, 0, 0)
+
+    def _lead_one(self, data: bytes) -> None:
+        """``_lead`` of one chunk ``_direct`` placed without queueing it (nothing else pending,
+        no far SYNCED frame): the same write, zero-ahead, fdatasync and wake-ups, with no
+        pending list round trip. Lock held, the chunk the last one placed."""
+        gen, end, op, at = self.gen, self.submitted, self.ops_placed, self.offset
+        self.leading = True
+        self.lock.release()
+        started = time.monotonic()
+        try:
+            h = self.files.get(gen) or self._prepare(gen)
+            self._put(h, gen, data, at - len(data), None, True)
+            error = None
+        except OSError as exc:
+            error = storage_error(exc, f"WAL shard {self.shard}")
+        finally:
+            self.lock.acquire()
+        self._settle(error, True, True, started, end, op, gen, at)
+
+    def _settle(
+        self,
+        error: StorageError | None,
+        sync: bool,
+        waiter: bool,
+        started: float,
+        end: int,
+        op: int,
+        gen: int,
+        at: int,
+    ) -> None:
+        """A leader's turn ends (lock held again): its failure poisons the shard (FLT-4), or
+        what it wrote (up to stream position ``end``, op ``op``, file offset ``at`` in the
+        file of ``gen``; ``end`` -1: nothing) and synced is recorded; the waiters that covered
+        are woken, and one more to lead if any are left."""
         self.leading = False
         if error is not None:
             self.failed = error
         else:
-            if batch:
-                self.written = max(self.written, end)
-                self.ops_written = max(self.ops_written, batch[-1][4])
-                gen, offset, data = batch[-1][:3]
-                self._written_to = (gen, offset + len(data))
+            if end >= 0:
+                if end > self.written:
+                    self.written = end
+                if op > self.ops_written:
+                    self.ops_written = op
+                self._written_to = (gen, at)
             if sync:
                 self.synced = self.written
                 self.ops_synced = self.ops_written
                 self._synced_to = self._written_to
                 self._sync_s = time.monotonic() - started
-        waiters, synced = self._waiters, self.ops_synced
+        waiters = self._waiters
         if self.failed is not None:
             woken, self._waiters = waiters, []
+        elif not waiters:  # nobody else waits (a lone writer): nothing to sort
+            woken = waiters
+            if sync:
+                self._released = 1 if waiter else 0
+                self._arrived_at_sync = self._arrived
         else:
+            synced = self.ops_synced
             woken = [w for w in waiters if w[0] <= synced]
             self._waiters = rest = [w for w in waiters if w[0] > synced] if woken else waiters
             if sync:  # threads this sync returns to their callers (they tend to come back)
@@ -610,34 +749,56 @@ class WalShard:
         end = 0
         i = 0
         n = len(batch)
+        files = self.files
         while i < n:
-            gen, offset = batch[i][0], batch[i][1]
-            j = i
-            while j + 1 < n and batch[j + 1][0] == gen:
+            gen, offset, data, end, _ = batch[i]
+            j = i + 1
+            while j < n and batch[j][0] == gen:
                 j += 1
-            h = self.files.get(gen) or self._prepare(gen)
-            data = batch[i][2] if i == j else b"".join([c[2] for c in batch[i : j + 1]])
-            h.pwrite(data, offset)
-            self.stats["writes"] += 1
-            self.stats["bytes"] += len(data)
-            if self._zero_ahead:
-                self._zero_past(h, gen, offset + len(data), len(data))
-            if far is not None and far[0] == gen and j + 1 == n:
-                h.pwrite(far[2], far[1])
-                self.stats["writes"] += 1
-            end = batch[j][3]
-            if j + 1 < n or sync:
-                h.fdatasync()
-                self.stats["fdatasyncs"] += 1
-            i = j + 1
+            if j - i > 1:
+                data = b"".join([c[2] for c in batch[i:j]])
+                end = batch[j - 1][3]
+            h = files.get(gen) or self._prepare(gen)
+            if j < n:  # the next file gets no byte before this one is synced
+                self._put(h, gen, data, offset, None, True)
+            else:
+                self._put(h, gen, data, offset, far if far and far[0] == gen else None, sync)
+            i = j
         return end
+
+    def _put(
+        self,
+        h: Handle,
+        gen: int,
+        data: bytes | bytearray,
+        offset: int,
+        far: tuple[int, int, bytes] | None,
+        sync: bool,
+    ) -> None:
+        """A leader's write into one file: ``data`` at ``offset``, its zero-ahead, the far
+        SYNCED frame ``far`` (after the zeros, which would clear it), then fdatasync if
+        ``sync``."""
+        h.pwrite(data, offset)
+        size = len(data)
+        stats = self.stats
+        stats["writes"] += 1
+        stats["bytes"] += size
+        # _zero_past has nothing to do while half a window is zeroed past the data
+        if self._zero_ahead and offset + size + _HALF_AHEAD > self._zeroed.get(gen, 0):
+            self._zero_past(h, gen, offset + size, size)
+        if far is not None:
+            h.pwrite(far[2], far[1])
+            stats["writes"] += 1
+        if sync:
+            h.fdatasync()
+            stats["fdatasyncs"] += 1
 
     def _zero_past(self, h: Handle, gen: int, end: int, size: int) -> None:
         """Zero-ahead (module docstring): called by the leader, right after writing frames that
         end at ``end``; nothing placed later can have been written yet (leaders take turns)."""
         done = max(self._zeroed.get(gen, HEADER_SIZE), end)
         limit = self.options.file_bytes
-        if size < _ZERO_BELOW and done - end < ZERO_AHEAD // 2 and done < limit:
+        if size < _ZERO_BELOW and done - end < _HALF_AHEAD and done < limit:
             hi = min(limit, (end + ZERO_AHEAD) & ~4095)
             if hi > done:
                 h.pwrite(memoryview(_ZEROS)[: hi - done], done)

@@ -57,6 +57,27 @@ def test_pwrite_pread_at_offsets(fs: FS, tmp_path: Path) -> None:
     h.close()
 
 
+@pytest.mark.parametrize("data", [b"x" * 2500, bytearray(b"y" * 3001), memoryview(b"z" * 999)])
+def test_pwrite_finishes_a_short_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes | bytearray | memoryview
+) -> None:
+    """A real ``pwrite`` that writes less than asked (at most 1000 bytes a call here) is
+    continued until every byte is out, whatever buffer type it was given."""
+    real = os.pwrite
+    calls: list[int] = []
+
+    def short(fd: int, buf: bytes, offset: int) -> int:
+        calls.append(offset)
+        return real(fd, memoryview(buf)[:1000], offset)
+
+    monkeypatch.setattr(os, "pwrite", short)
+    h = OsFS().open(str(tmp_path / "f"))
+    h.pwrite(data, 5)
+    assert h.pread(len(data), 5) == bytes(data)
+    assert calls == list(range(5, 5 + len(data), 1000))
+    h.close()
+
+
 def test_write_parts_writes_them_back_to_back(
     fs: FS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

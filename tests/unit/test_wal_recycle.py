@@ -131,6 +131,26 @@ def test_WAL_15_checkpoints_keep_spares_and_rotation_recycles_them(tmp_path: Pat
     assert verify_store(OsFS(), str(root)).problems == []
 
 
+def test_WAL_16_every_file_after_a_rotation_proves_its_syncs(tmp_path: Path) -> None:
+    """WAL-16, WAL-15: in every WAL file, not only the first, each durable single append after
+    the file's first rides behind a SYNCED frame proving the bytes before it durable (before
+    the fix the mark of the last SYNCED frame placed was kept across a rotation, and a new
+    file got none until its log passed that offset of the previous file)."""
+    root = tmp_path / "s"
+    with tidelog.open(f"file://{root}?{SMALL}") as store:
+        t = store.topic("t", durability="fsync")
+        for i in range(800):
+            t.append(b"%04d" % i * 25)
+        files, _ = _names(root)
+        assert len(files) >= 3
+        for name in files:
+            frames = walfmt.scan_file((root / "wal" / name).read_bytes()).frames
+            appends = sum(f.type == walfmt.FrameType.APPEND for f in frames)
+            synced = [f for f in frames if f.type == walfmt.FrameType.SYNCED]
+            assert appends > 100 and len(synced) >= appends - 1, name
+            assert {f.seq for f in synced} == {walfmt.parse_file_name(name)}
+
+
 def test_WAL_15_wal_recycle_0_deletes_retired_files(tmp_path: Path) -> None:
     root = tmp_path / "s"
     with tidelog.open(f"file://{root}?{SMALL}&wal_recycle=0") as store:

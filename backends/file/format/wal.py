@@ -47,6 +47,7 @@ __all__ = [
     "encode_header",
     "decode_header",
     "encode_append",
+    "encode_plain",
     "encode_append_batch",
     "split_append_batch",
     "append_batch_lengths",
@@ -310,6 +311,35 @@ def encode_append(
     return _frame(_APPEND, flags, topic_id, seq, ts, nb, tb, payload, seed)
 
 
+_pack_head = _FRAME.pack
+_pack_u64 = _U64.pack
+_xxh3 = xxhash.xxh3_64_intdigest
+
+
+def encode_plain(
+    topic_id: int, seq: int, ts: int, payload: bytes, flags: int, seed: int, synced: int = 0
+) -> bytes:
+    """``encode_append`` of a record without tag or node, its ``flags`` given (``BATCH_END``,
+    ``DURABLE``), byte for byte: the frame a lone durable append writes (``WalShard``'s direct
+    path), without the calls ``encode_append`` makes per record (``_labels``, ``_frame``).
+    ``synced``: if not 0, ``encode_synced(seed, synced)`` comes first (WAL-16: the SYNCED frame
+    that rides with the op), built in the same join."""
+    n = len(payload)
+    if n >= _STREAM_AT:
+        frame = _frame(_APPEND, flags, topic_id, seq, ts, b"", b"", payload, seed)
+        return encode_synced(seed, synced) + frame if synced else frame
+    try:
+        body = _pack_head(_LEN_FIXED + n, _APPEND, flags, topic_id, seq, ts, 0, 0, n) + payload
+    except struct.error as exc:
+        raise BadArgument(f"WAL frame field out of range ({exc})") from None
+    if not synced:
+        return body + _pack_u64(_xxh3(body[4:], seed))
+    mark = _pack_synced(SYNCED_SIZE - 4, _SYNCED, BATCH_END, 0, seed, synced, 0, 0, 2, b"{}")
+    return b"".join(
+        (mark, _pack_u64(_xxh3(mark[4:], seed)), body, _pack_u64(_xxh3(body[4:], seed)))
+    )
+
+
 def _labels(
     tag: str | None, node: str | None, batch_end: bool, durable: bool
 ) -> tuple[int, bytes, bytes]:
@@ -510,6 +540,7 @@ def encode_synced(gen: int, synced: int) -> bytes:
 
 
 _SYNCED_HEAD = struct.Struct("<IBBQQQHHI2s")
+_pack_synced = _SYNCED_HEAD.pack
 
 
 class DurableProof(NamedTuple):
