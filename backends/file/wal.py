@@ -324,8 +324,9 @@ class WalShard:
         """Queue one op of a single record without tag or node (module docstring; ``outer``
         held); returns its op number. It is placed before anything submitted after it. A
         record continuing the open run (same topic and ts, the next seq) joins its list (the
-        lane hook of ``disk``/``memory`` topics, ``WalJournal.lean``, does that case inline:
-        keep the two in step)."""
+        engine's lane does that case itself for ``disk``/``memory`` topics, reading ``_run``,
+        ``_run_ts``, ``_run_next``, ``failed`` and bumping ``_run_next`` and ``ops``: lane.py,
+        "Open runs"; keep the two in step)."""
         if self.failed is not None:
             raise self.failed
         if seq == self._run_next and tid == self._run_tid and ts == self._run_ts:
