@@ -326,3 +326,29 @@ def test_WAL_16_the_fast_SYNCED_encoder_writes_the_control_frame_WAL_8_defines()
         slow = walfmt.encode_control(walfmt.FrameType.SYNCED, 0, {}, seq=gen, ts=synced, seed=gen)
         assert walfmt.encode_synced(gen, synced) == slow
         assert len(slow) == walfmt.SYNCED_SIZE
+
+
+def test_WAL_16_FLT_1_damage_in_a_file_after_a_rotation_is_refused(tmp_path: Path) -> None:
+    """FLT-1, WAL-16 in every WAL file, not only the first: after rotations, one damaged byte in
+    an acknowledged frame of the newest file, with acknowledged frames after it, is refused as
+    damage. (When a rotation kept the previous file's SYNCED mark, the files after the first
+    carried no SYNCED frames, so recovery took this for a torn tail and dropped every
+    acknowledged record after it.)"""
+    root = tmp_path / "s"
+    store = tidelog.open(
+        f"file://{root}?{QUIET.replace('wal_file_bytes=1MiB', 'wal_file_bytes=64KiB')}"
+    )
+    t = store.topic("t", durability="fsync")
+    for i in range(1000):
+        t.append(b"%06d" % i * 10)
+    _backend(store).abandon()
+    names = sorted(n for n in os.listdir(root / "wal") if walfmt.parse_file_name(n) is not None)
+    assert len(names) >= 3
+    path = root / "wal" / names[-1]  # the newest: an older file's damage is refused anyway
+    appends = [f for f in _frames(path) if f.type == walfmt.FrameType.APPEND]
+    assert len(appends) >= 40
+    victim = appends[len(appends) // 2]
+    _flip(path, victim.offset + 40)
+    with pytest.raises(tidelog.Corrupt) as err:
+        tidelog.open(f"file://{root}?{QUIET}")
+    assert str(path) in err.value.message and f"offset {victim.offset}" in err.value.message
