@@ -756,8 +756,8 @@ class Engine(Backend):
                 self.routing.backpressure(t, victims)
         ts = now if log.last_ts is None or now > log.last_ts else log.last_ts
         seqs: list[int] = []
-        for (payloads, tag, node), size, run_lens in zip(runs, sizes, lens):
-            seqs += self.apply_append(t, payloads, tag, node, ts, size, run_lens)
+        for (payloads, tag, node), size, lengths in zip(runs, sizes, lens):
+            seqs += self.apply_append(t, payloads, tag, node, ts, size, lengths)
         if victims:
             self.apply_evict(t, victims[-1], "cap")
         return seqs
