@@ -463,12 +463,13 @@ def _recovered(
     recovered cursors (RTR-10, RTR-11). A raised head is not observed directly: the observed
     head of a dest is its raised head plus what recovery then forwarded into it (copies and
     loss ranges, RTR-5), and that amount depends only on the topics upstream; so the raise of
-    each topic is found by repeating the recovery, once per link of the longest chain."""
+    each topic is found by repeating the recovery, once per link of the longest chain.
+    Subscriber hwms are taken as observed where they are lower (``_as_observed``)."""
     ephemeral = {c.name for c in combo if c.config.durability == "ephemeral"}
     raised: dict[str, int] = {}
     for _ in range(len(combo) + 1):
         scratch = ModelStore(clock, tidelog.backend.StoreOptions())
-        scratch.topics = {c.name: copy.deepcopy(c) for c in combo}
+        scratch.topics = {c.name: _as_observed(copy.deepcopy(c), got.get(c.name)) for c in combo}
         scratch.routers = {  # a dest state from before a router's creation lacks it
             n: r
             for n, r in m.routers.items()
@@ -493,6 +494,23 @@ def _recovered(
             return scratch
         raised = again
     return scratch
+
+
+def _as_observed(cand: TopicModel, view: TopicView | None) -> TopicModel:
+    """``cand`` with each subscriber's hwm lowered to the recovered one where that is lower.
+    DUR-9 lets progress be persisted apart from records, so a crash may keep a trim yet lose
+    the acks of seqs above it; the ack-trim that forwarding at recovery triggers (SUB-5, RTR-7)
+    must then hold back at the recovered hwm, not the candidate's. ``check_progress`` still
+    bounds every observed hwm (CNF-34)."""
+    if view is None:
+        return cand
+    for name, hwm in view.subs:
+        s = cand.subs.get(name)
+        if s is not None and hwm < s.hwm:
+            # the outcomes between are lost with the acks (DUR-9: a subset survives)
+            s.outcomes = {q: o for q, o in s.outcomes.items() if q > s.hwm}
+            s.hwm = s.cursor = hwm
+    return cand
 
 
 def check_progress(

@@ -133,3 +133,27 @@ def test_RTR_4_copies_are_appended_one_by_one() -> None:
         finally:
             store.close()
     assert states["memory"] == states["model"]
+
+
+def test_RTR_10_DUR_9_recovered_hwm_holds_back_the_trim_after_forwarding() -> None:
+    """RTR-10, RTR-7, SUB-5, DUR-9: a full ``ephemeral`` dest holds its router's cursor below a
+    source record whose acks are done; an ack's trim reaches the WAL but file:// keeps
+    subscriber progress apart (DUR-9 allows it), so a power loss recovers the subscriber below
+    that record. Recovery empties the dest, forwards the record and the router moves on: the
+    ack-trim then holds at the recovered hwm and the record stays live. The check compared
+    against the candidate's newer hwm, which trims it (``crashcheck._as_observed``)."""
+    ephemeral = {"durability": "ephemeral", "cap_records": 1, "retention": "backpressure",
+                 "trim": "acked"}
+    ops: list[Op] = [
+        ("create", "t0", ephemeral),
+        ("create", "t1", {"durability": "disk", "retention": "backpressure", "trim": "acked"}),
+        ("router", "r0", "t1", "t0", {}),
+        ("subscribe", "t0", "s0", "earliest"),
+        ("subscribe", "t1", "s1", "resume"),
+        ("append_many", "t1", [b"a" * 12, b"b" * 9]),
+        ("ack", "t1", "s1", 2),
+        ("ack", "t1", "s1", 1),
+        ("router", "r1", "t1", "t0", {"filter_tag": "*a", "preserve_tag": False}),
+        ("subscribe", "t1", "s0", "latest"),
+    ]
+    assert _every_point(ops, after=9) == []
