@@ -144,6 +144,7 @@ class SlotView(FrameReader):
             raise _Changed(f"{rec.vanished[-1]} went away while the slot was read")
         segments: list[Segment] = []
         held: list[RecoveredSegment] = []
+        trimmed, walked = False, 0
         try:
             for r in rec.segments:
                 try:
@@ -155,7 +156,14 @@ class SlotView(FrameReader):
                     # Trimmed since the scan, and every segment below it too (SF-12: lowest
                     # first): the view starts above it, never with a gap.
                     _close(segments)
-                    segments, held = [], []
+                    segments, held, trimmed = [], [], True
+            if trimmed:
+                # The trim acknowledged frames written after the scan read the active
+                # segment; as scanned (empty, say) it would show a slot that never was.
+                seg = segments[-1]
+                offsets, seg.cursor = walk_frames(seg.handle, seg.cursor, seg.size)
+                seg.offsets.extend(offsets)
+                walked = len(offsets)
         except BaseException:
             _close(segments)
             raise
@@ -167,8 +175,8 @@ class SlotView(FrameReader):
         self._names = sorted([r.name for r in held] + rec.unborn + rec.extras)
         self._unborn = rec.unborn
         self._manifest = rec.manifest
-        spans = [(r.base_seq, r.frame_count) for r in held]
-        self.published_fsn = rec.published_fsn
+        spans = [(s.base_seq, s.count) for s in segments]
+        self.published_fsn = rec.published_fsn + walked
         self.acked_fsn = recovery_seed(spans, rec.watermark)[0] if held else rec.acked_fsn
         self.watermark = rec.watermark
         self.findings = findings

@@ -534,6 +534,61 @@ def test_SF_21_a_view_never_fails_beside_a_writer_thread(tmp_path: Path, durabil
     assert len(heads) > 5
 
 
+def test_SF_21_a_view_left_above_trimmed_segments_is_not_older_than_the_trim(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SF-21: a scan catches the writer between making a segment active and writing its first
+    frame; before the view holds the files, the writer fills it and trims every segment below.
+    The view leaves the trimmed ones out, and then walks the active segment on: it held it as
+    scanned, empty, and showed no frame at all -- a state the slot never had, since the trim
+    needed acknowledgements the new segment's frames came after (the writer-thread test
+    below found it under load). The interleaving is forced here."""
+    import tidelog.backends.sf.view as view_module
+
+    slot = Slot.open(str(tmp_path), "a", max_bytes=1024, max_total_bytes=64 << 10)
+    in_rotation, go, trimmed = threading.Event(), threading.Event(), threading.Event()
+    real_rotate, real_examine = Slot._rotate, view_module.examine
+    rotations: list[int] = []
+
+    def rotate(self: Slot, deadline_ms: int) -> Any:
+        seg = real_rotate(self, deadline_ms)
+        rotations.append(seg.base_seq)
+        if len(rotations) == 3:  # active, manifest advanced, no frame yet: the scan comes now
+            in_rotation.set()
+            assert go.wait(WAIT)
+        return seg
+
+    def write() -> None:
+        while not trimmed.is_set() and slot.published_fsn < 200:
+            fsn = slot.append(b"%04d" % (slot.published_fsn + 1) + b"x" * 96)
+            slot.acknowledge(fsn - 2)
+            if slot.apply_acks() and len(rotations) >= 3 and slot.stats().segments == 1:
+                trimmed.set()  # every segment below the one the scan saw empty is gone
+
+    def examine(*args: Any, **kw: Any) -> Any:
+        found = real_examine(*args, **kw)
+        go.set()
+        assert trimmed.wait(WAIT)
+        return found
+
+    monkeypatch.setattr(Slot, "_rotate", rotate)
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        assert in_rotation.wait(WAIT)
+        monkeypatch.setattr(view_module, "examine", examine)
+        with view(tmp_path / "a") as store:
+            monkeypatch.setattr(view_module, "examine", real_examine)
+            got = store.topic("frames", create=False).read(0, 1000)
+            assert [r.seq for r in got] == list(range(rotations[2] + 1, slot.published_fsn + 2))
+            assert all(r.payload.startswith(b"%04d" % (r.seq - 1)) for r in got)
+    finally:
+        go.set()
+        trimmed.set()
+        writer.join(timeout=WAIT)
+        slot.close()
+
+
 LIVE_WRITER = textwrap.dedent(
     """
     import sys, threading, time
