@@ -129,8 +129,8 @@ def wal_file_name(gen: int) -> str:
 
 class WalShard:
     # slots: every op reads and writes many of these (a plain instance dict with this many keys
-    # is not shared, so each access is a hinted dict lookup); ``__dict__`` keeps the instance
-    # open to what tests attach to it
+    # is not shared, so each access is a hinted dict lookup); no ``__dict__``: a test that
+    # wraps a method patches the class (monkeypatch), not the instance
     __slots__ = (
         "fs", "outer", "dir", "shard", "shard_count", "store_id", "options", "_file_bytes",
         "lock", "cond", "_cond_waiters", "_tick", "_nudged", "_asked", "_waiters", "_gather",
@@ -139,7 +139,7 @@ class WalShard:
         "_run_durable", "submitted", "written", "synced", "ops", "ops_placed", "ops_written",
         "ops_synced", "leading", "_written_to", "_synced_to", "_mark_end", "_far", "_idle_ops",
         "failed", "gen", "first_gen", "offset", "files", "stats", "_zero_ahead", "_zeroed",
-        "spares", "_stop", "_thread", "__dict__",
+        "spares", "_stop", "_thread",
     )  # fmt: skip
 
     def __init__(
