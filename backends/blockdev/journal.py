@@ -178,6 +178,7 @@ class RingJournal:
         node: str | None,
         payloads: Sequence[bytes],
         sizes: list[int] | None = None,  # the ring frames each record apart: not needed
+        nbytes: int | None = None,
     ) -> None:
         tb = tag.encode() if tag is not None else None
         nb = node.encode() if node is not None else None

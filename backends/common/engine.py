@@ -394,12 +394,12 @@ class Engine(Backend):
         sizes: list[int] | None = None,
     ) -> list[int]:
         """``nbytes``: the payloads' total size, ``sizes`` their lengths, if the caller took
-        them (the journal's frame then takes no ``len`` of each payload again)."""
+        them (the journal's frame then takes no ``len`` of each payload again, nor their sum)."""
         seqs = t.log.append(payloads, tag, node, ts, nbytes)
         if t.log.gate_visibility:
             self._unpublished.append((t, seqs[-1]))
         if self.journal is not None:
-            self.journal.appended(t, seqs[0], ts, tag, node, payloads, sizes)
+            self.journal.appended(t, seqs[0], ts, tag, node, payloads, sizes, nbytes)
         self._bump(t)
         return seqs
 
@@ -757,7 +757,11 @@ class Engine(Backend):
         ts = now if log.last_ts is None or now > log.last_ts else log.last_ts
         seqs: list[int] = []
         for (payloads, tag, node), size, lengths in zip(runs, sizes, lens):
-            seqs += self.apply_append(t, payloads, tag, node, ts, size, lengths)
+            got = self.apply_append(t, payloads, tag, node, ts, size, lengths)
+            if seqs:
+                seqs += got
+            else:  # the first run's list is the result as it is (an append_many: no copy)
+                seqs = got
         if victims:
             self.apply_evict(t, victims[-1], "cap")
         return seqs

@@ -43,9 +43,11 @@ class Journal(Protocol):
         node: str | None,
         payloads: Sequence[bytes],
         sizes: list[int] | None = None,
+        nbytes: int | None = None,
     ) -> None:
         """Records ``first_seq ..`` were appended; ``sizes``: their payloads' lengths, when
-        the engine took them (None: not taken)."""
+        the engine took them (None: not taken); ``nbytes``: their payloads' total size, when
+        the engine summed them."""
 
     def produced(self, t: EngineTopic, pid: str, seq: int) -> None:
         """TOP-11: producer ``pid`` applied sequence ``seq`` (same op as its records)."""

@@ -239,6 +239,7 @@ class WalJournal:
         node: str | None,
         payloads: Sequence[bytes],
         sizes: list[int] | None = None,
+        nbytes: int | None = None,
     ) -> None:
         if t.config.durability in ("disk", "ephemeral"):
             tid = t.tid
@@ -258,7 +259,9 @@ class WalJournal:
                     self._sync.add(shard_no)
         if self._logged(t):
             durable = t.config.durability == "fsync"
-            self._add(t, ("append", t.tid, first_seq, ts, tag, node, payloads, durable, sizes))
+            self._add(
+                t, ("append", t.tid, first_seq, ts, tag, node, payloads, durable, sizes, nbytes)
+            )
 
     def produced(self, t: EngineTopic, pid: str, seq: int) -> None:
         if self._logged(t):
@@ -373,7 +376,7 @@ def _encode(effects: list[_Effect], seed: int) -> bytes | bytearray:
     for k, e in enumerate(effects):
         last_effect = k == n - 1
         if e[0] == "append":
-            _, tid, first_seq, ts, tag, node, payloads, durable, sizes = e
+            _, tid, first_seq, ts, tag, node, payloads, durable, sizes, nbytes = e
             frame: bytes | bytearray
             if len(payloads) == 1:
                 frame = walfmt.encode_append(
@@ -383,7 +386,7 @@ def _encode(effects: list[_Effect], seed: int) -> bytes | bytearray:
             else:
                 frame = walfmt.encode_append_batch(
                     tid, first_seq, ts, tag, node, payloads, batch_end=last_effect,
-                    durable=durable, seed=seed, sizes=sizes,
+                    durable=durable, seed=seed, sizes=sizes, total=nbytes,
                 )  # fmt: skip
             frames.append(frame)
         else:

@@ -433,6 +433,11 @@ def test_wal_append_batch_round_trip(
         sizes=[len(r) for r in records],
     )  # fmt: skip
     assert given_sizes == frame  # the caller's lengths: the same frame
+    given_total = wal.encode_append_batch(
+        tid, seq, ts, tag, node, records, batch_end=batch_end, durable=durable,
+        sizes=[len(r) for r in records], total=sum(map(len, records)),
+    )  # fmt: skip
+    assert given_total == frame  # and their sum too
     flags = reference_flags(tag, node, batch_end, durable)
     nb, tb = (node or "").encode(), (tag or "").encode()
     data = reference_batch_data(records)
@@ -480,6 +485,11 @@ def test_wal_append_batch_splits_runs_over_the_limit(records: list[bytes], limit
     image = wal.encode_append_batch(
         3, 10, 7, "t", None, records, batch_end=True, durable=False, limit=limit
     )
+    sizes = [len(r) for r in records]
+    assert image == wal.encode_append_batch(
+        3, 10, 7, "t", None, records, batch_end=True, durable=False, limit=limit,
+        sizes=sizes, total=sum(sizes),
+    )  # fmt: skip
     frames = wal.scan(image, 0).frames
     got = [p for f in frames for p in wal.split_append_batch(f.data, "x")]
     assert got == records
@@ -499,6 +509,11 @@ def test_wal_append_batch_refuses_what_no_frame_can_hold() -> None:
         wal.encode_append_batch(
             1, 1, 0, None, None, [b"x" * 100, b"y"], batch_end=True, durable=False, limit=60
         )
+    with pytest.raises(BadArgument, match="does not fit"):  # the caller's sum: the same check
+        wal.encode_append_batch(
+            1, 1, 0, None, None, [b"x" * 100, b"y"], batch_end=True, durable=False, limit=60,
+            sizes=[100, 1], total=101,
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -377,13 +377,15 @@ def encode_append_batch(
     limit: int = BATCH_DATA_MAX,
     seed: int = 0,
     sizes: list[int] | None = None,
+    total: int | None = None,
 ) -> bytes | bytearray:
     """APPEND_BATCH frames (WAL-14) for records ``first_seq ..`` of one run sharing ``ts``, tag
     and node: each payload's length in a u32 array, the payloads back to back, one XXH3-64 over
     all of it, with no Python-level loop per record. One frame, unless the data would exceed
     ``limit`` bytes (u32 ``data_len``): then consecutive frames, ``batch_end`` on the last.
     ``sizes``: the payloads' lengths, when the caller has taken them (a ``len`` per payload is
-    most of what encoding a batch of small records costs)."""
+    most of what encoding a batch of small records costs); ``total``: their sum, when the
+    caller has taken that too (the engine has, for its size checks)."""
     if not payloads:
         raise BadArgument("an APPEND_BATCH frame holds at least one record")
     flags, nb, tb = _labels(tag, node, batch_end, durable)
@@ -396,7 +398,7 @@ def encode_append_batch(
         lens = array("I", sizes)
     except OverflowError:
         raise BadArgument("a payload of 4 GiB or more does not fit a WAL frame") from None
-    size = 4 + 4 * n + sum(sizes)
+    size = 4 + 4 * n + (sum(sizes) if total is None else total)
     if size > limit:
         parts = split_runs(lens, limit)
         return b"".join(
