@@ -323,7 +323,7 @@ def encode_plain(
     ``DURABLE``), byte for byte: the frame a lone durable append writes (``WalShard``'s direct
     path), without the calls ``encode_append`` makes per record (``_labels``, ``_frame``).
     ``synced``: if not 0, ``encode_synced(seed, synced)`` comes first (WAL-16: the SYNCED frame
-    that rides with the op), built in the same join from the same layout (``_SYNCED_PRE``).
+    that rides with the op), built in the same join from the same layout (``_SYNCED_MID``).
 
     A second APPEND encoder beside ``encode_append``/``_frame``, kept for speed: a change to
     the APPEND frame (WAL-3) changes both, and so does one to the SYNCED frame here and in
@@ -340,9 +340,9 @@ def encode_plain(
         raise BadArgument(f"WAL frame field out of range ({exc})") from None
     if not synced:
         return body + _pack_u64(_xxh3(body[4:], seed))
-    mark = _SYNCED_PRE + _pack_gen_synced(seed, synced) + _SYNCED_POST  # encode_synced's head
+    mark = _SYNCED_MID + _pack_gen_synced(seed, synced) + _SYNCED_POST  # as encode_synced
     return b"".join(
-        (mark, _pack_u64(_xxh3(mark[4:], seed)), body, _pack_u64(_xxh3(body[4:], seed)))
+        (_SYNCED_LEN, mark, _pack_u64(_xxh3(mark, seed)), body, _pack_u64(_xxh3(body[4:], seed)))
     )
 
 
@@ -543,18 +543,21 @@ def encode_synced(gen: int, synced: int) -> bytes:
     SYNCED frames never match ``durable_proof``'s search), ``ts`` the offset. The control frame
     ``encode_control`` would make, byte for byte, without its JSON encoding: one rides with
     every fsync append, so it is one pack and one XXH3."""
-    head = _SYNCED_PRE + _pack_gen_synced(gen, synced) + _SYNCED_POST
-    return head + _pack_u64(_xxh3(head[4:], gen))
+    mark = _SYNCED_MID + _pack_gen_synced(gen, synced) + _SYNCED_POST  # what the XXH3 covers
+    return b"".join((_SYNCED_LEN, mark, _pack_u64(_xxh3(mark, gen))))
 
 
 # The SYNCED frame's one layout (WAL-16), for ``encode_synced``, ``encode_plain`` and
 # ``durable_proof`` alike: its head is fixed but for seq (the gen) and ts (the offset), so it is
-# built as the fixed bytes around one pack of those two: no dearer than one pack of all ten
-# fields, which every fsync append pays (``encode_plain``), and no Python call of its own.
+# built as the fixed bytes around one pack of those two, with no Python call of its own and no
+# slice for the checksum: no dearer than one pack of all ten fields, which every fsync append
+# pays (``encode_plain``).
 _SYNCED_FIXED = struct.pack(
     "<IBBQQQHHI2s", SYNCED_SIZE - 4, _SYNCED, BATCH_END, 0, 0, 0, 0, 0, 2, b"{}"
 )
-_SYNCED_PRE, _SYNCED_POST = _SYNCED_FIXED[:14], _SYNCED_FIXED[30:]  # before seq, after ts
+_SYNCED_LEN = _SYNCED_FIXED[:4]  # frame_len
+_SYNCED_MID = _SYNCED_FIXED[4:14]  # type, flags, topic_id: then seq and ts
+_SYNCED_POST = _SYNCED_FIXED[30:]  # node_len, tag_len, data_len, data
 _pack_gen_synced = struct.Struct("<QQ").pack
 
 
@@ -575,7 +578,7 @@ def durable_proof(
     runs at memory speed and a recycled file's older frames never match. ``regions``: the
     ``[start, end)`` ranges that may hold data (``SEEK_DATA``); a frame is never in a hole, so
     the search skips a preallocated file's unwritten blocks instead of reading them."""
-    pattern = _SYNCED_PRE + _pack_u64(gen)  # frame_len, type, flags, topic_id, seq (the gen)
+    pattern = _SYNCED_LEN + _SYNCED_MID + _pack_u64(gen)  # frame_len .. seq (the gen)
     mv = memoryview(buf)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
