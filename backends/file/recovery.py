@@ -78,8 +78,13 @@ class WalPlan:
 
     def release(self) -> None:
         """Unmap every file no chunk took: once, by whoever made the plan, after applying it
-        or instead of it."""
+        or instead of it. The frames go first: their data are views of the maps, and a map
+        with a view still out stays mapped (its descriptor open) until the view is freed, so
+        a chunk's map would outlive the chunk wherever the plan lingers (a refused open's
+        traceback holds it: FLT-7, nothing held after a failed open)."""
         for part in self.parts:
+            if isinstance(part.batches, list):
+                part.batches.clear()
             if part.wal is not None and part.wal.refs == 0:
                 part.wal.release()
 

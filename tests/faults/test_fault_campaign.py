@@ -19,6 +19,8 @@ The workload seeds are TIDELOG_FAULT_SEED + 0, 1, ... (default: the run's Hypoth
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import random
@@ -319,6 +321,7 @@ def test_FLT_8_a_real_full_disk(tmp_path: Path) -> None:
         reason = f"cannot mount a small tmpfs here: {mounted.stderr.strip()}"
         print(f"real full disk: NOT RUN: {reason}")
         pytest.skip(reason)
+    gc.disable()  # what a failed open leaves held must not depend on when a collection runs
     try:
         uri = f"file://{mnt}/s"
         store = tidelog.open(uri, background=False)
@@ -336,6 +339,9 @@ def test_FLT_8_a_real_full_disk(tmp_path: Path) -> None:
         with pytest.raises(StorageError) as refused:
             tidelog.open(uri, background=False)
         assert "disk full" in str(refused.value)
+        # FLT-7: nothing held, though the refusal (and its traceback) is still alive here and
+        # no collection has run
+        assert _held_under(mnt) == ([], []), "a refused open left files open or mapped"
         assert os.listdir(mnt / "s" / "wal") == [wal]
         view = tidelog.open(uri, readonly=True)
         try:
@@ -343,4 +349,19 @@ def test_FLT_8_a_real_full_disk(tmp_path: Path) -> None:
         finally:
             view.close()
     finally:
+        gc.enable()
+        gc.collect()  # a leak the assertion found must not keep the file system mounted
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def _held_under(root: Path) -> tuple[list[str], list[str]]:
+    """This process's open descriptors and file maps of files under ``root``."""
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone already
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(f"{root}/"):
+                fds.append(target)
+    with open("/proc/self/maps", encoding="utf-8") as f:
+        maps = [line.split()[-1] for line in f if f" {root}/" in line]
+    return fds, maps
