@@ -507,8 +507,8 @@ def _as_observed(cand: TopicModel, view: TopicView | None) -> TopicModel:
     for name, hwm in view.subs:
         s = cand.subs.get(name)
         if s is not None and hwm < s.hwm:
-            # the outcomes between are lost with the acks (DUR-9: a subset survives)
-            s.outcomes = {q: o for q, o in s.outcomes.items() if q > s.hwm}
+            # no outcome at or below the old hwm is kept (SUB-2), so the live seqs between
+            # are unresolved again: the at-least-once redelivery DUR-9 allows
             s.hwm = s.cursor = hwm
     return cand
 
