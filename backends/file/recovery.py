@@ -81,7 +81,8 @@ class WalPlan:
         or instead of it. The frames go first: their data are views of the maps, and a map
         with a view still out stays mapped (its descriptor open) until the view is freed, so
         a chunk's map would outlive the chunk wherever the plan lingers (a refused open's
-        traceback holds it: FLT-7, nothing held after a failed open)."""
+        traceback holds it: FLT-7, nothing held after a failed open). So ``effects`` (and a
+        ``RecoveryPlan``'s ``clean``) must be read before."""
         for part in self.parts:
             if isinstance(part.batches, list):
                 part.batches.clear()

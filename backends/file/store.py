@@ -130,6 +130,7 @@ class FileBackend(Engine):
         for d in ("meta", "wal", "topics"):
             make_dirs(fs, os.path.join(root, d))
         plan = plan_recovery(fs, root)
+        clean = plan.clean  # before the release below, which frees the WAL batches it counts
         try:
             if plan.snapshot is None:
                 self.store_id = os.urandom(16)
@@ -147,7 +148,7 @@ class FileBackend(Engine):
             self._apply_plan(plan)
         finally:
             plan.wal.release()
-        self.clean_open = plan.clean
+        self.clean_open = clean
         self._apply_to_files(plan.wal)
         self._start_shards(dict(plan.wal.highest))
         self._after_crash()

@@ -248,3 +248,26 @@ def test_WAL_1_WAL_15_a_store_with_version_2_wal_files_upgrades(tmp_path: Path) 
     with tidelog.open(uri) as third:
         assert [r.seq for r in third.topic("t").read(0, 100)] == seqs
     assert verify_store(OsFS(), str(root)).problems == []
+
+
+def test_DUR_1_a_crash_after_a_clean_close_is_not_a_clean_open(tmp_path: Path) -> None:
+    """DUR-1, DUR-3, FLT-7: a store closed cleanly, reopened, appended to and then abandoned
+    (a crash) reopens as a crash: its WAL holds ops after the clean snapshot. Whether it does
+    is read from the recovery plan before the plan frees its frames (WalPlan.release), which
+    would otherwise count none and take the crash for a clean close (no heads raised over
+    reserved seqs, seqs reused)."""
+    from tidelog.hooks import Abandon
+
+    uri = f"file://{tmp_path / 's'}"
+    with tidelog.open(uri) as store:
+        store.topic("t", durability="disk").append(b"a")
+    store = tidelog.open(uri)
+    assert _backend(store).clean_open
+    store.topic("t").append(b"b")
+    store.flush()
+    hooks(store, Abandon).abandon()
+    with tidelog.open(uri) as again:
+        assert not _backend(again).clean_open
+        items = again.topic("t").read(0, 100)
+        assert [r.payload for r in items if isinstance(r, tidelog.Record)] == [b"a", b"b"]
+        assert isinstance(items[-1], tidelog.Tombstone)  # DUR-3: the raised head's loss range
