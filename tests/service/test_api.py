@@ -198,7 +198,11 @@ def test_SVC_13_every_endpoint_of_the_table_answers(served: Served) -> None:
     assert c.post("/v0/topics/a/records", raw=b"y") == (200, {"seq": 2})
     assert c.delete("/v0/topics/a/records?before_seq=3") == (200, {"deleted": 1})
     assert c.delete("/v0/topics/a")[0] == 204
-    assert c.get("/v0/health") == (200, {"status": "ok", "pressure": 0.0})
+    # SVC-54: the pressure is measured (SVC-41's loop term counts the loop's busy share, which
+    # these back-to-back requests raise on a loaded machine), so only its range is fixed
+    status, body = c.get("/v0/health")
+    assert (status, body["status"], sorted(body)) == (200, "ok", ["pressure", "status"])
+    assert 0.0 <= body["pressure"] <= 1.0
 
 
 def test_SVC_14_a_handle_on_a_dropped_life_is_404_even_after_recreate(served: Served) -> None:
