@@ -81,6 +81,8 @@ def apply_op(store: Store, op: Op, clock: FakeClock, leases: dict[str, list[Any]
             return t.append_records(op[2])
         if kind == "delete":
             return t.delete(op[2])
+        if kind == "delete_tag":  # dead slots anywhere in a tail, not only a prefix (DEL-5)
+            return t.delete(tag=op[2])
         if kind == "subscribe":
             return t.subscribe(op[2], start=op[3]).hwm
         if kind in ("ack", "commit"):

@@ -46,12 +46,22 @@ from .format import snapshot as snapfmt
 from .format.seal import build_indexed, dead_slots
 from .journal import ranges
 from .progressfiles import topic_dir
+from .replay import open_chunk
 from .walchunk import WalChunk
 
 if TYPE_CHECKING:
     from .qchunk import QsegChunk
 
-__all__ = ["checkpoint", "write_snapshot", "CheckpointPort", "StoreState"]
+__all__ = [
+    "checkpoint",
+    "write_snapshot",
+    "write_located",
+    "CheckpointPort",
+    "SegmentPort",
+    "SealAnswer",
+    "SealRange",
+    "StoreState",
+]
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,8 @@ class StoreState:
     segment_max: tuple[int, int]  # segment_max_records, segment_max_bytes (SEG-7)
     routers: Mapping[str, RouterConfig] = field(default_factory=dict)  # RTR-1, by name
     cold: Mapping[int, Sequence[int]] = field(default_factory=dict)  # tid -> cold (TIER-5)
+    # WTAIL-6: seal the tails in memory from their WAL frames (``CheckpointPort.seal_located``)
+    locate: bool = False
 
 
 class CheckpointPort(Protocol):
@@ -107,8 +119,44 @@ class CheckpointPort(Protocol):
 
     def warn(self, message: str) -> None: ...
 
+    def seal_located(self, state: StoreState, ranges: Sequence[SealRange]) -> SealAnswer:
+        """WTAIL-7, WTAIL-8: have the records of ``ranges`` sealed from their WAL frames
+        (positions from the last checkpoint's to ``state.wal``, which are durable by now); what
+        fails raises as a failure of this checkpoint would."""
 
-_Columns = tuple[list[bytes | None], list[int], list[str | None], list[str | None]]
+
+class SegmentPort(Protocol):
+    """What writing segments needs: the checkpoint's port, or the seal worker's."""
+
+    @property
+    def fs(self) -> FS: ...
+    @property
+    def root(self) -> str: ...
+    def warn(self, message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class SealRange:
+    """Seqs ``first .. last`` of topic ``tid`` to seal from the WAL (WTAIL-7); ``dead``: the
+    slots dead at the capture, as offsets from ``first``, ascending."""
+
+    tid: int
+    first: int
+    last: int
+    bundles: bool
+    dead: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SealAnswer:
+    """What sealing from the WAL wrote: per topic, its segments as (first seq, count) in seq
+    order; and the warnings it raised (a bundle segment sealed plain, say)."""
+
+    segments: Mapping[int, Sequence[tuple[int, int]]]
+    warnings: Sequence[str] = ()
+
+
+_Columns = tuple[Sequence[bytes | None], list[int], list[str | None], list[str | None]]
 
 
 @dataclass
@@ -129,6 +177,9 @@ class _Tail:
     dead_map: bytes = b""
     lens: array[int] | None = None  # sizes() of a tail held in memory, once taken
     at: list[int] | None = None  # dead_at(), once taken
+    # WTAIL-6: >= 0 for a tail captured without its records (seqs first..last, sealed from
+    # the WAL); ``at`` then holds its dead slots, taken at the capture
+    last: int = -1
 
     def dead_at(self) -> list[int]:
         """The dead slots of a tail held in memory, ascending (seal.dead_slots: a C-level scan,
@@ -140,8 +191,10 @@ class _Tail:
     def sizes(self) -> Sequence[int]:
         """Payload size of every slot (0 for a dead one). A tail held in memory keeps them
         (``lens``): they are the lengths column its segments are built with."""
-        if self.source is not None:
-            return self.source.sizes()  # dead slots keep their size: cuts stay conservative
+        if self.source is not None:  # dead slots keep their size: cuts stay conservative
+            if self.lens is None:
+                self.lens = array(segfmt._U32_CODE, self.source.sizes())
+            return self.lens
         if self.lens is None:
             filled = self.payloads
             if self.dead_at():  # a dead slot's size is 0: its payload is b"" as it is sealed
@@ -157,8 +210,8 @@ class _Tail:
 
     def columns(self, lo: int, hi: int) -> _Columns:
         """(payloads, tss, tags, nodes) of slots lo..hi-1, None payloads for dead slots."""
-        if self.source is not None:
-            return self.source.columns(lo, hi, self.dead_map)
+        if self.source is not None:  # a segment of bundles is made of every payload's bytes
+            return self.source.columns(lo, hi, self.dead_map, pieces=not self.bundles)
         if lo == 0 and hi == len(self.payloads):  # one segment: the capture's own copies
             return self.payloads, self.tss, self.tags, self.nodes
         return self.payloads[lo:hi], self.tss[lo:hi], self.tags[lo:hi], self.nodes[lo:hi]
@@ -180,18 +233,24 @@ def checkpoint(b: CheckpointPort) -> int:
     with b.lock:
         state = b.checkpoint_state()
         cap = _capture(state)
+    located = [tail for tail in cap.tails if tail.last >= 0]
     # cut into segments outside the store lock: a copy of the tail is all it reads, and
     # appenders would wait for its per-record passes (tens of ms per checkpoint)
     for tail in cap.tails:
-        tail.splits = _split(tail, *state.segment_max)
-        cap.segments[tail.tid] += [lo for lo, _ in tail.splits]
+        if tail.last < 0:
+            tail.splits = _split(tail, *state.segment_max)
+            cap.segments[tail.tid] += [lo for lo, _ in tail.splits]
     n = state.snapshot + 1
     try:
         for tail in cap.tails:
-            _write_segments(b, tail)
+            if tail.last < 0:
+                _write_segments(b, tail)
         # the WAL file the snapshot replays from exists durably before the snapshot does, so
-        # recovery may take a missing one for damage (WAL-10: "wal_durable")
+        # recovery may take a missing one for damage (WAL-10: "wal_durable"); sealing from
+        # the WAL (WTAIL-6) reads the frames written by this sync
         b.sync_wal()
+        if located:
+            _seal_located(b, state, located, cap)
         write_snapshot(b.fs, b.root, n, cap.body)
     except BaseException:
         for tail in cap.tails:  # never swapped in: their maps go now
@@ -215,6 +274,50 @@ def checkpoint(b: CheckpointPort) -> int:
     _retire(b, n, cap)
     b.checkpointed(state)
     return n
+
+
+def _seal_located(b: CheckpointPort, state: StoreState, tails: list[_Tail], cap: _Capture) -> None:
+    """WTAIL-6: the tails captured without their records, sealed from their WAL frames by
+    the port (WTAIL-7, WTAIL-8), then opened as the segments they now are."""
+    ranges = [SealRange(t.tid, t.first, t.last, t.bundles, tuple(t.dead_at())) for t in tails]
+    answer = b.seal_located(state, ranges)
+    for message in answer.warnings:
+        b.warn(message)
+    for tail in tails:
+        got = list(answer.segments.get(tail.tid, ()))
+        firsts = list(accumulate((count for _, count in got), initial=tail.first))
+        if [lo for lo, _ in got] != firsts[:-1] or firsts[-1] != tail.last + 1:
+            raise Corrupt(
+                f"topic {tail.tid:016x}: sealing seqs {tail.first}..{tail.last} from the WAL "
+                f"returned segments {got} (WTAIL-7)"
+            )
+        tail.splits = got
+        cap.segments[tail.tid] += [lo for lo, _ in got]
+        for first, _ in got:
+            tail.chunks.append(open_chunk(b.fs, b.root, tail.tid, first))
+
+
+def write_located(
+    b: SegmentPort,
+    chunk: WalChunk,
+    tid: int,
+    bundles: bool,
+    dead_map: bytes,
+    segment_max: tuple[int, int],
+) -> list[tuple[int, int]]:
+    """Seal the records ``chunk`` locates in WAL frames (WTAIL-7): segments cut as a tail
+    in memory is (plus the chunk's own end), slots ``dead_map`` marks as dead placeholders.
+    Returns the segments written as (first seq, count); their chunks are closed (the writer
+    opens the files itself)."""
+    tail = _Tail(tid, chunk.first_seq, [], [], [], [], bundles, dead_map.find(1) >= 0,
+                 source=chunk, dead_map=dead_map)  # fmt: skip
+    tail.splits = _split(tail, *segment_max)
+    try:
+        _write_segments(b, tail)
+    finally:
+        for c in tail.chunks:
+            c.close()
+    return tail.splits
 
 
 def _reseal(t: EngineTopic | None, tail: _Tail) -> None:
@@ -258,21 +361,14 @@ def _capture(state: StoreState) -> _Capture:
                     tails.append(tail)
         if t.config.durability != "ephemeral" and log.payloads and log.head >= log.base:
             any_dead = log.tail_dead() > 0
-            first, payloads, tss, tags, nodes = log.tail_slice(log.head)
-            # A dead prefix is not sealed: no segment names those seqs, and sealing the chunk
-            # after it cuts them from the tail too (TopicLog.seal). An all-dead tail writes
-            # no file at all (after a subscriber trimmed everything, say).
-            k = 0
-            if any_dead:
-                k = next((i for i, p in enumerate(payloads) if p is not None), len(payloads))
-            if k < len(payloads):
-                bundles = t.config.payload == "bundles"
-                if k:  # copies of the copies: only when a dead prefix is cut (under the lock)
-                    payloads, tss, tags, nodes = payloads[k:], tss[k:], tags[k:], nodes[k:]
-                tail = _Tail(t.tid, first + k, payloads, tss, tags, nodes, bundles, any_dead)
-                tails.append(tail)
+            if state.locate and not any(isinstance(c, WalChunk) for c in log.chunks):
+                mem = _located(t, any_dead)
+            else:
+                mem = _in_memory(t, any_dead)
+            if mem is not None:
+                tails.append(mem)
                 if any_dead:
-                    dead += ranges([tail.first + i for i in tail.dead_at()])
+                    dead += ranges([mem.first + i for i in mem.dead_at()])
         segments[t.tid] = firsts  # the tails' segments join them after the split (checkpoint)
         ceiling = state.ceilings.get(t.tid, log.head)
         jobs = t.jobs
@@ -322,6 +418,41 @@ def _capture(state: StoreState) -> _Capture:
     return _Capture(body, tails, detached, list(state.dropped), positions, segments)
 
 
+def _in_memory(t: EngineTopic, any_dead: bool) -> _Tail | None:
+    """Under the lock: the tail of ``t`` as copies of its lists (references, no payload
+    copied). A dead prefix is not sealed: no segment names those seqs, and sealing the chunk
+    after it cuts them from the tail too (TopicLog.seal). An all-dead tail writes no file at
+    all (after a subscriber trimmed everything, say): None."""
+    first, payloads, tss, tags, nodes = t.log.tail_slice(t.log.head)
+    k = 0
+    if any_dead:
+        k = next((i for i, p in enumerate(payloads) if p is not None), len(payloads))
+    if k >= len(payloads):
+        return None
+    if k:  # copies of the copies: only when a dead prefix is cut (under the lock)
+        payloads, tss, tags, nodes = payloads[k:], tss[k:], tags[k:], nodes[k:]
+    bundles = t.config.payload == "bundles"
+    return _Tail(t.tid, first + k, payloads, tss, tags, nodes, bundles, any_dead)
+
+
+def _located(t: EngineTopic, any_dead: bool) -> _Tail | None:
+    """Under the lock: the tail of ``t`` without its records (WTAIL-6), to be sealed from
+    the WAL: its first live seq, its head and its dead slots (a C-level scan, only when it has
+    any). The dead prefix is left out as ``_in_memory`` leaves it."""
+    log = t.log
+    n = log.head - log.base + 1
+    at = [i for i in dead_slots(log.payloads) if i < n] if any_dead else []
+    k = 0
+    while k < len(at) and at[k] == k:
+        k += 1
+    if k >= n:
+        return None
+    bundles = t.config.payload == "bundles"
+    tail = _Tail(t.tid, log.base + k, [], [], [], [], bundles, bool(at), last=log.head)
+    tail.at = [i - k for i in at[k:]]
+    return tail
+
+
 def _routers(state: StoreState, t: EngineTopic) -> dict[str, Any]:
     """SNAP-3: the routers into ``t`` (RTR-10: a router's config and cursor belong to its
     dest); no key at all for a topic no router feeds."""
@@ -364,7 +495,7 @@ def _split(tail: _Tail, max_records: int, max_bytes: int) -> list[tuple[int, int
     return out
 
 
-def _write_segments(b: CheckpointPort, tail: _Tail) -> None:
+def _write_segments(b: SegmentPort, tail: _Tail) -> None:
     directory = topic_dir(b.root, tail.tid)
     make_dirs(b.fs, directory)
     for first, count in tail.splits:
@@ -373,12 +504,16 @@ def _write_segments(b: CheckpointPort, tail: _Tail) -> None:
         chunk: SegChunk | QsegChunk | None = None
         if tail.bundles:
             chunk = _write_qseg(b, directory, tail.tid, cols, first)
+        dead_in = tail.source is not None and tail.dead_map.find(1, lo, lo + count) >= 0
         if chunk is None:
             lens = tail.lens
+            if tail.source is not None:  # its payloads may be RunPieces: lengths are needed
+                lens = None if dead_in else cast("array[int]", tail.sizes())
             if lens is not None and (lo, count) != (0, len(lens)):
                 lens = lens[lo : lo + count]
-            chunk = _write_plain(b, directory, tail, cols, first, lens)
-        if tail.source is not None and tail.dead:
+            dead = dead_in if tail.source is not None else tail.dead
+            chunk = _write_plain(b, directory, tail.tid, cols, first, lens, dead)
+        if dead_in:
             for i, p in enumerate(cols[0]):
                 if p is None:
                     chunk.kill(i)
@@ -390,17 +525,19 @@ def _write_segments(b: CheckpointPort, tail: _Tail) -> None:
 
 
 def _write_plain(
-    b: CheckpointPort,
+    b: SegmentPort,
     directory: str,
-    tail: _Tail,
+    tid: int,
     cols: _Columns,
     first: int,
     lens: array[int] | None,
+    dead: bool,
 ) -> SegChunk:
     """A ``.data`` + ``.idx`` pair (SEG-1..SEG-7), encoded column-wise (format/seal.py). A slot
-    removed before sealing is an empty placeholder, dead in the snapshot. The .data is written
-    piece by piece as it is built (``build_indexed``' sink), the .idx after it: a crash or a
-    refusal part way leaves a file no snapshot names, as a crash in a whole write would."""
+    removed before sealing (``dead``: there may be one) is an empty placeholder, dead in the
+    snapshot. The .data is written piece by piece as it is built (``build_indexed``' sink),
+    the .idx after it: a crash or a refusal part way leaves a file no snapshot names, as a
+    crash in a whole write would."""
     _remove_stale(b, os.path.join(directory, qseg_name(first)))
     data_path = os.path.join(directory, segfmt.data_name(first))
     h = b.fs.open(data_path)
@@ -413,7 +550,7 @@ def _write_plain(
             write_parts(h, pieces, at)
             at += sum(map(len, pieces))
 
-        _, idx, index = build_indexed(tail.tid, first, *cols, dead=tail.dead, lens=lens, sink=sink)
+        _, idx, index = build_indexed(tid, first, *cols, dead=dead, lens=lens, sink=sink)
         h.fdatasync()
     finally:
         h.close()
@@ -429,7 +566,7 @@ def _write_plain(
 
 
 def _write_qseg(
-    b: CheckpointPort, directory: str, tid: int, cols: _Columns, first: int
+    b: SegmentPort, directory: str, tid: int, cols: _Columns, first: int
 ) -> QsegChunk | None:
     """A Quiver segment (QSEG-1..QSEG-11): written to ``.tmp``, made read-only (0440,
     QSEG-10), fsynced, renamed into place (the directory is fsynced by the caller before the
@@ -460,7 +597,7 @@ def _write_qseg(
     return QsegChunk(path, b.fs.open_read(path), first)
 
 
-def _remove_stale(b: CheckpointPort, path: str) -> None:
+def _remove_stale(b: SegmentPort, path: str) -> None:
     """A file for seqs the current snapshot does not name (they are above every sealed
     segment): the leftover of a checkpoint a crash interrupted. Safe to delete."""
     if b.fs.exists(path):

@@ -32,6 +32,10 @@ class FileOptions:
     checkpoint_bytes: int = 32 << 20
     segment_max_records: int = 100_000
     segment_max_bytes: int = 64 << 20
+    # WTAIL-6: seal the tails in memory from the WAL (in the seal worker on the OS's files),
+    # for checkpoints after at least this much WAL
+    seal_worker: bool = True
+    seal_worker_bytes: int = 4 << 20
     progress_flush_ms: int = 100
     create: str = "true"  # URI-8: one of storedir.CREATE_CHOICES
     background: bool = True  # false: no maintenance thread (deterministic I/O for crash tests)
@@ -56,6 +60,8 @@ _FILE_OPTIONS = {
     "checkpoint_bytes": lambda k, v: parse_size(k, v, minimum=4 << 10, maximum=64 << 30),
     "segment_max_records": lambda k, v: parse_int(k, v, minimum=1, maximum=(1 << 32) - 1),
     "segment_max_bytes": lambda k, v: parse_size(k, v, minimum=4 << 10, maximum=(1 << 32) - 1),
+    "seal_worker": parse_bool,
+    "seal_worker_bytes": lambda k, v: parse_size(k, v, minimum=0, maximum=64 << 30),
     "progress_flush_ms": lambda k, v: parse_int(k, v, minimum=1, maximum=MAX_WAIT_MS),
     "create": parse_create,
     "background": parse_bool,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from tidelog import dirlock, registry, storedir
@@ -22,12 +22,12 @@ from tidelog.api import Store
 from tidelog.backend import StoreOptions
 from tidelog.clock import Clock
 from tidelog.errors import BadArgument, Closed, Corrupt, NoSuchTopic, StorageError, TidelogError
-from tidelog.fsio import FS, Handle, io_errors, make_dirs, storage_error
+from tidelog.fsio import FS, Handle, OsFS, io_errors, make_dirs, storage_error
 
 from ..common.engine import Engine, EngineTopic
 from ..common.progress import SubState
 from . import lockfile, requests
-from .checkpoint import StoreState, checkpoint, write_snapshot
+from .checkpoint import SealAnswer, SealRange, StoreState, checkpoint, write_snapshot
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
 from .format.wal import FrameType
@@ -37,10 +37,11 @@ from .options import FileOptions
 from .progressfiles import remove_progress, write_progress
 from .recovery import RecoveryPlan, WalPlan, list_streams, plan_recovery, plan_wal
 from .replay import Replay
+from .sealer import SealJob, SealWorker, seal_wal
 from .segstore import open_segment_store
 from .tierpass import tier_pass
 from .tiers import Tiers
-from .wal import WalOptions, WalShard
+from .wal import WalOptions, WalShard, wal_file_name
 
 __all__ = ["FileBackend", "CAPABILITIES"]
 
@@ -81,6 +82,10 @@ class FileBackend(Engine):
         self._wal_at_checkpoint = 0  # WAL volume when the last checkpoint started (trigger)
         self.wal_checkpointed = 0  # ... that the last good checkpoint absorbed (describe)
         self.failed: StorageError | None = None  # FLT-4: the first failure, sticks until reopen
+        # WTAIL-6: each stream's position at this process's last checkpoint (None: none yet),
+        # where sealing from the WAL starts; the worker is started at its first job
+        self._sealed_at: dict[str, tuple[int, int]] | None = None
+        self._sealer: SealWorker | None = None
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self._lock_handle: Handle | None = None
@@ -361,6 +366,12 @@ class FileBackend(Engine):
             segment_max=(fo.segment_max_records, fo.segment_max_bytes),
             routers=dict(self.routers),
             cold=self._cold_state(),
+            locate=(
+                fo.seal_worker
+                and self._sealed_at is not None
+                and sum(s.submitted for s in self.shards) - self.wal_checkpointed
+                >= fo.seal_worker_bytes
+            ),
         )
 
     def _cold_state(self) -> dict[int, list[int]]:
@@ -393,6 +404,30 @@ class FileBackend(Engine):
 
     def checkpointed(self, state: StoreState) -> None:
         self.wal_checkpointed = state.wal_submitted
+        self._sealed_at = dict(state.wal)
+
+    def seal_located(self, state: StoreState, ranges: Sequence[SealRange]) -> SealAnswer:
+        """WTAIL-7..9: in the seal worker on the OS's files, else (or when it gives no
+        answer) here."""
+        assert self._sealed_at is not None  # StoreState.locate needs a checkpoint before
+        files: list[tuple[str, int, int | None]] = []
+        for shard in self.shards:
+            key = self.stream_key(shard.shard)
+            (gen, start), (last, end) = self._sealed_at[key], state.wal[key]
+            for g in range(gen, last + 1):
+                path = os.path.join(shard.dir, wal_file_name(g))
+                files.append((path, start if g == gen else walfmt.HEADER_SIZE,
+                              end if g == last else None))  # fmt: skip
+        mmap = getattr(self.fs, "mmap", True)
+        job = SealJob(self.root, tuple(files), tuple(ranges), state.segment_max, mmap)
+        if type(self.fs) is OsFS:
+            if self._sealer is None:
+                self._sealer = SealWorker(getattr(self._lock_handle, "fd", None))
+            answer = self._sealer.run(job)
+            if answer is not None:
+                return answer
+            self.warn(f"seal worker: no answer ({self._sealer.why}); sealed here (WTAIL-9)")
+        return seal_wal(self.fs, job)
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -686,6 +721,8 @@ class FileBackend(Engine):
         """Close every shard (stopping its committer), chunk and the lock, even when some of
         them fail; returns the first failure."""
         first: StorageError | None = None
+        if self._sealer is not None:  # WTAIL-8: before the lock it holds too
+            self._sealer.close()
         for shard in self.shards:
             try:
                 shard.close()

@@ -23,7 +23,7 @@ import mmap
 import struct
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, repeat
 from typing import Any
 
@@ -36,7 +36,7 @@ from tidelog.records import Item, Record
 from .chunk import DeadSlots, extend_records, live_pieces
 from .format import wal as walfmt
 
-__all__ = ["WalFile", "WalChunk"]
+__all__ = ["WalFile", "WalChunk", "RunPieces"]
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -245,11 +245,14 @@ class WalChunk(DeadSlots):
         return out
 
     def columns(
-        self, lo: int, hi: int, dead: bytes | bytearray
-    ) -> tuple[list[bytes | None], list[int], list[str | None], list[str | None]]:
+        self, lo: int, hi: int, dead: bytes | bytearray, *, pieces: bool = False
+    ) -> tuple[Sequence[bytes | None], list[int], list[str | None], list[str | None]]:
         """(payloads, tss, tags, nodes) of slots lo..hi-1 for sealing, None for the slots
         ``dead`` marks. Each frame they come from is checked against its XXH3-64 again first
-        (WTAIL-3): a segment never gets a fresh checksum over bytes that changed since replay."""
+        (WTAIL-3): a segment never gets a fresh checksum over bytes that changed since replay.
+        ``pieces``: when no slot of the range is dead, the payloads are ``RunPieces`` (for
+        ``seal.build_indexed``, which is given their lengths): no ``bytes`` per record."""
+        whole = pieces and dead.find(1, lo, hi) < 0
         payloads: list[bytes | None] = []
         tss: list[int] = []
         tags: list[str | None] = []
@@ -259,12 +262,15 @@ class WalChunk(DeadSlots):
             start = self.starts[r]
             a, b = max(lo, start), min(hi, start + self.ns[r]) - 1
             self._verify(r)
-            payloads += self._payloads(r, a - start, b - start, cache=False)
+            if not whole:
+                payloads += self._payloads(r, a - start, b - start, cache=False)
             n = b - a + 1
             tss += [self.tss[r]] * n
             tags += [self.tags[r]] * n
             nodes += [self.nodes[r]] * n
             r += 1
+        if whole:
+            return RunPieces(self, lo, hi), tss, tags, nodes
         if dead.find(1, lo, hi) >= 0:
             for i in range(lo, hi):
                 if dead[i]:
@@ -290,3 +296,45 @@ class WalChunk(DeadSlots):
         if not self.closed:
             self.closed = True
             self.wal.release()
+
+
+class RunPieces:
+    """The payloads of slots ``lo .. hi - 1`` of a ``WalChunk`` as ``seal.build_indexed``
+    reads them: its length, and slices taken in order, each a list of one ``bytes`` per run
+    the slice crosses, holding that run's payloads back to back (an APPEND_BATCH frame keeps
+    them so, WAL-14, as a segment's run frame does, SEG-15). Joined, they are the slice's
+    payloads: sealing makes no object per record. The frames were verified by ``columns``."""
+
+    def __init__(self, chunk: WalChunk, lo: int, hi: int) -> None:
+        self.chunk = chunk
+        self.lo = lo
+        self.n = hi - lo
+        self._at = (-1, 0)  # (chunk slot, its payload's file offset) where the last slice ended
+        self._lens: tuple[int, array[int]] = (-1, array("I"))  # (run, its lengths)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, key: slice) -> list[bytes]:
+        start, stop, step = key.indices(self.n)
+        if step != 1 or start >= stop:
+            raise IndexError("RunPieces: only forward slices, as build_indexed takes")
+        c = self.chunk
+        i, end = self.lo + start, self.lo + stop
+        out: list[bytes] = []
+        r = c._run_of(i)
+        while i < end:
+            first = c.starts[r]
+            stop_r = first + c.ns[r]
+            last = min(end, stop_r)  # slots i .. last-1, of run r
+            if self._lens[0] != r:
+                self._lens = (r, c._lens(r))  # one copy of a run's length table per run
+            lens = self._lens[1]
+            at = self._at[1] if self._at[0] == i else c.data_at[r] + sum(lens[: i - first])
+            size = sum(lens[i - first : last - first])
+            piece = c.wal.src[at : at + size]
+            out.append(bytes(piece) if c.wal.copy else piece)
+            i = last
+            self._at = (i, at + size) if i < stop_r else (-1, 0)
+            r += 1
+        return out

@@ -46,6 +46,7 @@ RANGES = [
     ("file", "commit_interval_ms", 60_000, 60_001),
     ("file", "head_reserve", 1 << 32, (1 << 32) + 1),
     ("file", "checkpoint_bytes", 64 * G, 64 * G + 1),
+    ("file", "seal_worker_bytes", 64 * G, 64 * G + 1),
     ("file", "segment_max_records", (1 << 32) - 1, 1 << 32),
     ("file", "segment_max_bytes", (1 << 32) - 1, 1 << 32),
     ("file", "progress_flush_ms", 3_600_000, 3_600_001),
@@ -105,7 +106,9 @@ def test_URI_6_the_spec_table_lists_every_numeric_option() -> None:
     numeric = {
         k
         for t, k in EVERY_OPTION
-        if k not in ("prealloc", "create", "background", "readonly", "mmap", "format", "direct")
+        if k
+        not in ("prealloc", "create", "background", "readonly", "mmap", "format", "direct")
+        and k != "seal_worker"
         and k not in ("durability", "discard", "retention", "trim", "payload", "sf_durability")
     }
     assert numeric <= URI_6_SPEC_ROWS
@@ -246,6 +249,8 @@ _GOOD: dict[str, list[object]] = {
     "commit_interval_ms": [1, 60_000],
     "head_reserve": [1, 1 << 32],
     "checkpoint_bytes": ["4KiB", "64GiB"],
+    "seal_worker": [False, True],
+    "seal_worker_bytes": [0, "64GiB"],
     "segment_max_records": [1, (1 << 32) - 1],
     "segment_max_bytes": ["4KiB", (1 << 32) - 1],
     "progress_flush_ms": [1, 3_600_000],

@@ -117,6 +117,7 @@ MANIFEST_SCHEMA = pa.schema(
     ]
 )
 
+
 # -- errors (QSEG-7, QSEG-8) ---------------------------------------------------------------------
 class QsegError(Corrupt):
     """A ``.qseg`` that cannot be trusted; ``kind`` is the error variant QSEG-7 names and

@@ -1,0 +1,328 @@
+"""Sealing the tails in memory from their WAL frames, in the seal worker process or in the writer
+(spec/FORMATS-wal-tail.md WTAIL-6..WTAIL-9): the same records as sealing from memory, what a
+changed frame, a dead worker, a full disk and a killed writer do."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tidelog
+from tidelog.backends.file import sealer
+from tidelog.errors import Corrupt, Locked, StorageError
+from tidelog.records import Record
+
+# every checkpoint after the first seals from the WAL; small segments and WAL files, so ranges
+# are cut at both
+LOCATE = "background=false&seal_worker_bytes=0&segment_max_records=700&wal_file_bytes=256KiB"
+
+
+def _workload(store: tidelog.Store, rounds: int) -> None:
+    """Batches, single appends, labels, removals and a bundle-free mix of classes, with a
+    checkpoint after each round."""
+    t = store.topic("t", durability="disk")
+    u = store.topic("u", durability="fsync")
+    m = store.topic("m", durability="memory")
+    for r in range(rounds):
+        seqs = t.append_many([b"batch-%d-%d" % (r, i) for i in range(1000)])
+        for i in range(300):
+            u.append(b"single-%d-%d" % (r, i) * (1 + i % 7))
+        m.append_many([b"tagged-%d" % r] * 40, tag=f"tag{r}", node="n1")
+        m.append_records([(b"rec-%d" % i, f"k{i % 3}", None) for i in range(20)])
+        t.delete(before_seq=seqs[500])  # a dead prefix ending inside a batch's frame
+        m.delete(tag=f"tag{r}") if r % 2 else None  # dead slots inside the tail
+        store._backend.checkpoint()  # type: ignore[attr-defined]
+
+
+def _records(topic: tidelog.Topic) -> list[Record]:
+    return [r for r in topic.read(0, 1 << 20) if isinstance(r, Record)]
+
+
+def _contents(store: tidelog.Store) -> dict[str, list[Any]]:
+    return {
+        name: [(r.seq, r.tag, r.node, r.payload) for r in _records(store.topic(name))]
+        for name in ("t", "u", "m")
+    }
+
+
+def _close_and_reopen(store: tidelog.Store, root: Path) -> None:
+    """Close ``store`` and open it again: the same records (500 of ``t`` left)."""
+    expected = _contents(store)
+    store.close()
+    again = tidelog.open(f"file://{root}?background=false")
+    try:
+        assert _contents(again) == expected and len(expected["t"]) == 500
+    finally:
+        again.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_WTAIL_6_WTAIL_8_later_checkpoints_seal_in_the_worker(tmp_path: Path) -> None:
+    """The same workload on a store sealing from memory and on one sealing from the WAL in the
+    worker: the same records before and after a reopen, and the worker is started by the
+    second checkpoint, not the first, and ends with the store."""
+    plain = tidelog.open(f"file://{tmp_path}/plain?background=false&seal_worker=false")
+    located = tidelog.open(f"file://{tmp_path}/located?{LOCATE}")
+    backend: Any = located._backend
+    calls: list[int] = []
+    run = sealer.SealWorker.run
+
+    def counted(self: sealer.SealWorker, job: sealer.SealJob) -> Any:
+        calls.append(len(job.ranges))
+        return run(self, job)
+
+    sealer.SealWorker.run = counted  # type: ignore[method-assign]
+    try:
+        _workload(plain, 1)
+        _workload(located, 1)
+        assert calls == [] and backend._sealer is None  # the first checkpoint: from memory
+        _workload(plain, 3)
+        _workload(located, 3)
+    finally:
+        sealer.SealWorker.run = run  # type: ignore[method-assign]
+    assert len(calls) == 3 and all(n == 3 for n in calls)
+    pid = backend._sealer.pid
+    assert pid is not None and _alive(pid) and backend.warnings == []
+    segments = os.listdir(tmp_path / "located" / "topics")
+    assert segments and _contents(plain) == _contents(located)
+    expected = _contents(plain)
+    plain.close()
+    located.close()
+    assert not _alive(pid)  # WTAIL-8: close waits for it
+    again = tidelog.open(f"file://{tmp_path}/located?background=false")
+    try:
+        assert _contents(again) == expected
+    finally:
+        again.close()
+
+
+def test_WTAIL_6_small_checkpoints_and_the_option_keep_sealing_in_memory(tmp_path: Path) -> None:
+    """Below ``seal_worker_bytes`` of WAL since the last checkpoint, or with
+    ``seal_worker=false``, no worker is started."""
+    for query in ("background=false", "background=false&seal_worker=false&seal_worker_bytes=0"):
+        store = tidelog.open(f"file://{tmp_path}/{len(query)}?{query}")
+        _workload(store, 3)
+        assert store._backend._sealer is None  # type: ignore[attr-defined]
+        store.close()
+    with pytest.raises(tidelog.BadOption, match="seal_worker_bytes"):
+        tidelog.open(f"file://{tmp_path}/x?seal_worker_bytes=65GiB")
+
+
+def test_WTAIL_7_a_frame_changed_under_the_store_fails_the_checkpoint(tmp_path: Path) -> None:
+    """A byte of a frame to seal flipped in the WAL file: the range is not found whole, the
+    checkpoint fails with Corrupt naming WTAIL-7 and writes no snapshot; once the byte is
+    back, a reopen has every record."""
+    store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}")
+    backend: Any = store._backend
+    _workload(store, 1)
+    t = store.topic("t")
+    t.append_many([b"to-seal-%d" % i for i in range(50)])
+    store.flush()
+    snapshot = backend.snapshot_n
+    shard = backend.shards[0]
+    path = os.path.join(shard.dir, sorted(os.listdir(shard.dir))[-1])
+    with open(path, "rb") as f:
+        image = f.read()
+    at = image.rindex(b"to-seal-25")
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(b"X")
+    with pytest.raises(Corrupt, match="WTAIL-7"):
+        backend.checkpoint()
+    assert backend.snapshot_n == snapshot
+    with pytest.raises(StorageError):
+        t.append(b"poisoned")  # FLT-6
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(b"t")
+    with pytest.raises(StorageError):
+        store.close()
+    again = tidelog.open(f"file://{tmp_path}/s?background=false")
+    try:
+        seqs = [r.payload for r in _records(again.topic("t"))]
+        assert seqs[-50:] == [b"to-seal-%d" % i for i in range(50)]
+    finally:
+        again.close()
+
+
+def test_WTAIL_9_a_worker_killed_between_checkpoints_is_started_again(tmp_path: Path) -> None:
+    """The worker SIGKILLed between checkpoints: the next one starts a new worker, without
+    a warning, and nothing is lost."""
+    store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}")
+    backend: Any = store._backend
+    _workload(store, 2)
+    first = backend._sealer.pid
+    os.kill(first, signal.SIGKILL)
+    _workload(store, 1)
+    second = backend._sealer.pid
+    assert second not in (None, first) and _alive(second) and backend.warnings == []
+    _close_and_reopen(store, tmp_path / "s")
+
+
+def test_WTAIL_9_a_worker_dying_in_a_job_leaves_it_to_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that dies once it has its job (a command that reads a byte and exits): the
+    writer seals in its place, with a warning naming WTAIL-9, and loses nothing; the next
+    checkpoint starts a real worker again."""
+    store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}")
+    backend: Any = store._backend
+    _workload(store, 1)
+    real = list(sealer.WORKER)
+    dying = [sys.executable, "-c", "import sys; sys.stdin.buffer.read(1); sys.exit(3)"]
+    monkeypatch.setattr(sealer, "WORKER", dying)
+    _workload(store, 1)
+    (warning,) = backend.warnings
+    assert "WTAIL-9" in warning and "EOFError" in warning, warning
+    monkeypatch.setattr(sealer, "WORKER", real)
+    _workload(store, 1)
+    assert backend.warnings == [warning] and _alive(backend._sealer.pid)
+    _close_and_reopen(store, tmp_path / "s")
+
+
+def test_WTAIL_9_garbage_from_the_worker_is_no_answer(tmp_path: Path) -> None:
+    """An answer that is not one stops the worker and leaves the job to the writer."""
+    worker = sealer.SealWorker(None)
+    assert sealer._answer(("ok", "not a SealAnswer"), worker) is None
+    assert worker.why.startswith("not an answer")
+    with pytest.raises(OSError) as full:
+        sealer._answer(("oserror", 28, "No space left on device", "/x/seg.data"), worker)
+    assert full.value.errno == 28 and full.value.filename == "/x/seg.data"
+    with pytest.raises(Corrupt, match="WTAIL-7"):
+        sealer._answer(("error", "Corrupt", "seqs 3..4 (WTAIL-7)"), worker)
+
+
+def test_WTAIL_8_the_worker_holds_the_lock_until_it_ends(tmp_path: Path) -> None:
+    """A writer SIGKILLed while its worker is stopped mid-life: the store stays locked (the
+    worker may still write) until the worker ends, which it does by itself once it runs again
+    (its pipe closed with the writer); then the store opens with every acknowledged record."""
+    root = tmp_path / "s"
+    script = textwrap.dedent(
+        f"""
+        import sys, tidelog
+        s = tidelog.open("file://{root}?{LOCATE}")
+        t = s.topic("t", durability="fsync")
+        for r in range(3):
+            t.append_many([b"r%d-%d" % (r, i) for i in range(1000)])
+            s._backend.checkpoint()
+        t.append(b"last")
+        print(s._backend._sealer.pid, flush=True)
+        sys.stdin.readline()
+        """
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    worker = 0
+    try:
+        assert writer.stdout is not None
+        worker = int(writer.stdout.readline())
+        os.kill(worker, signal.SIGSTOP)
+        writer.kill()
+        writer.wait(timeout=30)
+        with pytest.raises(Locked):
+            tidelog.open(f"file://{root}?background=false")
+        os.kill(worker, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker)
+        store = tidelog.open(f"file://{root}?background=false")
+        try:
+            payloads = [r.payload for r in _records(store.topic("t"))]
+            assert len(payloads) == 3001 and payloads[-1] == b"last"
+        finally:
+            store.close()
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+        if worker and _alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def test_WTAIL_9_a_full_disk_in_the_worker_fails_the_checkpoint_as_io_error(
+    tmp_path: Path,
+) -> None:
+    """A real full disk (8 MiB tmpfs; needs root): the worker's segment write gets ENOSPC,
+    the checkpoint fails as the writer's own would (io_error, "disk full", the store
+    poisoned, FLT-6), and once there is room again a reopen has every acknowledged record."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        uri = f"file://{mnt}/s?{LOCATE}&wal_recycle=0"
+        store = tidelog.open(uri)
+        t = store.topic("t", durability="fsync")
+        t.append_many([b"first"] * 10)
+        store._backend.checkpoint()  # type: ignore[attr-defined]
+        acked = t.append_many([b"y" * 1000] * 900)
+        filler = mnt / "filler"
+        with open(filler, "wb") as f:  # the rest of the disk, but for a few KiB
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        with pytest.raises(StorageError) as full:
+            store._backend.checkpoint()  # type: ignore[attr-defined]
+        assert "disk full" in str(full.value)
+        assert store._backend._sealer is not None  # type: ignore[attr-defined]
+        with pytest.raises(StorageError):
+            store.close()
+        filler.unlink()
+        again = tidelog.open(f"file://{mnt}/s?background=false")
+        try:
+            got = _records(again.topic("t"))
+            assert [r.seq for r in got][-len(acked) :] == acked and len(got) == 910
+        finally:
+            again.close()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_WTAIL_7_WAL_15_a_range_over_several_wal_files(tmp_path: Path) -> None:
+    """A tail whose frames span WAL files (256 KiB each here) is sealed as segments cut at
+    each file's end too; the first WAL file it starts in is read from the last checkpoint's
+    offset, not its start."""
+    store = tidelog.open(
+        f"file://{tmp_path}/s?background=false&seal_worker_bytes=0&wal_file_bytes=256KiB"
+    )
+    backend: Any = store._backend
+    t = store.topic("t", durability="disk")
+    t.append_many([b"a" * 100] * 100)
+    backend.checkpoint()
+    t.append_many([b"b" * 100] * 100)
+    gen = backend.shards[0].gen
+    for _ in range(8):
+        t.append_many([b"c" * 1000] * 100)
+    assert backend.shards[0].gen >= gen + 2
+    backend.checkpoint()
+    (topic,) = os.listdir(tmp_path / "s" / "topics")
+    firsts = sorted(
+        int(name[4:-4]) for name in os.listdir(tmp_path / "s" / "topics" / topic)
+        if name.startswith("seg-") and name.endswith(".idx")
+    )  # fmt: skip
+    assert len(firsts) >= 3, firsts  # the first checkpoint's, then one per WAL file at least
+    payloads = [r.payload for r in _records(t)]
+    assert payloads == [b"a" * 100] * 100 + [b"b" * 100] * 100 + [b"c" * 1000] * 800
+    store.close()
