@@ -383,8 +383,10 @@ class FileBackend(Engine):
         return {tid: cold for tid, t in self.by_id.items() if (cold := tiers.cold_of(t))}
 
     def sync_wal(self) -> None:
+        # as an op waits for its sync: a sync that appenders lead covers it, where a flush
+        # would wait to lead one of its own while they keep leading (hundreds of ms)
         for shard in self.shards:
-            shard.flush(sync=True, prove=False)
+            shard.wait_synced(shard.ops)
 
     def sealed(self, n: int) -> None:
         self.snapshot_n = n
@@ -396,8 +398,8 @@ class FileBackend(Engine):
             with self.lock:
                 seed = shard.gen
                 mark = walfmt.encode_control(FrameType.CHECKPOINT, 0, {"snapshot": n}, seed=seed)
-                shard.submit(mark, seed)
-            shard.flush(sync=True)
+                op = shard.submit(mark, seed)
+            shard.wait_synced(op)  # as ``sync_wal``
             gen, _ = positions[self.stream_key(shard.shard)]
             shard.retire_before(gen)
         self._retire_foreign_streams()
