@@ -180,6 +180,9 @@ class _Tail:
     # WTAIL-6: >= 0 for a tail captured without its records (seqs first..last, sealed from
     # the WAL); ``at`` then holds its dead slots, taken at the capture
     last: int = -1
+    # ... and each of its segments' lengths column, taken outside the lock (TopicLog.seal's
+    # sizes: the byte total of records appended by single appends is not folded yet)
+    chunk_lens: list[Sequence[int] | None] = field(default_factory=list)
 
     def dead_at(self) -> list[int]:
         """The dead slots of a tail held in memory, ascending (seal.dead_slots: a C-level scan,
@@ -264,11 +267,13 @@ def checkpoint(b: CheckpointPort) -> int:
             if tail.source is not None:
                 _reseal(t, tail)
                 continue
-            for chunk in tail.chunks:
-                if t is not None:  # sizes: the records' bytes are added without a len() each
-                    gone.append(t.log.seal(chunk, tail.lens, tail.first))
-                else:  # dropped meanwhile: its directory goes at the next checkpoint
+            for k, chunk in enumerate(tail.chunks):
+                if t is None:  # dropped meanwhile: its directory goes at the next checkpoint
                     chunk.close()
+                elif tail.last >= 0:  # sealed from the WAL: the segment's own lengths
+                    gone.append(t.log.seal(chunk, tail.chunk_lens[k], chunk.first_seq))
+                else:  # sizes: the records' bytes are added without a len() each
+                    gone.append(t.log.seal(chunk, tail.lens, tail.first))
         b.sealed(n)
     del gone  # the sealed payloads are freed here, not under the store lock
     _retire(b, n, cap)
@@ -294,7 +299,9 @@ def _seal_located(b: CheckpointPort, state: StoreState, tails: list[_Tail], cap:
         tail.splits = got
         cap.segments[tail.tid] += [lo for lo, _ in got]
         for first, _ in got:
-            tail.chunks.append(open_chunk(b.fs, b.root, tail.tid, first))
+            chunk = open_chunk(b.fs, b.root, tail.tid, first)
+            tail.chunks.append(chunk)
+            tail.chunk_lens.append(chunk.index.lengths if isinstance(chunk, SegChunk) else None)
 
 
 def write_located(
