@@ -69,6 +69,28 @@ WORKLOADS: dict[str, tuple[list[Step], dict[str, Any]]] = {
         + [("close",)],
         OPTIONS,
     ),
+    # the second checkpoint seals from the WAL frames (WTAIL-6, WTAIL-7: in the writer through
+    # the fault FS; in the seal worker process under the real mechanisms), over a batch whose
+    # frame the dead prefix cuts
+    "sealwal": (
+        [
+            ("open",),
+            ("create", "t", {"durability": "fsync"}),
+            ("create", "d", {"durability": "disk"}),
+            ("append_many", "t", [b"a" * 100] * 3),
+            ("checkpoint",),
+            ("append_many", "t", [b"b%d" % i * 50 for i in range(6)]),
+            ("append", "d", b"c" * 300, None),
+            ("delete", "t", 6),
+            ("checkpoint",),
+            ("append", "t", b"e", None),
+            ("close",),
+            ("open",),
+            ("append", "t", b"f" * 10, None),
+            ("close",),
+        ],
+        {**OPTIONS, "seal_worker_bytes": 0},
+    ),
     # 4 MiB WAL files: a preallocation refused for room falls back to a smaller one (FLT-8)
     "prealloc": (
         [
