@@ -82,8 +82,9 @@ class FileBackend(Engine):
         self._wal_at_checkpoint = 0  # WAL volume when the last checkpoint started (trigger)
         self.wal_checkpointed = 0  # ... that the last good checkpoint absorbed (describe)
         self.failed: StorageError | None = None  # FLT-4: the first failure, sticks until reopen
-        # WTAIL-6: each stream's position at this process's last checkpoint (None: none yet),
-        # where sealing from the WAL starts; the worker is started at its first job
+        # WTAIL-6: each stream's position at this process's last checkpoint, or its first
+        # position when it opened with no record in memory (None: neither yet), where sealing
+        # from the WAL starts; the worker is started at its first job
         self._sealed_at: dict[str, tuple[int, int]] | None = None
         self._sealer: SealWorker | None = None
         self._stop = threading.Event()
@@ -156,6 +157,12 @@ class FileBackend(Engine):
         self.clean_open = clean
         self._apply_to_files(plan.wal)
         self._start_shards(dict(plan.wal.highest))
+        if not any(t.log.payloads for t in self.by_id.values()):
+            # WTAIL-6: every record held in memory from now on is this process's, in the WAL
+            # files it starts with (recovered ones are located: WTAIL-1)
+            self._sealed_at = {
+                self.stream_key(s.shard): (s.first_gen, walfmt.HEADER_SIZE) for s in self.shards
+            }
         self._after_crash()
         self.apply_requests()
 
@@ -411,7 +418,7 @@ class FileBackend(Engine):
     def seal_located(self, state: StoreState, ranges: Sequence[SealRange]) -> SealAnswer:
         """WTAIL-7..9: in the seal worker on the OS's files, else (or when it gives no
         answer) here."""
-        assert self._sealed_at is not None  # StoreState.locate needs a checkpoint before
+        assert self._sealed_at is not None  # StoreState.locate needs a start
         files: list[tuple[str, int, int | None]] = []
         for shard in self.shards:
             key = self.stream_key(shard.shard)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +57,13 @@ def _contents(store: tidelog.Store) -> dict[str, list[Any]]:
     }
 
 
-def _close_and_reopen(store: tidelog.Store, root: Path) -> None:
-    """Close ``store`` and open it again: the same records (500 of ``t`` left)."""
+def _close_and_reopen(store: tidelog.Store, root: Path, t_records: int = 500) -> None:
+    """Close ``store`` and open it again: the same records (``t_records`` of ``t`` left)."""
     expected = _contents(store)
     store.close()
     again = tidelog.open(f"file://{root}?background=false")
     try:
-        assert _contents(again) == expected and len(expected["t"]) == 501
+        assert _contents(again) == expected and len(expected["t"]) == t_records + 1
     finally:
         again.close()
 
@@ -75,13 +76,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_WTAIL_6_WTAIL_8_later_checkpoints_seal_in_the_worker(tmp_path: Path) -> None:
-    """The same workload on a store sealing from memory and on one sealing from the WAL in the
-    worker: the same records before and after a reopen, and the worker is started by the
-    second checkpoint, not the first, and ends with the store."""
-    plain = tidelog.open(f"file://{tmp_path}/plain?background=false&seal_worker=false")
-    located = tidelog.open(f"file://{tmp_path}/located?{LOCATE}")
-    backend: Any = located._backend
+@pytest.fixture()
+def jobs() -> Iterator[list[int]]:
+    """The seal worker's jobs, each as its number of ranges."""
     calls: list[int] = []
     run = sealer.SealWorker.run
 
@@ -91,18 +88,24 @@ def test_WTAIL_6_WTAIL_8_later_checkpoints_seal_in_the_worker(tmp_path: Path) ->
 
     sealer.SealWorker.run = counted  # type: ignore[method-assign]
     try:
-        _workload(plain, 1)
-        _workload(located, 1)
-        assert calls == [] and backend._sealer is None  # the first checkpoint: from memory
-        _workload(plain, 3)
-        _workload(located, 3)
+        yield calls
     finally:
         sealer.SealWorker.run = run  # type: ignore[method-assign]
-    assert len(calls) == 3 and all(n == 3 for n in calls)
+
+
+def test_WTAIL_6_WTAIL_8_checkpoints_seal_in_the_worker(tmp_path: Path, jobs: list[int]) -> None:
+    """The same workload on a store sealing from memory and on one sealing from the WAL in the
+    worker (from its first checkpoint: a new store holds no record it did not append): the
+    same records and totals before and after a reopen, and the worker ends with the store."""
+    plain = tidelog.open(f"file://{tmp_path}/plain?background=false&seal_worker=false")
+    located = tidelog.open(f"file://{tmp_path}/located?{LOCATE}")
+    backend: Any = located._backend
+    _workload(plain, 4)
+    _workload(located, 4)
+    assert jobs == [3, 3, 3, 3]
     pid = backend._sealer.pid
     assert pid is not None and _alive(pid) and backend.warnings == []
-    segments = os.listdir(tmp_path / "located" / "topics")
-    assert segments and _contents(plain) == _contents(located)
+    assert _contents(plain) == _contents(located)
     expected = _contents(plain)
     plain.close()
     located.close()
@@ -112,6 +115,33 @@ def test_WTAIL_6_WTAIL_8_later_checkpoints_seal_in_the_worker(tmp_path: Path) ->
         assert _contents(again) == expected
     finally:
         again.close()
+
+
+def test_WTAIL_6_after_a_crash_recovered_topics_seal_from_memory_first(
+    tmp_path: Path, jobs: list[int]
+) -> None:
+    """Reopened after a crash, a topic whose records replay located in the WAL (WTAIL-1) is
+    sealed in the writer at the first checkpoint (WTAIL-4, its records in memory with them);
+    the others, and from the second checkpoint on every topic, in the worker."""
+    store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}")
+    _workload(store, 1)
+    store.topic("t").append_many([b"unsealed-%d" % i for i in range(100)])
+    store.flush()
+    store._backend.abandon()  # type: ignore[attr-defined]  # the process dies here
+    jobs.clear()
+    store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}")
+    backend: Any = store._backend
+    for round_ in range(2):
+        store.topic("t").append_many([b"after-%d" % round_] * 10)
+        store.topic("u").append(b"after-%d" % round_)
+        backend.checkpoint()
+    assert jobs == [1, 2]  # u alone, then t and u
+    payloads = [r.payload for r in _records(store.topic("t"))]
+    assert (
+        payloads[-120:]
+        == [b"unsealed-%d" % i for i in range(100)] + [b"after-0"] * 10 + [b"after-1"] * 10
+    )
+    _close_and_reopen(store, tmp_path / "s", 620)
 
 
 def test_WTAIL_6_small_checkpoints_and_the_option_keep_sealing_in_memory(tmp_path: Path) -> None:
@@ -185,7 +215,6 @@ def test_WTAIL_9_a_worker_dying_in_a_job_leaves_it_to_the_writer(
     checkpoint starts a real worker again."""
     store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}")
     backend: Any = store._backend
-    _workload(store, 1)
     real = list(sealer.WORKER)
     dying = [sys.executable, "-c", "import sys; sys.stdin.buffer.read(1); sys.exit(3)"]
     monkeypatch.setattr(sealer, "WORKER", dying)
