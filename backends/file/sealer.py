@@ -75,12 +75,9 @@ def seal_wal(fs: FS, job: SealJob, alive: Callable[[], bool] = lambda: True) -> 
         for path, start, end in job.wal:
             wal = _open(fs, path)
             files.append(wal)
-            data = wal.data if end is None else wal.data[:end]
-            scanned = walfmt.scan(data, start, copy=False, seed=wal.seed)
-            for f in scanned.frames:
-                if f.type in _RECORDS and f.topic_id in ranges:
-                    _take(found[f.topic_id], expect, ranges[f.topic_id], wal, f)
-            del scanned, data  # views into the map: it is closed once its chunks are
+            problem = _scan(wal, start, end, ranges, found, expect)
+            if problem is not None:  # raised here: no frame (a view of the map) in the traceback
+                raise Corrupt(problem)
         for tid, r in ranges.items():
             if expect[tid] != r.last + 1:
                 raise Corrupt(
@@ -124,11 +121,31 @@ def _open(fs: FS, path: str) -> WalFile:
     return wal
 
 
+def _scan(
+    wal: WalFile,
+    start: int,
+    end: int | None,
+    ranges: dict[int, SealRange],
+    found: dict[int, list[WalChunk]],
+    expect: dict[int, int],
+) -> str | None:
+    """The records of ``ranges`` in ``wal``'s frames from ``start`` (to ``end``) added to
+    ``found``; what is wrong with them (WTAIL-7), if anything. The frames are views of the
+    map, which closes once none is left: they go when this returns."""
+    data = wal.data if end is None else wal.data[:end]
+    for f in walfmt.scan(data, start, copy=False, seed=wal.seed).frames:
+        if f.type in _RECORDS and f.topic_id in ranges:
+            problem = _take(found[f.topic_id], expect, ranges[f.topic_id], wal, f)
+            if problem is not None:
+                return problem
+    return None
+
+
 def _take(
     chunks: list[WalChunk], expect: dict[int, int], r: SealRange, wal: WalFile, f: Any
-) -> None:
+) -> str | None:
     """The records of frame ``f`` within ``r`` as the next run of the range (as replay's
-    ``_locate`` takes a frame's records above a snapshot's head)."""
+    ``_locate`` takes a frame's records above a snapshot's head); what is wrong, if anything."""
     data = f.data
     data_at = f.offset + f.length - 8 - len(data)
     if f.type == FrameType.APPEND:
@@ -139,14 +156,14 @@ def _take(
         lens_at, data_at, nbytes = data_at + 4, data_at + 4 + 4 * n, len(data) - 4 - 4 * n
     first, nxt = f.seq, expect[r.tid]
     if first + n - 1 < nxt:
-        return  # below the range: sealed by an earlier checkpoint, or a dead prefix
+        return None  # below the range: sealed by an earlier checkpoint, or a dead prefix
     if first < nxt:  # the range starts inside this frame
         k = nxt - first
         skipped = sum(lens[:k])
         data_at, lens_at, nbytes = data_at + skipped, lens_at + 4 * k, nbytes - skipped
         n, first = n - k, nxt
     if first != nxt or first + n - 1 > r.last:  # a gap, or seqs past the capture's head
-        raise Corrupt(
+        return (
             f"topic {r.tid:016x}: a WAL frame holds seqs {first}..{first + n - 1} where "
             f"{nxt} is next of {r.first}..{r.last} to seal ({wal.path}, frame at offset "
             f"{f.offset}; WTAIL-7)"
@@ -157,6 +174,7 @@ def _take(
         chunks.append(chunk)
     chunk.add_run(f, data_at, lens_at, n, nbytes)
     expect[r.tid] = first + n
+    return None
 
 
 class SealWorker:
@@ -171,6 +189,7 @@ class SealWorker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._mutex = threading.Lock()
         self.why = ""  # why the last job got no answer
+        self.unstartable = False  # the command could not be run: no job is tried again
 
     @property
     def pid(self) -> int | None:
@@ -178,8 +197,14 @@ class SealWorker:
 
     def run(self, job: SealJob) -> SealAnswer | None:
         with self._mutex:
+            if self.unstartable:
+                return None
             try:
                 proc = self._start()
+            except OSError as exc:  # no such interpreter here (an embedded Python, say)
+                self.why, self.unstartable = f"cannot start {WORKER[0]}: {exc}", True
+                return None
+            try:
                 assert proc.stdin is not None and proc.stdout is not None
                 pickle.dump(job, proc.stdin, pickle.HIGHEST_PROTOCOL)
                 proc.stdin.flush()

@@ -432,10 +432,12 @@ class FileBackend(Engine):
         if type(self.fs) is OsFS:
             if self._sealer is None:
                 self._sealer = SealWorker(getattr(self._lock_handle, "fd", None))
+            warned = self._sealer.unstartable  # said once, at the job that found it out
             answer = self._sealer.run(job)
             if answer is not None:
                 return answer
-            self.warn(f"seal worker: no answer ({self._sealer.why}); sealed here (WTAIL-9)")
+            if not warned:
+                self.warn(f"seal worker: no answer ({self._sealer.why}); sealed here (WTAIL-9)")
         return seal_wal(self.fs, job)
 
     def warn(self, message: str) -> None:

@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, repeat
-from typing import Any
+from typing import Any, cast
 
 import xxhash
 
@@ -269,8 +269,8 @@ class WalChunk(DeadSlots):
             tags += [self.tags[r]] * n
             nodes += [self.nodes[r]] * n
             r += 1
-        if whole:
-            return RunPieces(self, lo, hi), tss, tags, nodes
+        if whole:  # what build_indexed reads of it: len() and forward slices it joins
+            return cast("list[bytes | None]", RunPieces(self, lo, hi)), tss, tags, nodes
         if dead.find(1, lo, hi) >= 0:
             for i in range(lo, hi):
                 if dead[i]:

@@ -4,6 +4,7 @@ changed frame, a dead worker, a full disk and a killed writer do."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -18,7 +19,10 @@ import pytest
 
 import tidelog
 from tidelog.backends.file import sealer
+from tidelog.backends.file.checkpoint import SealRange
+from tidelog.backends.file.format import wal as walfmt
 from tidelog.errors import Corrupt, Locked, StorageError
+from tidelog.fsio import OsFS
 from tidelog.records import Record
 
 # every checkpoint after the first seals from the WAL; small segments and WAL files, so ranges
@@ -193,6 +197,36 @@ def test_WTAIL_7_a_frame_changed_under_the_store_fails_the_checkpoint(tmp_path: 
         again.close()
 
 
+def test_WTAIL_7_a_failed_seal_leaves_no_wal_file_mapped(tmp_path: Path) -> None:
+    """``seal_wal`` (the writer's, or the worker's) given a range that a frame overruns (its
+    records go past the captured head): Corrupt naming WTAIL-7, and no WAL file stays mapped
+    while the error is alive, with no garbage collection run (FLT-7: nothing of the failure
+    holds a view of the map)."""
+    store = tidelog.open(f"file://{tmp_path}/s?background=false")
+    t = store.topic("t", durability="disk")
+    t.append_many([b"r%d" % i for i in range(50)])  # one APPEND_BATCH frame: seqs 1..50
+    store.flush()
+    tid = store._backend.topics["t"].tid  # type: ignore[attr-defined]
+    wal = tmp_path / "s" / "wal"
+    (name,) = [n for n in os.listdir(wal) if n.endswith(".log")]
+    job = sealer.SealJob(
+        str(tmp_path / "s"),
+        ((str(wal / name), walfmt.HEADER_SIZE, None),),
+        (SealRange(tid, 1, 10, False),),
+        (100_000, 1 << 26),
+    )
+    gc.disable()
+    try:
+        with pytest.raises(Corrupt, match="WTAIL-7") as failed:
+            sealer.seal_wal(OsFS(), job)
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            mapped = [line.split()[-1] for line in f if f" {wal}/" in line]
+        assert mapped == [] and "1..50" in failed.value.message
+    finally:
+        gc.enable()
+    store.close()
+
+
 def test_WTAIL_9_a_worker_killed_between_checkpoints_is_started_again(tmp_path: Path) -> None:
     """The worker SIGKILLed between checkpoints: the next one starts a new worker, without
     a warning, and nothing is lost."""
@@ -224,6 +258,20 @@ def test_WTAIL_9_a_worker_dying_in_a_job_leaves_it_to_the_writer(
     monkeypatch.setattr(sealer, "WORKER", real)
     _workload(store, 1)
     assert backend.warnings == [warning] and _alive(backend._sealer.pid)
+    _close_and_reopen(store, tmp_path / "s")
+
+
+def test_WTAIL_9_a_worker_that_cannot_start_is_tried_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No interpreter at the worker's command: one warning, the writer seals every checkpoint
+    itself, and nothing is lost."""
+    monkeypatch.setattr(sealer, "WORKER", [str(tmp_path / "no-such-python"), "-c", "pass"])
+    store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}")
+    backend: Any = store._backend
+    _workload(store, 3)
+    (warning,) = backend.warnings
+    assert "cannot start" in warning and "WTAIL-9" in warning, warning
     _close_and_reopen(store, tmp_path / "s")
 
 
