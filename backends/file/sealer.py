@@ -32,6 +32,7 @@ __all__ = ["SealJob", "SealWorker", "seal_wal", "main"]
 
 _RECORDS = (int(FrameType.APPEND), int(FrameType.APPEND_BATCH))
 _STOP_S = 10.0  # WTAIL-8: how long close waits for the worker before killing it
+_TRIES = 3  # WTAIL-9: jobs in a row without an answer before a store stops trying
 WORKER = [sys.executable, "-P", "-m", "tidelog.backends.file.sealmain"]  # WTAIL-8's command
 
 
@@ -189,7 +190,8 @@ class SealWorker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._mutex = threading.Lock()
         self.why = ""  # why the last job got no answer
-        self.unstartable = False  # the command could not be run: no job is tried again
+        self.unstartable = False  # no job is tried again (WTAIL-9)
+        self._failed = 0  # jobs in a row without an answer
 
     @property
     def pid(self) -> int | None:
@@ -212,7 +214,12 @@ class SealWorker:
             except Exception as exc:  # no answer: the pipe broke, EOF, garbage, no process
                 self.why = f"{type(exc).__name__}: {exc}"
                 self._stop(0.0)
+                self._failed += 1
+                if self._failed >= _TRIES:  # one that cannot import tidelog, say
+                    self.why += f" ({_TRIES} jobs in a row: not tried again)"
+                    self.unstartable = True
                 return None
+            self._failed = 0
         return _answer(answer, self)
 
     def close(self) -> None:
@@ -225,11 +232,11 @@ class SealWorker:
             return self._proc
         self._stop(0.0)
         fds = () if self._lock_fd is None else (self._lock_fd,)
+        # the writer's own import path: tidelog imports there as it does here (a checkout
+        # run from its directory, a path added at run time)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._proc = subprocess.Popen(
-            WORKER,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            pass_fds=fds,
+            WORKER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=fds, env=env
         )
         return self._proc
 
@@ -244,9 +251,6 @@ class SealWorker:
         try:
             proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if wait_s == 0.0 and proc.returncode is None:
             proc.kill()
             proc.wait()
 

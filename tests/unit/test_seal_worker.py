@@ -275,6 +275,21 @@ def test_WTAIL_9_a_worker_that_cannot_start_is_tried_once(
     _close_and_reopen(store, tmp_path / "s")
 
 
+def test_WTAIL_9_a_worker_that_never_answers_is_given_up_after_three_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that exits at once (as one that cannot import tidelog would): three
+    checkpoints warn and seal in the writer, the third says it is not tried again, and later
+    ones start no process; nothing is lost."""
+    monkeypatch.setattr(sealer, "WORKER", [sys.executable, "-c", "raise SystemExit(1)"])
+    store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}")
+    backend: Any = store._backend
+    _workload(store, 5)
+    assert len(backend.warnings) == 3 and "not tried again" in backend.warnings[-1]
+    assert backend._sealer.unstartable and backend._sealer.pid is None
+    _close_and_reopen(store, tmp_path / "s")
+
+
 def test_WTAIL_9_garbage_from_the_worker_is_no_answer(tmp_path: Path) -> None:
     """An answer that is not one stops the worker and leaves the job to the writer."""
     worker = sealer.SealWorker(None)
