@@ -254,9 +254,10 @@ def test_FWD_6_FWD_7_FWD_9_response_frames_golden() -> None:
 events = st.lists(
     st.one_of(
         st.tuples(st.just("send"), st.integers(1, 3)),
-        st.tuples(st.just("ok"), st.integers(0, 12), st.integers(0, 20)),
+        # sequence -1: an OK or error for no frame sent (the conformance forward level sends it)
+        st.tuples(st.just("ok"), st.integers(-1, 12), st.integers(0, 20)),
         st.tuples(st.just("durable"), st.integers(0, 25)),
-        st.tuples(st.just("drop"), st.integers(0, 12)),
+        st.tuples(st.just("drop"), st.integers(-1, 12)),
     ),
     max_size=40,
 )
@@ -291,6 +292,25 @@ def test_FWD_6_FWD_7_connstate_matches_the_model(durable: bool, start: int, scri
         if target is not None:
             acked = max(acked, target)
         assert acked == model.acked_fsn
+
+
+def test_FSN_2_FSN_4_an_ok_for_sequence_minus_one_holds_back_a_later_drop() -> None:
+    """Found by the conformance forward level (CI seed 2518058969): in durable mode an OK of
+    sequence -1 carrying tables is an entry of the queue, as the model has it, so a later
+    dropped frame (trivially covered) cannot drain past it; ConnState took every sequence
+    below its catch-up count (0 here) for a catch-up message and ignored it, acking FSN 0."""
+    model = ForwarderModel()
+    model.publish(1)
+    model.connect(durable=True)
+    state = ConnState(0, True)
+    assert model.next_frame() == 0
+    state.sent()
+    model.on_ok(-1, {"a": 0})
+    assert state.on_ok(-1, {"a": 0}) is None
+    model.on_error(3, 0)
+    assert state.on_drop(0) is None and model.acked_fsn == -1
+    model.on_durable_ack({"a": 0})
+    assert state.on_durable_ack({"a": 0}) == 0 == model.acked_fsn
 
 
 # ---------------------------------------------------------------------------------------------

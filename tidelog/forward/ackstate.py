@@ -47,10 +47,13 @@ class ConnState:
     def fsn_for(self, sequence: int) -> int | None:
         """The (clamped) FSN a wire sequence from the server stands for (FSN-2); None for a
         catch-up message's sequence (FWD-32)."""
-        if sequence < self.catch_up:
+        if 0 <= sequence < self.catch_up:
             return None
+        # a negative sequence confirms nothing sent, but is an entry all the same (in durable
+        # mode its tables hold back what follows it), as the model takes it (FSN-2, FSN-4)
+        data_seq = sequence - self.catch_up if sequence >= 0 else sequence
         sent = max(self.next_wire_seq - self.catch_up, 0)
-        return ok_ack_target(self.fsn_at_zero, sequence - self.catch_up, sent)
+        return ok_ack_target(self.fsn_at_zero, data_seq, sent)
 
     def on_ok(self, sequence: int, tables: Mapping[str, int]) -> int | None:
         """The FSN to acknowledge after an OK, or None (FSN-2; in durable mode FSN-4)."""
