@@ -368,7 +368,9 @@ def _capture(state: StoreState) -> _Capture:
                     tails.append(tail)
         if t.config.durability != "ephemeral" and log.payloads and log.head >= log.base:
             any_dead = log.tail_dead() > 0
-            if state.locate and not any(isinstance(c, WalChunk) for c in log.chunks):
+            # WTAIL-6: a loss in the tail (DUR-3, RTR-5) holds seqs no frame ever carried
+            lost = bool(log.losses) and log.losses[-1][1] >= log.base
+            if state.locate and not lost and not any(isinstance(c, WalChunk) for c in log.chunks):
                 mem = _located(t, any_dead)
             else:
                 mem = _in_memory(t, any_dead)

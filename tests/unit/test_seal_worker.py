@@ -21,9 +21,10 @@ import tidelog
 from tidelog.backends.file import sealer
 from tidelog.backends.file.checkpoint import SealRange
 from tidelog.backends.file.format import wal as walfmt
+from tidelog.clock import FakeClock
 from tidelog.errors import Corrupt, Locked, StorageError
 from tidelog.fsio import OsFS
-from tidelog.records import Record
+from tidelog.records import Record, Tombstone
 
 # every checkpoint after the first seals from the WAL; small segments and WAL files, so ranges
 # are cut at both
@@ -146,6 +147,33 @@ def test_WTAIL_6_after_a_crash_recovered_topics_seal_from_memory_first(
         == [b"unsealed-%d" % i for i in range(100)] + [b"after-0"] * 10 + [b"after-1"] * 10
     )
     _close_and_reopen(store, tmp_path / "s", 620)
+
+
+def test_WTAIL_6_RTR_5_a_loss_in_the_tail_is_sealed_from_memory(tmp_path: Path) -> None:
+    """Found by the conformance routers level on the recording FS with seal_worker_bytes=0
+    (seed 33): a router's copy too large for its full dest (cap 4 B, backpressure) is a loss
+    (RTR-5): the dest's head is raised over a seq no APPEND frame carries. Sealing that tail
+    from the WAL failed the close with Corrupt (WTAIL-7); it is sealed from memory instead."""
+    clock = FakeClock(1_000_000)
+    store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}", clock=clock)
+    cfg: dict[str, Any] = dict(
+        durability="disk", ttl_ms=5, discard="old", retention="backpressure", trim="acked"
+    )
+    source = store.topic("t0", **cfg)
+    store.topic("t1", cap_bytes=4, **cfg)
+    store.router("r0", source="t0", dest="t1")
+    for n in range(1, 5):
+        source.append(bytes([n]) * n)
+    source.append(b"x" * 8)  # its copy cannot fit: seq 5 of t1 is lost
+    items = store.topic("t1").read(0, 100)
+    assert items[-1] == Tombstone(5, 5)
+    store.close()
+    again = tidelog.open(f"file://{tmp_path}/s?background=false", clock=clock)
+    try:
+        assert again.topic("t1").read(0, 100) == items
+        assert [r.payload for r in _records(again.topic("t0"))][-1] == b"x" * 8
+    finally:
+        again.close()
 
 
 def test_WTAIL_6_small_checkpoints_and_the_option_keep_sealing_in_memory(tmp_path: Path) -> None:
