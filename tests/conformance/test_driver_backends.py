@@ -38,6 +38,13 @@ BACKENDS = {
     "file": ("file://{root}/{{name}}?" + FILE_OPTIONS, "file:///c/{{name}}?" + FILE_OPTIONS,
              {"log": "pass", "subscribers": "pass", "queue": "pass", "routers": "pass",
               "crash": "pass"}),
+    # every checkpoint seals from the WAL frames (WTAIL-6): in the seal worker on real files,
+    # in the writer on the recording FS
+    "file-sealwal": (
+        "file://{root}/{{name}}?" + FILE_OPTIONS + "&seal_worker_bytes=0",
+        "file:///c/{{name}}?" + FILE_OPTIONS + "&seal_worker_bytes=0",
+        {"log": "pass", "subscribers": "pass", "queue": "pass", "routers": "pass",
+         "crash": "pass"}),
     "blockdev": ("blockdev://{root}/{{name}}.img?" + RING, "blockdev:///c/{{name}}.img?" + RING,
                  {"log": "pass", "subscribers": "pass", "queue": "n/a", "routers": "n/a",
                   "crash": "pass", "ring": "pass"}),
