@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from array import array
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -39,6 +39,7 @@ from tidelog.fsio import FS, make_dirs, write_parts, write_whole
 from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
+from ..common.index import Sizes
 from .chunk import SegChunk
 from .format import qseg_name
 from .format import segment as segfmt
@@ -50,6 +51,7 @@ from .replay import open_chunk
 from .walchunk import WalChunk
 
 if TYPE_CHECKING:
+    from .format.segment import SegmentIndex
     from .qchunk import QsegChunk
 
 __all__ = [
@@ -180,9 +182,11 @@ class _Tail:
     # WTAIL-6: >= 0 for a tail captured without its records (seqs first..last, sealed from
     # the WAL); ``at`` then holds its dead slots, taken at the capture
     last: int = -1
-    # ... and each of its segments' lengths column, taken outside the lock (TopicLog.seal's
-    # sizes: the byte total of records appended by single appends is not folded yet)
-    chunk_lens: list[Sequence[int] | None] = field(default_factory=list)
+    # ... and for each of its segments, its lengths column for TopicLog.seal's sizes: a
+    # function, decoded only if the tail's byte total is not folded yet where the segment
+    # goes (an append without its total). Decoding it is milliseconds of GIL per segment that
+    # the appenders would wait for, and an append_many's total is folded when it appends.
+    chunk_lens: list[Sizes] = field(default_factory=list)
 
     def dead_at(self) -> list[int]:
         """The dead slots of a tail held in memory, ascending (seal.dead_slots: a C-level scan,
@@ -301,7 +305,13 @@ def _seal_located(b: CheckpointPort, state: StoreState, tails: list[_Tail], cap:
         for first, _ in got:
             chunk = open_chunk(b.fs, b.root, tail.tid, first)
             tail.chunks.append(chunk)
-            tail.chunk_lens.append(chunk.index.lengths if isinstance(chunk, SegChunk) else None)
+            lengths = _lengths_of(chunk.index) if isinstance(chunk, SegChunk) else None
+            tail.chunk_lens.append(lengths)
+
+
+def _lengths_of(index: SegmentIndex) -> Callable[[], Sequence[int]]:
+    """``index.lengths``, decoded when called (``_Tail.chunk_lens``)."""
+    return lambda: index.lengths
 
 
 def write_located(

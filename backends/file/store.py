@@ -28,6 +28,7 @@ from ..common.engine import Engine, EngineTopic
 from ..common.progress import SubState
 from . import lockfile, requests
 from .checkpoint import SealAnswer, SealRange, StoreState, checkpoint, write_snapshot
+from .chunk import SegChunk
 from .format import snapshot as snapfmt
 from .format import wal as walfmt
 from .format.wal import FrameType
@@ -743,6 +744,8 @@ class FileBackend(Engine):
         for t in self.by_id.values():
             for c in t.log.chunks:
                 c.close()  # type: ignore[attr-defined]
+                if isinstance(c, SegChunk):  # no read runs now: an undecoded index's map too
+                    c.index.release()
         if self._lock_handle is not None:
             handle, self._lock_handle = self._lock_handle, None
             try:

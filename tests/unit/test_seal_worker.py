@@ -188,6 +188,27 @@ def test_WTAIL_6_small_checkpoints_and_the_option_keep_sealing_in_memory(tmp_pat
         tidelog.open(f"file://{tmp_path}/x?seal_worker_bytes=65GiB")
 
 
+def test_WTAIL_6_segments_sealed_from_the_wal_are_swapped_in_undecoded(tmp_path: Path) -> None:
+    """The swap takes a segment's lengths column only when the tail's byte total is not
+    folded yet (an append that came without its total): batches come with theirs, so their
+    segments' indexes stay undecoded, no GIL spent decoding them; the totals agree."""
+    store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}")
+    try:
+        t = store.topic("t", durability="fsync")
+        t.append_many([b"x" * 10] * 5)
+        store._backend.checkpoint()  # type: ignore[attr-defined]
+        t.append_many([b"y%d" % i for i in range(2000)])
+        store._backend.checkpoint()  # type: ignore[attr-defined]
+        sealed = store._backend.topics["t"].log.chunks  # type: ignore[attr-defined]
+        assert len(sealed) >= 3
+        assert all(c.index._columns is None for c in sealed[1:])  # the WAL-sealed ones
+        state = t.state()
+        assert state.count == 2005
+        assert state.bytes == 50 + sum(len(b"y%d" % i) for i in range(2000))
+    finally:
+        store.close()
+
+
 def test_WTAIL_7_a_frame_changed_under_the_store_fails_the_checkpoint(tmp_path: Path) -> None:
     """A byte of a frame to seal flipped in the WAL file: the range is not found whole, the
     checkpoint fails with Corrupt naming WTAIL-7 and writes no snapshot; once the byte is

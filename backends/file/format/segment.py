@@ -297,6 +297,12 @@ class SegmentIndex:
                 data_size = offset + length
         self._data_size = data_size
 
+    def release(self) -> None:
+        """Let go of the entry bytes of an index never decoded (a view of its mapped .idx,
+        which keeps the map alive): its segment is closed. Decoding afterwards raises."""
+        if self._columns is None:
+            self._entries = b""
+
     def entry_offset(self, i: int) -> int:
         """Entry ``i``'s offset, without decoding the columns."""
         if self._columns is not None:
