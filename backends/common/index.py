@@ -20,18 +20,14 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from fnmatch import fnmatchcase
 from typing import Protocol
 
 from tidelog.config import TopicConfig
 from tidelog.records import Item, Record, Tombstone
 
-__all__ = ["TopicLog", "SealedChunk", "Sizes", "glob_prefix"]
-
-#: payload sizes for ``TopicLog.seal``: a sequence, a function returning one (taken only if
-#: needed), or None
-Sizes = Sequence[int] | Callable[[], Sequence[int]] | None
+__all__ = ["TopicLog", "SealedChunk", "glob_prefix"]
 
 _COMPACT_MIN = 4096  # pop the dead prefix only once it is this long and half the slots
 
@@ -136,18 +132,15 @@ class TopicLog:
             self._nbytes += sum(map(len, p[k:]))  # type: ignore[arg-type]  # none is None
             self._folded = len(p)
 
-    def _fold_prefix(self, cut: int, sizes: Sizes, sizes_first: int) -> None:
+    def _fold_prefix(self, cut: int, sizes: Sequence[int] | None, sizes_first: int) -> None:
         """Fold the tail's first ``cut`` slots, before they are cut (``_cut_tail``); slots after
         them may stay unfolded. From ``sizes`` (``sizes[i]``: the payload size of seq
-        ``sizes_first + i``; or a function returning them, called only if a slot to fold is
-        unfolded) when it covers the unfolded part: a C-level sum over the caller's array, not
-        a ``len`` of each payload under the store lock. The unfolded part holds no dead slot (a
-        removal folds first), so its sizes are its payloads' own."""
+        ``sizes_first + i``) when it covers the unfolded part: a C-level sum over the caller's
+        array, not a ``len`` of each payload under the store lock. The unfolded part holds no
+        dead slot (a removal folds first), so its sizes are its payloads' own."""
         k = self._folded
         if k >= cut:
             return
-        if callable(sizes):
-            sizes = sizes()
         lo, hi = self.base + k - sizes_first, self.base + cut - sizes_first
         if sizes is not None and lo >= 0 and hi <= len(sizes):
             self._nbytes += sum(sizes[lo:hi])
@@ -340,10 +333,14 @@ class TopicLog:
     ) -> list[int]:
         """Append a run sharing ts and labels; ``nbytes`` is their total size if the caller
         knows it (else it is folded in when read). Bulk list operations only: no Python loop
-        per record."""
+        per record. With ``nbytes``, records the lane appended since the last fold (lane.py:
+        it never folds) are folded first, so the tail stays folded under a mix of single and
+        batched appends, and a checkpoint's swap has nothing left to fold (``seal``)."""
         first = self.head + 1
         n = len(payloads)
-        if nbytes is not None and self._folded == len(self.payloads):  # no len() of each later
+        if nbytes is not None:  # no len() of each later
+            if self._folded < len(self.payloads):
+                self._fold()  # each record since the last fold, once: C-level
             self._nbytes += nbytes
             self._folded += n
         if n == 1:  # the common single append: no temporary lists
@@ -518,7 +515,7 @@ class TopicLog:
         return (self.base, *self.tail_columns(0, max(through - self.base + 1, 0)))
 
     def seal(
-        self, chunk: SealedChunk, sizes: Sizes = None, sizes_first: int = 0
+        self, chunk: SealedChunk, sizes: Sequence[int] | None = None, sizes_first: int = 0
     ) -> list[bytes | None]:
         """Replace the tail slots of seqs ``chunk.first_seq ..`` by ``chunk``. Slots that died
         since the chunk was built (or were popped from the tail's dead prefix meanwhile) are
@@ -526,7 +523,7 @@ class TopicLog:
         records only move. Returns the payloads it took out of the tail: the caller drops them
         after releasing its lock (freeing 100k payload objects is milliseconds that appenders
         would otherwise wait). ``sizes``: the caller's payload sizes of seqs ``sizes_first ..``
-        (the checkpoint's lengths column), or a function returning them, for ``_fold_prefix``."""
+        (the checkpoint's lengths column), for ``_fold_prefix``."""
         first, n = chunk.first_seq, chunk.count
         if first < self.base or self.tail_dead():  # else nothing died since: no loop
             for i in range(n):

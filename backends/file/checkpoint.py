@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -39,7 +39,6 @@ from tidelog.fsio import FS, make_dirs, write_parts, write_whole
 from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
-from ..common.index import Sizes
 from .chunk import SegChunk
 from .format import qseg_name
 from .format import segment as segfmt
@@ -51,7 +50,6 @@ from .replay import open_chunk
 from .walchunk import WalChunk
 
 if TYPE_CHECKING:
-    from .format.segment import SegmentIndex
     from .qchunk import QsegChunk
 
 __all__ = [
@@ -182,11 +180,6 @@ class _Tail:
     # WTAIL-6: >= 0 for a tail captured without its records (seqs first..last, sealed from
     # the WAL); ``at`` then holds its dead slots, taken at the capture
     last: int = -1
-    # ... and for each of its segments, its lengths column for TopicLog.seal's sizes: a
-    # function, decoded only if the tail's byte total is not folded yet where the segment
-    # goes (an append without its total). Decoding it is milliseconds of GIL per segment that
-    # the appenders would wait for, and an append_many's total is folded when it appends.
-    chunk_lens: list[Sizes] = field(default_factory=list)
 
     def dead_at(self) -> list[int]:
         """The dead slots of a tail held in memory, ascending (seal.dead_slots: a C-level scan,
@@ -271,11 +264,14 @@ def checkpoint(b: CheckpointPort) -> int:
             if tail.source is not None:
                 _reseal(t, tail)
                 continue
-            for k, chunk in enumerate(tail.chunks):
+            for chunk in tail.chunks:
                 if t is None:  # dropped meanwhile: its directory goes at the next checkpoint
                     chunk.close()
-                elif tail.last >= 0:  # sealed from the WAL: the segment's own lengths
-                    gone.append(t.log.seal(chunk, tail.chunk_lens[k], chunk.first_seq))
+                elif tail.last >= 0:
+                    # sealed from the WAL: a tail left unfolded by the lane is folded from its
+                    # payloads (a C-level len each: ~1.6 ms per 100k records), not from the
+                    # segment's lengths column, whose decoding holds the GIL 6x as long
+                    gone.append(t.log.seal(chunk))
                 else:  # sizes: the records' bytes are added without a len() each
                     gone.append(t.log.seal(chunk, tail.lens, tail.first))
         b.sealed(n)
@@ -303,15 +299,7 @@ def _seal_located(b: CheckpointPort, state: StoreState, tails: list[_Tail], cap:
         tail.splits = got
         cap.segments[tail.tid] += [lo for lo, _ in got]
         for first, _ in got:
-            chunk = open_chunk(b.fs, b.root, tail.tid, first)
-            tail.chunks.append(chunk)
-            lengths = _lengths_of(chunk.index) if isinstance(chunk, SegChunk) else None
-            tail.chunk_lens.append(lengths)
-
-
-def _lengths_of(index: SegmentIndex) -> Callable[[], Sequence[int]]:
-    """``index.lengths``, decoded when called (``_Tail.chunk_lens``)."""
-    return lambda: index.lengths
+            tail.chunks.append(open_chunk(b.fs, b.root, tail.tid, first))
 
 
 def write_located(

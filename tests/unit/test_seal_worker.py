@@ -189,24 +189,42 @@ def test_WTAIL_6_small_checkpoints_and_the_option_keep_sealing_in_memory(tmp_pat
 
 
 def test_WTAIL_6_segments_sealed_from_the_wal_are_swapped_in_undecoded(tmp_path: Path) -> None:
-    """The swap takes a segment's lengths column only when the tail's byte total is not
-    folded yet (an append that came without its total): batches come with theirs, so their
-    segments' indexes stay undecoded, no GIL spent decoding them; the totals agree."""
+    """The swap never decodes a WAL-sealed segment's index (its columns: milliseconds of GIL
+    per 100k records that appenders would wait for): a tail the lane's single appends left
+    unfolded is folded from its payloads, and a batch folds what the lane appended before it.
+    The topic's totals agree either way (TOP-2)."""
     store = tidelog.open(f"file://{tmp_path}/s?{LOCATE}")
     try:
         t = store.topic("t", durability="fsync")
+        log = store._backend.topics["t"].log  # type: ignore[attr-defined]
         t.append_many([b"x" * 10] * 5)
+        store._backend.checkpoint()  # type: ignore[attr-defined]  # then: sealed from the WAL
+        expect = 50
+        for r in range(3):
+            for i in range(40):
+                t.append(b"single-%d-%d" % (r, i))  # the lane: not folded
+                expect += len(b"single-%d-%d" % (r, i))
+            assert log._folded < len(log.payloads)
+            batch = [b"y%d-%d" % (r, i) for i in range(700)]
+            t.append_many(batch)
+            expect += sum(map(len, batch))
+            assert log._folded == len(log.payloads)  # the batch folded the lane's records
+        t.append(b"last")  # left unfolded for the swap to fold
+        expect += 4
         store._backend.checkpoint()  # type: ignore[attr-defined]
-        t.append_many([b"y%d" % i for i in range(2000)])
-        store._backend.checkpoint()  # type: ignore[attr-defined]
-        sealed = store._backend.topics["t"].log.chunks  # type: ignore[attr-defined]
+        sealed = log.chunks
         assert len(sealed) >= 3
         assert all(c.index._columns is None for c in sealed[1:])  # the WAL-sealed ones
         state = t.state()
-        assert state.count == 2005
-        assert state.bytes == 50 + sum(len(b"y%d" % i) for i in range(2000))
+        assert (state.count, state.bytes) == (5 + 3 * 740 + 1, expect)
     finally:
         store.close()
+    again = tidelog.open(f"file://{tmp_path}/s?background=false")
+    try:
+        state = again.topic("t").state()
+        assert (state.count, state.bytes) == (5 + 3 * 740 + 1, expect)
+    finally:
+        again.close()
 
 
 def test_WTAIL_7_a_frame_changed_under_the_store_fails_the_checkpoint(tmp_path: Path) -> None:
