@@ -162,8 +162,9 @@ CASES: list[Case] = [
          "limit", limits.raw_overwrite, "durable", guarantee=_DUR),
     Case("raw_joined", "1000 records joined: one os.pwrite + one fdatasync", "limit",
          limits.raw_joined, "durable", "batch", guarantee=_DUR),
-    Case("raw_joined_sealed", "raw_joined, and each 32 MiB written again as a segment and synced "
-         "by a second thread (the device ceiling of a WAL + segments log)", "limit",
+    Case("raw_joined_sealed", "raw_joined, and each 32 MiB written again as a segment, written "
+         "out every 4 MiB and synced by a second thread (the device ceiling of a WAL + segments "
+         "log)", "limit",
          limits.raw_joined_sealed, "durable", "batch", guarantee=_DUR),
     Case("seq_write", "1 MiB sequential os.write, fdatasync at end", "limit", limits.seq_write,
          mode="other", sizes=(1 << 20,)),

@@ -7,11 +7,11 @@ threads. A plan of ``Fault`` s fails chosen calls:
 * ``eio``, ``enospc``: the call raises ``OSError`` (EIO / ENOSPC) and changes nothing;
 * ``short`` (``pwrite``): a prefix of the data is written, then ENOSPC is raised (a short write
   that the next write could not continue);
-* ``drop`` (``fdatasync``, ``fsync``): the sync raises EIO after the file's writes since its last
-  sync are dropped: they never reach the disk and reads see its durable bytes again (Linux marks
-  the pages clean after a writeback error, so a second sync "succeeds" with the data gone). It
-  needs a wrapped FS whose handles can do that (``RecordingHandle.drop_unsynced``); elsewhere the
-  sync only raises, as ``eio`` does.
+* ``drop`` (``fdatasync``, ``fsync``, ``write_out``): the call raises EIO after the file's writes
+  since its last sync are dropped: they never reach the disk and reads see its durable bytes
+  again (Linux marks the pages clean after a writeback error, so a second sync "succeeds"
+  with the data gone). It needs a wrapped FS whose handles can do that
+  (``RecordingHandle.drop_unsynced``); elsewhere the sync only raises, as ``eio`` does.
 
 A fault names one call by its global index (``Fault(fault, at=i)``), or every call of a kind from
 its n-th on (``Fault(fault, kind=k, nth=n, repeat=True)``), optionally only calls whose path
@@ -36,14 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadArgument
-from ..fsio import FS, Handle
+from ..fsio import FS, Handle, write_out
 
 __all__ = ["FaultFS", "FaultHandle", "Fault", "Injected", "KINDS", "FAULTS", "APPLICABLE"]
 
 #: every counted call kind, in the order reports list them
 KINDS = (
-    "open", "pwrite", "pread", "truncate", "allocate", "fdatasync", "fsync", "fsync_dir",
-    "rename", "unlink", "rmdir", "mkdir", "map",
+    "open", "pwrite", "pread", "truncate", "allocate", "fdatasync", "fsync", "write_out",
+    "fsync_dir", "rename", "unlink", "rmdir", "mkdir", "map",
 )  # fmt: skip
 FAULTS = ("eio", "enospc", "short", "drop")
 #: which faults make sense for which kind of call
@@ -55,6 +55,7 @@ APPLICABLE: dict[str, tuple[str, ...]] = {
     "allocate": ("eio", "enospc"),
     "fdatasync": ("eio", "drop"),
     "fsync": ("eio", "drop"),
+    "write_out": ("eio", "drop"),  # a writeback error: the pages may be dropped as by a sync's
     "fsync_dir": ("eio",),
     "rename": ("eio", "enospc"),
     "unlink": ("eio",),
@@ -289,6 +290,10 @@ class FaultHandle:
     def fsync(self) -> None:
         self._sync("fsync")
         self._h.fsync()
+
+    def write_out(self, offset: int, size: int, wait: bool = True) -> None:
+        self._sync("write_out")
+        write_out(self._h, offset, size, wait=wait)
 
     def map(self) -> memoryview:
         self._fs._call("map", self.path)

@@ -35,7 +35,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tidelog.errors import BadArgument, Corrupt
-from tidelog.fsio import FS, make_dirs, write_parts, write_whole
+from tidelog.fsio import FS, Pacer, make_dirs, write_paced, write_parts, write_whole
 from tidelog.records import RouterConfig
 
 from ..common.engine import EngineTopic
@@ -93,6 +93,10 @@ class CheckpointPort(Protocol):
     @property
     def root(self) -> str: ...
     @property
+    def write_out_bytes(self) -> int:
+        """SEG-20's pace, for the segments it writes itself (``SegmentPort``)."""
+
+    @property
     def lock(self) -> AbstractContextManager[Any]:
         """The store lock: the capture and the swap of sealed chunks happen under it."""
 
@@ -132,6 +136,10 @@ class SegmentPort(Protocol):
     def fs(self) -> FS: ...
     @property
     def root(self) -> str: ...
+    @property
+    def write_out_bytes(self) -> int:
+        """SEG-20's pace: segment bytes written out every this many (0: only at the sync)."""
+
     def warn(self, message: str) -> None: ...
 
 
@@ -551,11 +559,13 @@ def _write_plain(
     try:
         h.truncate(0)
         at = 0
+        pace = Pacer(h, b.write_out_bytes)  # SEG-20
 
         def sink(pieces: list[bytes]) -> None:
             nonlocal at
             write_parts(h, pieces, at)
             at += sum(map(len, pieces))
+            pace.wrote(at)
 
         _, idx, index = build_indexed(tid, first, *cols, dead=dead, lens=lens, sink=sink)
         h.fdatasync()
@@ -593,7 +603,7 @@ def _write_qseg(
     _remove_stale(b, tmp)  # read-only leftover of an interrupted checkpoint
     h = b.fs.open(tmp)
     try:
-        h.pwrite(content, 0)
+        write_paced(h, content, b.write_out_bytes)  # SEG-20
         b.fs.chmod(tmp, 0o440)
         h.fsync()  # data and mode
     finally:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tidelog.backend import COMMON_OPTIONS, StoreOptions
 from tidelog.errors import BadOption
+from tidelog.fsio import WRITE_OUT_BYTES
 from tidelog.options import (
     MAX_WAIT_MS,
     parse_bool,
@@ -36,6 +37,7 @@ class FileOptions:
     # for checkpoints after at least this much WAL
     seal_worker: bool = True
     seal_worker_bytes: int = 4 << 20
+    write_out_bytes: int = WRITE_OUT_BYTES  # SEG-20: segment writeback paced in such pieces
     progress_flush_ms: int = 100
     create: str = "true"  # URI-8: one of storedir.CREATE_CHOICES
     background: bool = True  # false: no maintenance thread (deterministic I/O for crash tests)
@@ -62,6 +64,7 @@ _FILE_OPTIONS = {
     "segment_max_bytes": lambda k, v: parse_size(k, v, minimum=4 << 10, maximum=(1 << 32) - 1),
     "seal_worker": parse_bool,
     "seal_worker_bytes": lambda k, v: parse_size(k, v, minimum=0, maximum=64 << 30),
+    "write_out_bytes": lambda k, v: parse_size(k, v, minimum=0, maximum=1 << 30),
     "progress_flush_ms": lambda k, v: parse_int(k, v, minimum=1, maximum=MAX_WAIT_MS),
     "create": parse_create,
     "background": parse_bool,

@@ -21,7 +21,7 @@ from typing import Any
 
 from tidelog import errors
 from tidelog.errors import Corrupt, TidelogError
-from tidelog.fsio import FS, OsFS
+from tidelog.fsio import FS, WRITE_OUT_BYTES, OsFS
 
 from .checkpoint import SealAnswer, SealRange, write_located
 from .format import wal as walfmt
@@ -46,6 +46,7 @@ class SealJob:
     ranges: tuple[SealRange, ...]
     segment_max: tuple[int, int]
     mmap: bool = True  # FLT-9: the store's ``mmap`` option, for the worker's own FS
+    write_out_bytes: int = WRITE_OUT_BYTES  # SEG-20: the store's ``write_out_bytes`` option
 
 
 class _Orphaned(Exception):
@@ -55,9 +56,10 @@ class _Orphaned(Exception):
 class _Port:
     """``checkpoint.SegmentPort`` for sealing outside the store: warnings are collected."""
 
-    def __init__(self, fs: FS, root: str) -> None:
+    def __init__(self, fs: FS, root: str, write_out_bytes: int) -> None:
         self.fs = fs
         self.root = root
+        self.write_out_bytes = write_out_bytes
         self.warnings: list[str] = []
 
     def warn(self, message: str) -> None:
@@ -71,7 +73,7 @@ def seal_wal(fs: FS, job: SealJob, alive: Callable[[], bool] = lambda: True) -> 
     found: dict[int, list[WalChunk]] = {tid: [] for tid in ranges}
     expect = {tid: r.first for tid, r in ranges.items()}  # the next seq each range needs
     files: list[WalFile] = []
-    port = _Port(fs, job.root)
+    port = _Port(fs, job.root, job.write_out_bytes)
     try:
         for path, start, end in job.wal:
             wal = _open(fs, path)

@@ -64,6 +64,7 @@ class FileBackend(Engine):
         self.fs = fs
         self.root = root
         self.fopts = fopts
+        self.write_out_bytes = fopts.write_out_bytes  # SEG-20 (checkpoint.SegmentPort)
         self.store_id = b""
         self.snapshot_n = 0
         self.shards: list[WalShard] = []
@@ -429,7 +430,10 @@ class FileBackend(Engine):
                 files.append((path, start if g == gen else walfmt.HEADER_SIZE,
                               end if g == last else None))  # fmt: skip
         mmap = getattr(self.fs, "mmap", True)
-        job = SealJob(self.root, tuple(files), tuple(ranges), state.segment_max, mmap)
+        job = SealJob(
+            self.root, tuple(files), tuple(ranges), state.segment_max, mmap,
+            self.write_out_bytes,
+        )  # fmt: skip
         if type(self.fs) is OsFS:
             if self._sealer is None:
                 self._sealer = SealWorker(getattr(self._lock_handle, "fd", None))

@@ -113,6 +113,10 @@ class RecordingHandle:
         self._check()
         self._fs._sync(self._ino, self.path, "fsync")
 
+    def write_out(self, offset: int, size: int, wait: bool = True) -> None:
+        # Pacing only (fsio.write_out): not a barrier, the model does nothing (CRASH-2).
+        self._check()
+
     def drop_unsynced(self) -> None:
         """What a failed sync may do on Linux: the file's writes since its last sync never
         reach the disk and reads see its durable bytes again (a ``Drop`` op)."""

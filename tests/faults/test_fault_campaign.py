@@ -213,6 +213,7 @@ _STRACE_CALLS = {
     "pwrite64": ("EIO", "ENOSPC"),
     "fdatasync": ("EIO",),
     "fsync": ("EIO",),
+    "sync_file_range": ("EIO",),  # a segment's write-out (SEG-20)
     "openat": ("EIO", "ENOSPC"),
     "fallocate": ("ENOSPC", "EIO"),
     "ftruncate": ("EIO",),
@@ -275,6 +276,7 @@ _FIU_POINTS = {
     "posix/io/rw/pread": ("EIO",),
     "posix/io/sync/fdatasync": ("EIO",),
     "posix/io/sync/fsync": ("EIO",),
+    "linux/io/sync_file_range": ("EIO",),  # a segment's write-out (SEG-20)
     "posix/io/oc/open": ("EIO", "ENOSPC"),
     "posix/io/rw/ftruncate": ("EIO",),
     "posix/io/dir/rename": ("EIO",),

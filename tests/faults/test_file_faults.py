@@ -2,8 +2,9 @@
 
 Like the crash suite enumerates crash points (tests/crash/test_file_crash.py), each workload is
 run once without faults to list its I/O calls (open, pwrite, pread, truncate, allocate,
-fdatasync, fsync, fsync_dir, rename, unlink, mkdir, map), then once per call and per fault that
-applies to it (EIO, ENOSPC, a short write, a failed sync that drops the unsynced writes), and
+fdatasync, fsync, write_out, fsync_dir, rename, unlink, mkdir, map), then once per call and per
+fault that applies to it (EIO, ENOSPC, a short write, a failed sync or write-out that drops the
+unsynced writes), and
 checked as tests/faults/faultrun.py says: only typed io_errors, nothing acknowledged after the
 failure, recovery from the durable and the volatile image gives a state the model allows (every
 acknowledged fsync op, a prefix of disk ops behind a tombstone, the op that raised whole or
@@ -37,7 +38,7 @@ WORKLOADS: dict[str, tuple[list[Step], dict[str, Any]]] = {
             ("append", "t", b"e" * 100, None),
             ("close",),
         ],
-        OPTIONS,
+        {**OPTIONS, "write_out_bytes": 64},  # every segment written out (SEG-20)
     ),
     # a disk topic (HEAD_RESERVE, committer-less flush), a subscriber's ack and progress file
     "disk": (
@@ -89,7 +90,7 @@ WORKLOADS: dict[str, tuple[list[Step], dict[str, Any]]] = {
             ("append", "t", b"f" * 10, None),
             ("close",),
         ],
-        {**OPTIONS, "seal_worker_bytes": 0},
+        {**OPTIONS, "seal_worker_bytes": 0, "write_out_bytes": 64},
     ),
     # 4 MiB WAL files: a preallocation refused for room falls back to a smaller one (FLT-8)
     "prealloc": (

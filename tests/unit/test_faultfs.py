@@ -29,6 +29,7 @@ def test_counts_every_call_by_kind_in_one_order() -> None:
     h.allocate(10)
     h.fdatasync()
     h.fsync()
+    h.write_out(0, 2)  # type: ignore[attr-defined]  # counted; on this FS nothing more (CRASH-2)
     h.map().release()
     h.close()
     fs.fsync_dir("/d")
@@ -38,10 +39,10 @@ def test_counts_every_call_by_kind_in_one_order() -> None:
     fs.unlink("/d/g")
     assert fs.exists("/d") and fs.listdir("/d") == []  # looking is not counted
     assert [k for k, _ in fs.log or []] == [
-        "open", "pwrite", "pread", "truncate", "allocate", "fdatasync", "fsync", "map",
-        "fsync_dir", "mkdir", "rename", "rmdir", "unlink",
+        "open", "pwrite", "pread", "truncate", "allocate", "fdatasync", "fsync", "write_out",
+        "map", "fsync_dir", "mkdir", "rename", "rmdir", "unlink",
     ]  # fmt: skip
-    assert fs.calls == 13 and set(fs.counts) <= set(KINDS) and not fs.injected
+    assert fs.calls == 14 and set(fs.counts) <= set(KINDS) and not fs.injected
 
 
 def test_a_fault_by_index_fails_that_call_and_changes_nothing() -> None:
@@ -104,6 +105,26 @@ def test_a_dropping_sync_reverts_the_file_to_its_durable_bytes() -> None:
     (state,) = inner.crash_states(mode="exhaustive")
     assert state.tree()["/d/f"] == b"durable"
     assert "drop unsynced /d/f" in [str(op) for op in inner.history]
+
+
+def test_SEG_20_a_failed_write_out_can_drop_the_pages_as_a_failed_sync_does() -> None:
+    """A write-out is no barrier (CRASH-2): one that succeeds leaves the bytes pending; one
+    that fails with ``drop`` loses them as a failed fdatasync would (FLT-6)."""
+    inner = RecordingFS(dirs=["/d"])
+    fs = FaultFS(inner, [Fault("drop", kind="write_out", nth=1)])
+    h = fs.open("/d/f")
+    h.pwrite(b"durable", 0)
+    h.fdatasync()
+    h.pwrite(b"+pending", 7)
+    h.write_out(0, 15)  # type: ignore[attr-defined]
+    fs.fsync_dir("/d")
+    states = {s.tree()["/d/f"] for s in inner.crash_states(mode="exhaustive")}
+    assert b"durable" in states  # a crash after the write-out may still lose the pending bytes
+    h.pwrite(b"LOST", 0)
+    with pytest.raises(OSError) as failed:
+        h.write_out(0, 4)  # type: ignore[attr-defined]
+    assert failed.value.errno == errno.EIO
+    assert _file(fs) == b"durable"
 
 
 def test_an_eio_sync_keeps_the_pages() -> None:
