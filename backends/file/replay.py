@@ -16,7 +16,6 @@ any op, so they run once its WAL is open.
 from __future__ import annotations
 
 import os
-from array import array
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +33,7 @@ from .format import wal as walfmt
 from .format.wal import FrameType
 from .progressfiles import read_progress, topic_dir
 from .recovery import WalPlan
-from .walchunk import WalChunk, WalFile
+from .walchunk import WalChunk, WalFile, frame_run
 
 if TYPE_CHECKING:
     from .qchunk import QsegChunk
@@ -251,29 +250,18 @@ class Replay:
         t = self.engine.by_id.get(f.topic_id)
         if t is None:
             return  # the topic was dropped before the snapshot that absorbed this op
-        data: Any = f.data  # a view into the map (scan with copy=False)
-        data_at = f.offset + f.length - 8 - len(data)
-        if f.type == _APPEND:
-            n, lens_at, nbytes = 1, -1, len(data)
-            lens = array("I", (nbytes,))
-        else:
-            where = f"{wal.path}: WAL frame at offset {f.offset}"
-            n, lens = walfmt.append_batch_lengths(data, where)
-            lens_at, data_at, nbytes = data_at + 4, data_at + 4 + 4 * n, len(data) - 4 - 4 * n
         log = t.log
-        head, first = log.head, f.seq
-        if first + n - 1 <= head:
+        head = log.head
+        run = frame_run(wal, f, head + 1)
+        if run is None:
             return
-        if first <= head:  # the snapshot holds the run's first k records
-            k = head + 1 - first
-            skipped = sum(lens[:k])
-            data_at, lens_at, nbytes = data_at + skipped, lens_at + 4 * k, nbytes - skipped
-            n, first = n - k, head + 1
+        first, n = run.first, run.n
         if first != head + 1:
             raise Corrupt(f"WAL: topic {t.name!r} jumps from seq {head} to {first}")
         if log.payloads:  # records in memory above the chunks (not after a snapshot): copy
+            data: Any = f.data  # a view into the map (scan with copy=False)
             payloads = (
-                walfmt.split_append_batch(bytes(data), "WAL") if lens_at >= 0 else [bytes(data)]
+                walfmt.split_append_batch(bytes(data), "WAL") if run.lens_at >= 0 else [bytes(data)]
             )
             self.engine.apply_append(t, payloads[len(payloads) - n :], f.tag, f.node, f.ts)
             return
@@ -286,8 +274,8 @@ class Replay:
             grow = chunk
         else:
             grow = WalChunk(wal, first)
-        grow.add_run(f, data_at, lens_at, n, nbytes)
-        self.engine.apply_located(t, grow, n, nbytes, f.tag, f.ts)
+        grow.add_run(f, run)
+        self.engine.apply_located(t, grow, n, run.nbytes, f.tag, f.ts)
 
     def _apply_control(self, f: walfmt.Frame) -> None:
         b = self.engine

@@ -15,7 +15,7 @@ import pickle
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from tidelog.fsio import FS, WRITE_OUT_BYTES, OsFS
 from .checkpoint import SealAnswer, SealRange, write_located
 from .format import wal as walfmt
 from .format.wal import FrameType
-from .walchunk import WalChunk, WalFile
+from .walchunk import WalChunk, WalFile, frame_run
 
 __all__ = ["SealJob", "SealWorker", "seal_wal", "main"]
 
@@ -149,22 +149,11 @@ def _take(
 ) -> str | None:
     """The records of frame ``f`` within ``r`` as the next run of the range (as replay's
     ``_locate`` takes a frame's records above a snapshot's head); what is wrong, if anything."""
-    data = f.data
-    data_at = f.offset + f.length - 8 - len(data)
-    if f.type == FrameType.APPEND:
-        n, lens_at, nbytes = 1, -1, len(data)
-        lens: Sequence[int] = (nbytes,)
-    else:
-        n, lens = walfmt.append_batch_lengths(data, f"{wal.path}: WAL frame at offset {f.offset}")
-        lens_at, data_at, nbytes = data_at + 4, data_at + 4 + 4 * n, len(data) - 4 - 4 * n
-    first, nxt = f.seq, expect[r.tid]
-    if first + n - 1 < nxt:
+    nxt = expect[r.tid]
+    run = frame_run(wal, f, nxt)
+    if run is None:
         return None  # below the range: sealed by an earlier checkpoint, or a dead prefix
-    if first < nxt:  # the range starts inside this frame
-        k = nxt - first
-        skipped = sum(lens[:k])
-        data_at, lens_at, nbytes = data_at + skipped, lens_at + 4 * k, nbytes - skipped
-        n, first = n - k, nxt
+    first, n = run.first, run.n
     if first != nxt or first + n - 1 > r.last:  # a gap, or seqs past the capture's head
         return (
             f"topic {r.tid:016x}: a WAL frame holds seqs {first}..{first + n - 1} where "
@@ -175,7 +164,7 @@ def _take(
     if chunk is None:
         chunk = WalChunk(wal, first)
         chunks.append(chunk)
-    chunk.add_run(f, data_at, lens_at, n, nbytes)
+    chunk.add_run(f, run)
     expect[r.tid] = first + n
     return None
 

@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, repeat
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import xxhash
 
@@ -36,11 +36,46 @@ from tidelog.records import Item, Record
 from .chunk import DeadSlots, extend_records, live_pieces
 from .format import wal as walfmt
 
-__all__ = ["WalFile", "WalChunk", "RunPieces"]
+__all__ = ["WalFile", "WalChunk", "RunPieces", "FrameRun", "frame_run"]
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _ENDS_CACHED = 64  # runs whose payload end offsets are kept (recomputed on demand otherwise)
+
+
+class FrameRun(NamedTuple):
+    """Records ``first .. first + n - 1`` of a record frame, where they lie in its WAL file:
+    ``n`` payloads of ``nbytes`` in all from ``data_at``; ``lens_at``: the first one's u32
+    length in an APPEND_BATCH frame, -1 for an APPEND frame (``WalChunk.add_run``)."""
+
+    first: int
+    n: int
+    data_at: int
+    lens_at: int
+    nbytes: int
+
+
+def frame_run(wal: WalFile, f: walfmt.Frame, nxt: int) -> FrameRun | None:
+    """The records of APPEND or APPEND_BATCH frame ``f`` (checksum-verified by the scan) from
+    seq ``nxt`` on: the frame's first ``nxt - f.seq`` records cut when it starts below, None
+    when it ends below. The caller checks that the run starts at ``nxt`` (no gap)."""
+    data = f.data
+    data_at = f.offset + f.length - 8 - len(data)
+    if f.type == walfmt.FrameType.APPEND:
+        n, lens_at, nbytes = 1, -1, len(data)
+        lens: Sequence[int] = (nbytes,)
+    else:
+        n, lens = walfmt.append_batch_lengths(data, f"{wal.path}: WAL frame at offset {f.offset}")
+        lens_at, data_at, nbytes = data_at + 4, data_at + 4 + 4 * n, len(data) - 4 - 4 * n
+    first = f.seq
+    if first + n - 1 < nxt:
+        return None
+    if first < nxt:  # the run starts inside this frame
+        k = nxt - first
+        skipped = sum(lens[:k])
+        data_at, lens_at, nbytes = data_at + skipped, lens_at + 4 * k, nbytes - skipped
+        n, first = n - k, nxt
+    return FrameRun(first, n, data_at, lens_at, nbytes)
 
 
 class WalFile:
@@ -100,21 +135,13 @@ class WalChunk(DeadSlots):
         self.closed = False
 
     # -- building (replay) -------------------------------------------------------------------
-    def add_run(
-        self,
-        frame: walfmt.Frame,
-        data_at: int,
-        lens_at: int,
-        n: int,
-        nbytes: int,
-    ) -> None:
-        """Records of ``frame`` (checksum-verified by the scan) as the chunk's next slots:
-        ``n`` payloads of ``nbytes`` in all from ``data_at``; ``lens_at`` is the offset of the
-        first one's u32 length in an APPEND_BATCH frame, -1 for an APPEND frame."""
+    def add_run(self, frame: walfmt.Frame, run: FrameRun) -> None:
+        """Records ``run`` of ``frame`` (``frame_run``) as the chunk's next slots."""
+        n, nbytes = run.n, run.nbytes
         self.starts.append(self.count)
         self.ns.append(n)
-        self.data_at.append(data_at)
-        self.lens_at.append(lens_at)
+        self.data_at.append(run.data_at)
+        self.lens_at.append(run.lens_at)
         self.frame_at.append(frame.offset)
         self.frame_len.append(frame.length)
         self.run_bytes.append(nbytes)
