@@ -15,6 +15,7 @@ import pickle
 import subprocess
 import sys
 import threading
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -95,9 +96,9 @@ def seal_wal(fs: FS, job: SealJob, alive: Callable[[], bool] = lambda: True) -> 
                     raise _Orphaned
                 lo = chunk.first_seq - r.first
                 dead = bytearray(chunk.count)
-                for i in r.dead:
-                    if lo <= i < lo + chunk.count:
-                        dead[i - lo] = 1
+                # r.dead ascends: only this chunk's slice of it, found by bisection
+                for i in r.dead[bisect_left(r.dead, lo) : bisect_left(r.dead, lo + chunk.count)]:
+                    dead[i - lo] = 1
                 out += write_located(port, chunk, tid, r.bundles, bytes(dead), job.segment_max)
             segments[tid] = out
         return SealAnswer(segments, tuple(port.warnings))

@@ -227,6 +227,38 @@ def test_WTAIL_6_segments_sealed_from_the_wal_are_swapped_in_undecoded(tmp_path:
         again.close()
 
 
+def test_WTAIL_7_slots_dead_at_the_capture_are_sealed_as_empty_placeholders(
+    tmp_path: Path,
+) -> None:
+    """A record removed while in the tail is not written into the segment sealed from the
+    WAL (its slot an empty placeholder), however the WAL files cut the range into chunks; the
+    removal holds after reopening."""
+    root = tmp_path / "s"
+    store = tidelog.open(f"file://{root}?{LOCATE}")
+    secret = b"SECRET-%d-"
+    try:
+        t = store.topic("t", durability="fsync")
+        t.append(b"first")
+        store._backend.checkpoint()  # type: ignore[attr-defined]  # then: sealed from the WAL
+        for r in range(6):  # 6 x ~60 KiB: several 256 KiB WAL files
+            t.append_many([b"keep-%d-%d" % (r, i) * 20 for i in range(300)])
+            t.append_many([secret % r * 50] * 3, tag=f"gone{r}")
+        for r in range(6):
+            assert t.delete(tag=f"gone{r}") == 3
+        store._backend.checkpoint()  # type: ignore[attr-defined]
+        assert store._backend._sealer is not None  # type: ignore[attr-defined]
+    finally:
+        store.close()
+    data = b"".join(p.read_bytes() for p in root.rglob("seg-*.data"))
+    assert b"keep-5-299" in data and b"SECRET-" not in data
+    again = tidelog.open(f"file://{root}?background=false")
+    try:
+        got = _records(again.topic("t"))
+        assert len(got) == 1 + 6 * 300 and not any(b"SECRET" in r.payload for r in got)
+    finally:
+        again.close()
+
+
 def test_WTAIL_7_a_frame_changed_under_the_store_fails_the_checkpoint(tmp_path: Path) -> None:
     """A byte of a frame to seal flipped in the WAL file: the range is not found whole, the
     checkpoint fails with Corrupt naming WTAIL-7 and writes no snapshot; once the byte is
