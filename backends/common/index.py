@@ -259,6 +259,11 @@ class TopicLog:
 
     # -- queries ---------------------------------------------------------------------------
     @property
+    def dead_prefix(self) -> int:
+        """How many tail slots before the first live one (all dead): no scan of the tail."""
+        return self._first
+
+    @property
     def earliest(self) -> int:
         for c in self.chunks:
             if c.live:

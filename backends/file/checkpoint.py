@@ -439,9 +439,7 @@ def _in_memory(t: EngineTopic, any_dead: bool) -> _Tail | None:
     after it cuts them from the tail too (TopicLog.seal). An all-dead tail writes no file at
     all (after a subscriber trimmed everything, say): None."""
     first, payloads, tss, tags, nodes = t.log.tail_slice(t.log.head)
-    k = 0
-    if any_dead:
-        k = next((i for i, p in enumerate(payloads) if p is not None), len(payloads))
+    k = min(t.log.dead_prefix, len(payloads)) if any_dead else 0
     if k >= len(payloads):
         return None
     if k:  # copies of the copies: only when a dead prefix is cut (under the lock)
@@ -452,19 +450,19 @@ def _in_memory(t: EngineTopic, any_dead: bool) -> _Tail | None:
 
 def _located(t: EngineTopic, any_dead: bool) -> _Tail | None:
     """Under the lock: the tail of ``t`` without its records (WTAIL-6), to be sealed from
-    the WAL: its first live seq, its head and its dead slots (a C-level scan, only when it has
-    any). The dead prefix is left out as ``_in_memory`` leaves it."""
+    the WAL: its first live seq, its head and its dead slots after the dead prefix (a C-level
+    scan from the first live slot, only when it has any: a subscriber's trim leaves a prefix
+    of up to half the tail, which is no work here). The dead prefix is left out as
+    ``_in_memory`` leaves it."""
     log = t.log
     n = log.head - log.base + 1
-    at = [i for i in dead_slots(log.payloads) if i < n] if any_dead else []
-    k = 0
-    while k < len(at) and at[k] == k:
-        k += 1
+    k = min(log.dead_prefix, n) if any_dead else 0
     if k >= n:
         return None
+    at = [i - k for i in dead_slots(log.payloads, k) if i < n] if any_dead else []
     bundles = t.config.payload == "bundles"
-    tail = _Tail(t.tid, log.base + k, [], [], [], [], bundles, bool(at), last=log.head)
-    tail.at = [i - k for i in at[k:]]
+    tail = _Tail(t.tid, log.base + k, [], [], [], [], bundles, bool(k or at), last=log.head)
+    tail.at = at
     return tail
 
 

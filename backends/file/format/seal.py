@@ -48,12 +48,13 @@ def _little(column: array[int]) -> array[int]:
     return column
 
 
-def dead_slots(payloads: Sequence[bytes | None]) -> list[int]:
-    """The slots whose payload is None (removed before sealing), ascending: found by
-    ``list.index`` (a C-level scan), so the Python work is per dead slot, not per slot."""
+def dead_slots(payloads: Sequence[bytes | None], start: int = 0) -> list[int]:
+    """The slots from ``start`` on whose payload is None (removed before sealing), ascending:
+    found by ``list.index`` (a C-level scan), so the Python work is per dead slot, not per
+    slot."""
     items = payloads if isinstance(payloads, list) else list(payloads)
     out: list[int] = []
-    i = -1
+    i = start - 1
     try:
         while True:
             i = items.index(None, i + 1)
