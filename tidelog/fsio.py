@@ -68,6 +68,9 @@ def _load_sync_file_range() -> Any:
 
 
 _SYNC_FILE_RANGE = _load_sync_file_range()
+#: what sync_file_range answers where it cannot pace (no such call, not a regular file, a file
+#: system that refuses it; the arguments are always valid): never a failed write
+_NO_WRITE_OUT = frozenset((errno.ENOSYS, errno.ESPIPE, errno.EINVAL, errno.EOPNOTSUPP))
 _WRITE = 2  # SYNC_FILE_RANGE_WRITE
 _WRITE_AND_WAIT = 1 | 2 | 4  # and SYNC_FILE_RANGE_WAIT_BEFORE, SYNC_FILE_RANGE_WAIT_AFTER
 
@@ -427,7 +430,7 @@ class _OsHandle:
         flags = _WRITE_AND_WAIT if wait else _WRITE
         if _SYNC_FILE_RANGE(self.fd, offset, size, flags) != 0:
             code = ctypes.get_errno()
-            if code in (errno.ENOSYS, errno.ESPIPE):  # no such call here: pacing is optional
+            if code in _NO_WRITE_OUT:  # not for this file or kernel: pacing is optional
                 return
             raise OSError(code, os.strerror(code), self.path)
 

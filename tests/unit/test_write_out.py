@@ -108,6 +108,17 @@ def test_SEG_20_os_write_out_calls_sync_file_range_and_names_the_file_on_error(
     finally:
         h.close()
     monkeypatch.undo()
+    for code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EIO):
+        monkeypatch.setattr(fsio, "_SYNC_FILE_RANGE", lambda *a: -1)
+        monkeypatch.setattr(fsio.ctypes, "get_errno", lambda code=code: code)
+        refused = type(h)(path, -1)  # type: ignore[call-arg]
+        if code == errno.EIO:  # a failed writeback: raised, named (FLT-6)
+            with pytest.raises(OSError) as io:
+                refused.write_out(0, 10)  # type: ignore[attr-defined]
+            assert io.value.errno == errno.EIO and io.value.filename == path
+        else:  # this kernel or file system cannot pace: nothing happens, nothing fails
+            refused.write_out(0, 10)  # type: ignore[attr-defined]
+    monkeypatch.undo()
     closed = type(h)(path, h.fd)  # type: ignore[call-arg, attr-defined]  # closed above
     with pytest.raises(OSError) as failed:
         closed.write_out(0, 10)  # type: ignore[attr-defined]
