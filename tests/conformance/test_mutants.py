@@ -22,8 +22,9 @@ MUTANTS = load_mutants().MUTANTS
 EXAMPLES = {"crash": 500, "routers": 500}
 #: mutants whose catch needs a rare crash point (a crash inside a routed op, between its copies
 #: and its cursor): seen caught after 356 examples and missed within 500 on a loaded CI machine,
-#: where group commit cuts the WAL writes (the crash points) differently
-MUTANT_EXAMPLES = {"cursor-before-copies": 1500}
+#: where group commit cuts the WAL writes (the crash points) differently; then missed within
+#: 1500 by a loaded CI run (seed 3950678877) that an idle machine catches at example 429
+MUTANT_EXAMPLES = {"cursor-before-copies": 3000}
 DEFAULT_EXAMPLES = 250
 SEEDS = int(os.environ.get("TIDELOG_MUTANT_SEEDS", "1"))
 
