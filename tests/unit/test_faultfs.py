@@ -4,6 +4,7 @@ what each fault does to the call and to the disk images (spec/SPEC.md FLT-3..FLT
 from __future__ import annotations
 
 import errno
+from typing import Any
 
 import pytest
 
@@ -86,14 +87,20 @@ def test_a_short_write_writes_a_prefix_then_raises_enospc() -> None:
     assert _file(again) == got  # the prefix comes from the seed
 
 
-def test_a_dropping_sync_reverts_the_file_to_its_durable_bytes() -> None:
-    """The fsyncgate case: the failed sync's writes never reach the disk, reads no longer see
-    them, and a later sync that succeeds does not bring them back."""
+def _durable_then_dropped(kind: str) -> tuple[RecordingFS, FaultFS, Any]:
+    """/d/f holding b"durable", synced; the second ``kind`` call will fail with ``drop``."""
     inner = RecordingFS(dirs=["/d"])
-    fs = FaultFS(inner, [Fault("drop", kind="fdatasync", nth=1)])
+    fs = FaultFS(inner, [Fault("drop", kind=kind, nth=1)])
     h = fs.open("/d/f")
     h.pwrite(b"durable", 0)
     h.fdatasync()
+    return inner, fs, h
+
+
+def test_a_dropping_sync_reverts_the_file_to_its_durable_bytes() -> None:
+    """The fsyncgate case: the failed sync's writes never reach the disk, reads no longer see
+    them, and a later sync that succeeds does not bring them back."""
+    inner, fs, h = _durable_then_dropped("fdatasync")
     h.pwrite(b"LOST", 0)
     h.pwrite(b"+more", 7)
     with pytest.raises(OSError) as failed:
@@ -110,11 +117,7 @@ def test_a_dropping_sync_reverts_the_file_to_its_durable_bytes() -> None:
 def test_SEG_20_a_failed_write_out_can_drop_the_pages_as_a_failed_sync_does() -> None:
     """A write-out is no barrier (CRASH-2): one that succeeds leaves the bytes pending; one
     that fails with ``drop`` loses them as a failed fdatasync would (FLT-6)."""
-    inner = RecordingFS(dirs=["/d"])
-    fs = FaultFS(inner, [Fault("drop", kind="write_out", nth=1)])
-    h = fs.open("/d/f")
-    h.pwrite(b"durable", 0)
-    h.fdatasync()
+    inner, fs, h = _durable_then_dropped("write_out")
     h.pwrite(b"+pending", 7)
     h.write_out(0, 15)  # type: ignore[attr-defined]
     fs.fsync_dir("/d")
