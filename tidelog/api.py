@@ -63,9 +63,7 @@ def _appender(store: Store, ref: TopicRef) -> _Append:
         data = _payload(payload)
         check_label(tag, "tag")
         check_label(node, "node")
-        if not bundles:
-            bundles.append(store._live().topic_config(ref).payload == "bundles")
-        if bundles[0]:
+        if _is_bundles(store, ref, bundles):
             _check_bundle_payloads(ref.name, (data,))
         return _append_to(store, ref, (data,), tag, node)[0]
 
@@ -80,9 +78,7 @@ def _appender(store: Store, ref: TopicRef) -> _Append:
         """Append one record and return its seq (spec TOP-1, TOP-6)."""
         if tag is None and node is None and type(payload) is bytes and not store._closed:
             if not found:  # a topic of bundles takes none (BND-9 checks every payload)
-                if not bundles:
-                    bundles.append(store._live().topic_config(ref).payload == "bundles")
-                lane = None if bundles[0] else store._backend.lane(ref)
+                lane = None if _is_bundles(store, ref, bundles) else store._backend.lane(ref)
                 found.append(_decline if lane is None else lane)
             seq = found[0](payload)
             if seq is not None:
@@ -90,6 +86,70 @@ def _appender(store: Store, ref: TopicRef) -> _Append:
         return general(payload, tag, node)
 
     return append
+
+
+class _AppendMany(Protocol):
+    def __call__(
+        self,
+        payloads: Iterable[bytes],
+        *,
+        tag: str | None = None,
+        node: str | None = None,
+        producer: tuple[str, int] | None = None,
+    ) -> list[int]: ...
+
+
+def _many_appender(store: Store, ref: TopicRef) -> _AppendMany:
+    """A topic handle's ``append_many`` (``Topic.append_many``), made as ``_appender`` makes
+    ``append``: the backend's batch lane (``many_lane``, backends/common/lane.py) where it
+    makes one, handing what it does not take to the general path below; else that path."""
+    bundles: list[bool] = []
+
+    def general(
+        payloads: object,
+        tag: str | None = None,
+        node: str | None = None,
+        producer: object = None,
+    ) -> list[int]:
+        if isinstance(payloads, (bytes, bytearray, memoryview, str)):
+            raise BadArgument("append_many takes an iterable of payloads, not one payload")
+        data = _payloads(payloads)  # type: ignore[arg-type]  # an iterable: checked by list()
+        check_label(tag, "tag")
+        check_label(node, "node")
+        if producer is not None:
+            producer = _producer(producer)
+        if not data:
+            store._live()
+            return []
+        if _is_bundles(store, ref, bundles):
+            _check_bundle_payloads(ref.name, data)
+        return _append_to(store, ref, data, tag, node, producer)
+
+    make = getattr(store._backend, "many_lane", None)
+    if make is not None and not store._closed:
+        lane = make(ref, general)
+        if lane is not None:
+            return cast(_AppendMany, lane)
+
+    def append_many(
+        payloads: Iterable[bytes],
+        *,
+        tag: str | None = None,
+        node: str | None = None,
+        producer: tuple[str, int] | None = None,
+    ) -> list[int]:
+        """Append records atomically, returning their consecutive seqs (spec TOP-6, TOP-11)."""
+        return general(payloads, tag, node, producer)
+
+    return append_many
+
+
+def _is_bundles(store: Store, ref: TopicRef, cache: list[bool]) -> bool:
+    """Whether the topic holds bundles (payload="bundles"), asked once into ``cache``: a
+    topic's config is immutable (TOP-9)."""
+    if not cache:
+        cache.append(store._live().topic_config(ref).payload == "bundles")
+    return cache[0]
 
 
 def _decline(payload: bytes) -> None:
@@ -321,7 +381,7 @@ class Store:
 class Topic:
     """A handle on one topic incarnation."""
 
-    # __dict__: ``append``, made at its first use
+    # __dict__: ``append`` and ``append_many``, made at their first use
     __slots__ = ("_store", "_ref", "_bundles", "__dict__")
 
     def __init__(self, store: Store, ref: TopicRef) -> None:
@@ -371,29 +431,15 @@ class Topic:
         backend's lean path for the common case, where it has one: ``_appender``) and kept."""
         return _appender(self._store, self._ref)
 
-    def append_many(
-        self,
-        payloads: Iterable[bytes],
-        *,
-        tag: str | None = None,
-        node: str | None = None,
-        producer: tuple[str, int] | None = None,
-    ) -> list[int]:
-        """Append records atomically, returning their consecutive seqs (spec TOP-6). With
+    @cached_property
+    def append_many(self) -> _AppendMany:
+        """``append_many(payloads, *, tag=None, node=None, producer=None) -> seqs``: append
+        records atomically, returning their consecutive seqs (spec TOP-6). With
         ``producer=(id, n)`` the batch is applied at most once per producer sequence: a retry
-        of an already applied ``n`` returns ``[]`` (spec TOP-11)."""
-        if isinstance(payloads, (bytes, bytearray, memoryview, str)):
-            raise BadArgument("append_many takes an iterable of payloads, not one payload")
-        data = _payloads(payloads)
-        check_label(tag, "tag")
-        check_label(node, "node")
-        if producer is not None:
-            _producer(producer)
-        if not data:
-            self._store._live()
-            return []
-        self._check_bundles(data)
-        return self._append(data, tag, node, producer)
+        of an already applied ``n`` returns ``[]`` (spec TOP-11). Made at its first use (the
+        backend's batch lane for the common case, where it has one: ``_many_appender``) and
+        kept."""
+        return _many_appender(self._store, self._ref)
 
     def append_records(
         self,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tidelog.backend import Backend, Capabilities, StoreOptions, TopicRef
 from tidelog.clock import Clock, SystemClock
@@ -38,7 +38,7 @@ from tidelog.records import Item, Lease, RouterConfig, RouterInfo, Tombstone, To
 from .index import SealedChunk, TopicLog
 from .jobs import JobQueue
 from .journal import Journal
-from .lane import Fallback, Lane, make_lane
+from .lane import Fallback, Lane, ManyFallback, make_lane, make_many_lane
 from .progress import Progress, SubState
 from .routing import Routing
 
@@ -654,20 +654,40 @@ class Engine(Backend):
         as ``lane``'s). The API makes a topic handle's ``append`` with this. None also for a
         topic of bundles (BND-9 checks every payload)."""
         with self.lock:
-            t = self.topics.get(ref.name)
-            if t is None or t.tid != ref.incarnation or not t.lean or self.closed:
+            found = self._lean_topic(ref, "lean")
+            if found is None:
                 return None
-            if t.config.payload == "bundles":
-                return None
-            one = None
-            if self.journal is not None:
-                hook = getattr(self.journal, "lean", None)
-                one = hook(t) if hook is not None else None
-                if one is None:
-                    return None
+            t, one = found
             if fallback is None:
                 return make_lane(self, t, one)
             return make_lane(self, t, one, fallback)
+
+    def many_lane(self, ref: TopicRef, fallback: ManyFallback) -> Callable[..., list[int]] | None:
+        """The batch lane of this topic (lane.py ``make_many_lane``): ``append_many(payloads,
+        *, tag=None, node=None, producer=None)``, handing what it does not take to
+        ``fallback(payloads, tag, node, producer)``. None where the single lane would be None,
+        or the journal has no batch hook (``lean_many``)."""
+        with self.lock:
+            found = self._lean_topic(ref, "lean_many")
+            if found is None:
+                return None
+            return make_many_lane(self, found[0], found[1], fallback)
+
+    def _lean_topic(self, ref: TopicRef, hook_name: str) -> tuple[EngineTopic, Any] | None:
+        """Under the lock: the topic a lane may serve and the journal's per-topic hook for it
+        (``hook_name``; None without a journal), or None: no such topic, one that is not
+        lean, of bundles (BND-9 checks every payload), a closed store, or a journal without
+        that hook."""
+        t = self.topics.get(ref.name)
+        if t is None or t.tid != ref.incarnation or not t.lean or self.closed:
+            return None
+        if t.config.payload == "bundles":
+            return None
+        if self.journal is None:
+            return t, None
+        make = getattr(self.journal, hook_name, None)
+        hook = make(t) if make is not None else None
+        return None if hook is None else (t, hook)
 
     def append_records(
         self,

@@ -16,6 +16,14 @@ only a payload and return None for "not here".
 The record is appended to the topic's tail as ``TopicLog.append`` does for one unlabelled record
 (the tail lists are mutated in place, never rebound, so the lane may hold them).
 
+*The batch lane* (``make_many_lane``, a topic handle's ``append_many``) is the same idea for a
+batch: on the same lean topics and under the same per-call checks, a list of ``bytes`` without
+labels or producer is one op that the journal's batch hook logs (``ManyHook``: framed and
+submitted at once, one APPEND_BATCH frame, WAL-14) and ``TopicLog.append`` adds to the tail.
+It saves the general op's layers (resolving the ref, the op closure, the effect list, the
+caps and labels of each run), not a pass over the payloads: those (type, lengths, their sum)
+it takes once, as the general path does.
+
 *Open runs*: a ``disk`` or ``memory`` topic's record is deferred on its WAL shard, where
 consecutive records of one topic sharing a ts form the shard's open run (one APPEND_BATCH frame
 when placed, WAL-14). Its journal hook is then a ``RunHook``, and the lane extends that run
@@ -43,7 +51,10 @@ from .journal import FALLBACK
 if TYPE_CHECKING:
     from .engine import Engine, EngineTopic
 
-__all__ = ["Lane", "Fallback", "OneHook", "RunHook", "make_lane"]
+__all__ = [
+    "Lane", "Fallback", "OneHook", "RunHook", "make_lane",
+    "ManyHook", "ManyFallback", "make_many_lane",
+]  # fmt: skip
 
 #: append one record: its seq, or None when the general path must take it
 Lane = Callable[[bytes], "int | None"]
@@ -52,6 +63,13 @@ Fallback = Callable[[object, "str | None", "str | None"], "int | None"]
 #: the journal's per-topic hook: log record ``seq`` (ts, payload) as a complete op and return the
 #: ticket the op waits on (None: nothing to wait for), or FALLBACK for the general path
 OneHook = Callable[[int, int, bytes], object]
+
+#: the journal's per-topic hook of the batch lane: log records ``first ..`` (ts, payloads, their
+#: lengths and total) as one complete op and return the ticket the op waits on (None: nothing to
+#: wait for), or FALLBACK for the general path
+ManyHook = Callable[[int, int, "list[bytes]", "list[int]", int], object]
+#: the general path of a batch the batch lane does not take: (payloads, tag, node, producer)
+ManyFallback = Callable[[object, "str | None", "str | None", object], "list[int]"]
 
 _time_ns = time.time_ns
 
@@ -176,3 +194,69 @@ def make_lane(
         return seq
 
     return append
+
+
+def make_many_lane(
+    e: Engine, t: EngineTopic, many: ManyHook | None, fallback: ManyFallback
+) -> Callable[..., list[int]]:
+    """The batch lane of topic ``t``: ``append_many(payloads, *, tag=None, node=None,
+    producer=None)``. It takes a non-empty list of ``bytes`` without labels or producer, none
+    longer than ``max_record_bytes``, while the topic stays lean as the single lane checks it
+    (``make_lane``), and does for it what the general path does for one run of records
+    (TOP-6: one atomic append, consecutive seqs, one ts by TOP-5): the journal's hook ``many``
+    logs it as one op (one APPEND_BATCH frame, WAL-14; the hook decides a reservation step,
+    WAL-12, or sends it to the fallback), then the tail takes it as ``TopicLog.append`` does.
+    ``many`` None: nothing is logged (a store without a journal). Everything else, and what the
+    hook returns FALLBACK for, goes to ``fallback`` with the batch (a copy of the caller's
+    list: what was checked is what is stored, whatever the caller's other threads do to
+    theirs)."""
+    acquire, release = e.lock.acquire, e.lock.release
+    log = t.log
+    leases, delayed = t.jobs.leases, t.jobs.delayed
+    limit = e.options.max_record_bytes
+    gate = log.gate_visibility  # set when the topic is created (fsync topics), never changed
+    tail_append = log.append
+
+    def append_many(
+        payloads: object,
+        *,
+        tag: str | None = None,
+        node: str | None = None,
+        producer: tuple[str, int] | None = None,
+    ) -> list[int]:
+        if tag is not None or node is not None or producer is not None:
+            return fallback(payloads, tag, node, producer)
+        if type(payloads) is not list:
+            return fallback(payloads, tag, node, producer)
+        data: list[bytes] = payloads.copy()
+        n = len(data)
+        # a count by identity: no hashing; an empty batch is the general path's to answer
+        if not n or list(map(type, data)).count(bytes) != n:
+            return fallback(data, tag, node, producer)
+        sizes = list(map(len, data))  # once: the tail's byte total and the frame's lengths
+        total = sum(sizes)
+        if total > limit and max(sizes) > limit:  # too_large: the general path refuses it
+            return fallback(data, tag, node, producer)
+        seqs: list[int] | None = None
+        ticket = None
+        acquire()
+        try:
+            if not (e.closed or t.dropped or t.outs or leases or delayed):
+                now = _time_ns() // 1_000_000 if e._wall else e.clock.now_ms()
+                last = log.last_ts
+                ts: int = now if last is None or now > last else last  # TOP-5
+                if many is not None:
+                    ticket = many(log.head + 1, ts, data, sizes, total)
+                if ticket is not FALLBACK:
+                    seqs = tail_append(data, None, None, ts, total)
+                    if e._waiters:
+                        e._notify(t.name)
+        finally:
+            release()
+        if seqs is None:  # not taken: nothing changed
+            return fallback(data, tag, node, producer)
+        if ticket is not None or gate:
+            e._finish(ticket, [(t, seqs[-1])] if gate else [])
+        return seqs
+
+    return append_many

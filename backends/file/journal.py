@@ -87,6 +87,51 @@ class _MemoryHook(_BufferedHook):
         return None
 
 
+class _ManyHook:
+    """``WalJournal.lean_many``'s hook (lane.py ``ManyHook``): a batch of records ``first ..``
+    as one complete op. Inside another op (never expected: its effects stay in order then), or
+    with a seq above the durable ceiling (WAL-12), FALLBACK. A ``disk`` or ``ephemeral`` batch
+    reaching ``low`` takes the reservation step for its last seq, as the single lane's hook does
+    for one record (``_reserve_one``: covering the last covers the batch). Then the batch is
+    framed (one APPEND_BATCH frame, WAL-14, as ``_encode`` frames one run) and submitted
+    after anything deferred on the shard (``WalShard.submit``), unless never logged
+    (``ephemeral``). Returns the ticket of an ``fsync`` batch, else None."""
+
+    __slots__ = ("journal", "tid", "shard", "durable", "logged", "reserves", "low")
+
+    def __init__(self, journal: WalJournal, t: EngineTopic, shard: WalShard) -> None:
+        cls = t.config.durability
+        self.journal = journal
+        self.tid = t.tid
+        self.shard = shard
+        self.durable = cls == "fsync"
+        self.logged = cls != "ephemeral"
+        self.reserves = cls in ("disk", "ephemeral")  # DUR-3, DUR-5; fsync and memory: DUR-4
+        self.low = 0  # the next seq needing a reservation step (a RunHook's ``low``)
+
+    def __call__(
+        self, first: int, ts: int, payloads: list[bytes], sizes: list[int], total: int
+    ) -> object:
+        journal = self.journal
+        if journal._ops:
+            return FALLBACK
+        shard = self.shard
+        if self.reserves:
+            last = first + len(payloads) - 1
+            if last >= self.low:
+                refused, self.low = journal._reserve_one(self.tid, shard, last)
+                if refused is not None:
+                    return refused
+        if not self.logged:
+            return None
+        gen = shard.gen
+        frame = _encode_run(
+            self.tid, first, ts, None, None, payloads, True, self.durable, gen, sizes, total
+        )
+        op = shard.submit(frame, gen)
+        return [(shard, op)] if self.durable else None
+
+
 def ranges(seqs: Sequence[int]) -> list[list[int]]:
     """Ascending seqs as [[lo, hi], ...] runs (REMOVE bodies stay small for prefix deletes)."""
     out: list[list[int]] = []
@@ -204,6 +249,10 @@ class WalJournal:
         # interpreter's switch interval (5 ms each): longer than a reservation lasts
         _yield_gil(0)
         return None, min(ceiling + 1, seq + self._yield_every)
+
+    def lean_many(self, t: EngineTopic) -> _ManyHook:
+        """The engine's batch lane's per-topic hook (lane.py ``ManyHook``, ``_ManyHook``)."""
+        return _ManyHook(self, t, self.shards[self.shard_of(t.tid)])
 
     def lean(self, t: EngineTopic) -> Callable[[int, int, bytes], object]:
         """The engine lane's per-topic hook (lane.py ``OneHook``): record ``seq`` as a complete
@@ -377,18 +426,12 @@ def _encode(effects: list[_Effect], seed: int) -> bytes | bytearray:
         last_effect = k == n - 1
         if e[0] == "append":
             _, tid, first_seq, ts, tag, node, payloads, durable, sizes, nbytes = e
-            frame: bytes | bytearray
-            if len(payloads) == 1:
-                frame = walfmt.encode_append(
-                    tid, first_seq, ts, tag, node, payloads[0], batch_end=last_effect,
-                    durable=durable, seed=seed,
-                )  # fmt: skip
-            else:
-                frame = walfmt.encode_append_batch(
-                    tid, first_seq, ts, tag, node, payloads, batch_end=last_effect,
-                    durable=durable, seed=seed, sizes=sizes, total=nbytes,
-                )  # fmt: skip
-            frames.append(frame)
+            frames.append(
+                _encode_run(
+                    tid, first_seq, ts, tag, node, payloads, last_effect, durable, seed, sizes,
+                    nbytes,
+                )
+            )
         else:
             _, ftype, tid, body, seq, durable = e
             frames.append(
@@ -397,3 +440,29 @@ def _encode(effects: list[_Effect], seed: int) -> bytes | bytearray:
                 )
             )
     return frames[0] if n == 1 else b"".join(frames)  # an append_many: no copy of its frame
+
+
+def _encode_run(
+    tid: int,
+    first_seq: int,
+    ts: int,
+    tag: str | None,
+    node: str | None,
+    payloads: Sequence[bytes],
+    batch_end: bool,
+    durable: bool,
+    seed: int,
+    sizes: list[int] | None,
+    nbytes: int | None,
+) -> bytes | bytearray:
+    """The frame of one run of records sharing ts and labels: APPEND for one record,
+    APPEND_BATCH for more (WAL-14)."""
+    if len(payloads) == 1:
+        return walfmt.encode_append(
+            tid, first_seq, ts, tag, node, payloads[0], batch_end=batch_end, durable=durable,
+            seed=seed,
+        )  # fmt: skip
+    return walfmt.encode_append_batch(
+        tid, first_seq, ts, tag, node, payloads, batch_end=batch_end, durable=durable,
+        seed=seed, sizes=sizes, total=nbytes,
+    )  # fmt: skip
