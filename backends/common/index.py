@@ -520,30 +520,41 @@ class TopicLog:
         return (self.base, *self.tail_columns(0, max(through - self.base + 1, 0)))
 
     def seal(
-        self, chunk: SealedChunk, sizes: Sequence[int] | None = None, sizes_first: int = 0
+        self,
+        chunks: Sequence[SealedChunk],
+        sizes: Sequence[int] | None = None,
+        sizes_first: int = 0,
     ) -> list[bytes | None]:
-        """Replace the tail slots of seqs ``chunk.first_seq ..`` by ``chunk``. Slots that died
-        since the chunk was built (or were popped from the tail's dead prefix meanwhile) are
-        killed in it, so the chunk reflects the current state. Totals do not change: the
-        records only move. Returns the payloads it took out of the tail: the caller drops them
+        """Replace the tail slots of the seqs ``chunks`` hold (ascending: a checkpoint's
+        segments of this topic) by them. Slots that died since a chunk was built (or were
+        popped from the tail's dead prefix meanwhile) are killed in it, so the chunks reflect
+        the current state. Totals do not change: the records only move. The tail is cut once
+        for all of them: each cut moves the rest of the tail (under the store lock, a
+        millisecond per million records), so a cut per segment would cost the appenders that
+        many times over. Returns the payloads it took out of the tail: the caller drops them
         after releasing its lock (freeing 100k payload objects is milliseconds that appenders
         would otherwise wait). ``sizes``: the caller's payload sizes of seqs ``sizes_first ..``
         (the checkpoint's lengths column), for ``_fold_prefix``."""
-        first, n = chunk.first_seq, chunk.count
-        if first < self.base or self.tail_dead():  # else nothing died since: no loop
-            for i in range(n):
-                j = first + i - self.base
-                if (j < 0 or self.payloads[j] is None) and chunk.is_live(i):
-                    chunk.kill(i)
-        cut = first + n - self.base
+        dead = self.tail_dead()
+        end = self.base
+        for chunk in chunks:
+            first, n = chunk.first_seq, chunk.count
+            if first < self.base or dead:  # else nothing died since: no loop
+                for i in range(n):
+                    j = first + i - self.base
+                    if (j < 0 or self.payloads[j] is None) and chunk.is_live(i):
+                        chunk.kill(i)
+            end = max(end, first + n)
+        cut = end - self.base
         gone: list[bytes | None] = []
         if cut > 0:
             gone = self.payloads[:cut]
             self._fold_prefix(cut, sizes, sizes_first)
-            self._count += cut  # the records only move to the chunk
+            self._count += cut  # the records only move to the chunks
             self._cut_tail(cut)
             self._first = max(self._first - cut, 0)
-        self.add_chunk(chunk)
+        for chunk in chunks:
+            self.add_chunk(chunk)
         self._advance_first()
         return gone
 

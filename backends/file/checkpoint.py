@@ -272,16 +272,16 @@ def checkpoint(b: CheckpointPort) -> int:
             if tail.source is not None:
                 _reseal(t, tail)
                 continue
-            for chunk in tail.chunks:
-                if t is None:  # dropped meanwhile: its directory goes at the next checkpoint
+            if t is None:  # dropped meanwhile: its directory goes at the next checkpoint
+                for chunk in tail.chunks:
                     chunk.close()
-                elif tail.last >= 0:
-                    # sealed from the WAL: a tail left unfolded by the lane is folded from its
-                    # payloads (a C-level len each: ~1.6 ms per 100k records), not from the
-                    # segment's lengths column, whose decoding holds the GIL 6x as long
-                    gone.append(t.log.seal(chunk))
-                else:  # sizes: the records' bytes are added without a len() each
-                    gone.append(t.log.seal(chunk, tail.lens, tail.first))
+            elif tail.chunks and tail.last >= 0:
+                # sealed from the WAL: a tail left unfolded by the lane is folded from its
+                # payloads (a C-level len each: ~1.6 ms per 100k records), not from the
+                # segment's lengths column, whose decoding holds the GIL 6x as long
+                gone.append(t.log.seal(tail.chunks))
+            elif tail.chunks:  # sizes: the records' bytes are added without a len() each
+                gone.append(t.log.seal(tail.chunks, tail.lens, tail.first))
         b.sealed(n)
     del gone  # the sealed payloads are freed here, not under the store lock
     _retire(b, n, cap)

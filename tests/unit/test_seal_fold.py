@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tidelog
 from tidelog.backends.common.index import TopicLog
+from tidelog.backends.file import FileBackend
 from tidelog.hooks import Checkpoint, hooks
 
 OPS = st.lists(
@@ -97,3 +100,47 @@ def test_seal_adds_the_sealed_bytes_from_the_lengths_not_the_tail(tmp_path, monk
             t.append(bytes(100))
         assert _bytes(s) == (3007, sum(i % 50 for i in range(3000)) + 700)
         assert folds == [7]  # only the records appended after the checkpoint
+
+
+@pytest.mark.parametrize("durability", ["memory", "fsync"])
+def test_TOP_3_a_checkpoint_cuts_the_tail_once_for_all_its_segments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    """TOP-3, TOP-7, DEL-1: a checkpoint that seals a topic's tail into several segments
+    (sealed from memory for ``memory``, from the WAL frames for ``fsync``) cuts the tail once
+    (each cut moves the rest of the tail under the store lock), and records removed after the
+    capture, in several of those segments, are dead in them: reads, totals and a reopen agree
+    with what was removed."""
+    cuts: list[int] = []
+    real_cut = TopicLog._cut_tail
+
+    def counted(self: TopicLog, cut: int) -> None:
+        cuts.append(cut)
+        real_cut(self, cut)
+
+    uri = f"file://{tmp_path}/st?checkpoint_bytes=64GiB&segment_max_records=5"
+    with tidelog.open(uri) as s:
+        t = s.topic("t", durability=durability, trim="none")
+        for i in range(40):
+            t.append(bytes(i % 7 + 1), tag="odd" if i % 2 else None)
+        real_sync = FileBackend.sync_wal
+        removed: list[int] = []
+
+        def sync_then_remove(self: FileBackend) -> None:
+            real_sync(self)
+            if not removed:  # between the capture and the swap: in five of the segments
+                removed.append(t.delete(tag="odd"))
+
+        monkeypatch.setattr(FileBackend, "sync_wal", sync_then_remove)
+        monkeypatch.setattr(TopicLog, "_cut_tail", counted)
+        hooks(s, Checkpoint).checkpoint()
+        monkeypatch.undo()
+        assert removed == [20] and cuts == [40]
+        log = hooks(s, FileBackend).topics["t"].log
+        assert len(log.chunks) == 8 and not log.payloads
+        want = [(i + 1, bytes(i % 7 + 1)) for i in range(0, 40, 2)]
+        assert [(r.seq, r.payload) for r in t.read(0) if hasattr(r, "payload")] == want
+        assert _bytes(s) == (20, sum(len(p) for _, p in want))
+    with tidelog.open(uri) as s:
+        assert [(r.seq, r.payload) for r in s.topic("t").read(0) if hasattr(r, "payload")] == want
+        assert _bytes(s) == (20, sum(len(p) for _, p in want))
