@@ -128,7 +128,7 @@ def raw_joined_sealed(ctx: Ctx) -> Metrics:
     """The device ceiling of a log kept as a WAL plus sealed segments (the file backend's
     design): ``raw_joined``'s loop, and beside it a second thread that, every 32 MiB of WAL
     (the default ``checkpoint_bytes``), writes those records again as a segment (payload plus
-    what a segment holds per record, in 1 MiB pieces, written out to the device every 4 MiB as
+    what a segment holds per record, in 1 MiB pieces, written out to the device every 1 MiB as
     the checkpoint does: spec/FORMATS-seg3.md SEG-20), fdatasyncs it and overwrites it next
     time. No encoding, no checksums, no Python per record: only the bytes every WAL + segments
     log must write twice, so no such log can beat it on this disk."""

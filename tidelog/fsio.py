@@ -50,9 +50,10 @@ __all__ = [
 
 _IOV_MAX = 1024  # buffers per vectored write (Linux UIO_MAXIOV)
 
-#: the piece ``Pacer`` writes out (spec/FORMATS-seg3.md SEG-20): of 1-16 MiB, 4 MiB kept a
-#: concurrent WAL loop fastest on the bench's disk; smaller pieces cost more syscalls and waits
-WRITE_OUT_BYTES = 4 << 20
+#: the piece ``Pacer`` writes out (spec/FORMATS-seg3.md SEG-20): of 1, 2 and 4 MiB, fsync
+#: ``append_many`` beside checkpoints ran as fast with each, and with 1 MiB its p99 batch was a
+#: quarter shorter (a WAL sync waits behind less); below that, more syscalls and waits
+WRITE_OUT_BYTES = 1 << 20
 
 
 def _load_sync_file_range() -> Any:
