@@ -387,17 +387,12 @@ class Topic:
     def __init__(self, store: Store, ref: TopicRef) -> None:
         self._store = store
         self._ref = ref
-        self._bundles: bool | None = None  # payload="bundles"? (config is immutable, TOP-9)
-
-    def _is_bundles(self) -> bool:
-        if self._bundles is None:
-            self._bundles = self._store._live().topic_config(self._ref).payload == "bundles"
-        return self._bundles
+        self._bundles: list[bool] = []  # payload="bundles"? once asked (``_is_bundles``)
 
     def _check_bundles(self, payloads: Iterable[bytes]) -> None:
         """BND-9: a topic declared with payload="bundles" takes only valid bundle payloads,
         refused (bad_argument) before a seq is assigned."""
-        if self._is_bundles():
+        if _is_bundles(self._store, self._ref, self._bundles):
             _check_bundle_payloads(self.name, payloads)
 
     @property

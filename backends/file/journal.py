@@ -93,9 +93,9 @@ class _ManyHook:
     with a seq above the durable ceiling (WAL-12), FALLBACK. A ``disk`` or ``ephemeral`` batch
     reaching ``low`` takes the reservation step for its last seq, as the single lane's hook does
     for one record (``_reserve_one``: covering the last covers the batch). Then the batch is
-    framed (one APPEND_BATCH frame, WAL-14, as ``_encode`` frames one run) and submitted
-    after anything deferred on the shard (``WalShard.submit``), unless never logged
-    (``ephemeral``). Returns the ticket of an ``fsync`` batch, else None."""
+    framed as ``_encode`` frames one run (``walfmt.encode_run``: one APPEND_BATCH frame,
+    WAL-14) and submitted after anything deferred on the shard (``WalShard.submit``), unless
+    never logged (``ephemeral``). Returns the ticket of an ``fsync`` batch, else None."""
 
     __slots__ = ("journal", "tid", "shard", "durable", "logged", "reserves", "low")
 
@@ -125,9 +125,10 @@ class _ManyHook:
         if not self.logged:
             return None
         gen = shard.gen
-        frame = _encode_run(
-            self.tid, first, ts, None, None, payloads, True, self.durable, gen, sizes, total
-        )
+        frame = walfmt.encode_run(
+            self.tid, first, ts, None, None, payloads, batch_end=True, durable=self.durable,
+            seed=gen, sizes=sizes, total=total,
+        )  # fmt: skip
         op = shard.submit(frame, gen)
         return [(shard, op)] if self.durable else None
 
@@ -426,12 +427,11 @@ def _encode(effects: list[_Effect], seed: int) -> bytes | bytearray:
         last_effect = k == n - 1
         if e[0] == "append":
             _, tid, first_seq, ts, tag, node, payloads, durable, sizes, nbytes = e
-            frames.append(
-                _encode_run(
-                    tid, first_seq, ts, tag, node, payloads, last_effect, durable, seed, sizes,
-                    nbytes,
-                )
-            )
+            frame = walfmt.encode_run(
+                tid, first_seq, ts, tag, node, payloads, batch_end=last_effect,
+                durable=durable, seed=seed, sizes=sizes, total=nbytes,
+            )  # fmt: skip
+            frames.append(frame)
         else:
             _, ftype, tid, body, seq, durable = e
             frames.append(
@@ -441,28 +441,3 @@ def _encode(effects: list[_Effect], seed: int) -> bytes | bytearray:
             )
     return frames[0] if n == 1 else b"".join(frames)  # an append_many: no copy of its frame
 
-
-def _encode_run(
-    tid: int,
-    first_seq: int,
-    ts: int,
-    tag: str | None,
-    node: str | None,
-    payloads: Sequence[bytes],
-    batch_end: bool,
-    durable: bool,
-    seed: int,
-    sizes: list[int] | None,
-    nbytes: int | None,
-) -> bytes | bytearray:
-    """The frame of one run of records sharing ts and labels: APPEND for one record,
-    APPEND_BATCH for more (WAL-14)."""
-    if len(payloads) == 1:
-        return walfmt.encode_append(
-            tid, first_seq, ts, tag, node, payloads[0], batch_end=batch_end, durable=durable,
-            seed=seed,
-        )  # fmt: skip
-    return walfmt.encode_append_batch(
-        tid, first_seq, ts, tag, node, payloads, batch_end=batch_end, durable=durable,
-        seed=seed, sizes=sizes, total=nbytes,
-    )  # fmt: skip

@@ -49,6 +49,7 @@ __all__ = [
     "encode_append",
     "encode_plain",
     "encode_append_batch",
+    "encode_run",
     "split_append_batch",
     "append_batch_lengths",
     "split_runs",
@@ -362,6 +363,33 @@ def _labels(
         nb = node.encode("utf-8")
         flags |= HAS_NODE
     return flags, nb, tb
+
+
+def encode_run(
+    topic_id: int,
+    first_seq: int,
+    ts: int,
+    tag: str | None,
+    node: str | None,
+    payloads: Sequence[bytes],
+    *,
+    batch_end: bool,
+    durable: bool,
+    seed: int = 0,
+    sizes: list[int] | None = None,
+    total: int | None = None,
+) -> bytes | bytearray:
+    """The frame of one run of records sharing ts, tag and node: APPEND for one record,
+    APPEND_BATCH for more (WAL-14). ``sizes``, ``total``: as ``encode_append_batch``'s."""
+    if len(payloads) == 1:
+        return encode_append(
+            topic_id, first_seq, ts, tag, node, payloads[0], batch_end=batch_end,
+            durable=durable, seed=seed,
+        )  # fmt: skip
+    return encode_append_batch(
+        topic_id, first_seq, ts, tag, node, payloads, batch_end=batch_end, durable=durable,
+        seed=seed, sizes=sizes, total=total,
+    )  # fmt: skip
 
 
 def encode_append_batch(
