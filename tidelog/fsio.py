@@ -202,7 +202,7 @@ def whole_object(view: memoryview) -> Any:
     return obj if isinstance(obj, (bytes, mmap.mmap)) and len(obj) == len(view) else None
 
 
-def write_parts(h: Handle, parts: Sequence[bytes], offset: int) -> None:
+def write_parts(h: Handle, parts: Sequence[bytes | bytearray], offset: int) -> None:
     """Write ``parts`` back to back at ``offset``: one vectored write where the handle has one
     (``pwritev``), else one ``pwrite`` of them joined (what any FS sees: the same bytes)."""
     vectored = getattr(h, "pwritev", None)
@@ -341,11 +341,11 @@ class _OsHandle:
         except OSError as exc:
             raise _named(exc, self.path) from None
 
-    def pwritev(self, parts: Sequence[bytes], offset: int) -> None:
+    def pwritev(self, parts: Sequence[bytes | bytearray], offset: int) -> None:
         """``pwrite(b"".join(parts), offset)`` without the joined copy (``write_parts``)."""
         try:
             for k in range(0, len(parts), _IOV_MAX):
-                group: list[bytes | memoryview] = list(parts[k : k + _IOV_MAX])
+                group: list[bytes | bytearray | memoryview] = list(parts[k : k + _IOV_MAX])
                 left = sum(map(len, group))
                 while left:
                     n = os.pwritev(self.fd, group, offset)

@@ -25,8 +25,8 @@ the lock again first): it tries, and when the lock is taken it asks the appender
 the deferred records at its next new run (a ms at most on the wall clock) and wakes it; only
 if that has not happened within ``_ASK_WAIT_S`` does it wait for the lock. Writing is
 leader/follower group commit: the first caller that needs durability becomes the leader, writes
-every pending chunk with one pwrite per file and calls fdatasync once, then wakes the followers
-whose chunks that covered. A lone writer is never delayed (no thread hand-off); concurrent
+every pending chunk with one (vectored) write per file and calls fdatasync once, then wakes the
+followers whose chunks that covered. A lone writer is never delayed (no thread hand-off); concurrent
 writers share fdatasyncs. A background committer writes and syncs chunks that nobody waits for
 (``disk``/``memory`` classes) within ``commit_interval_ms``.
 
@@ -69,7 +69,15 @@ import time
 from dataclasses import dataclass
 
 from tidelog.errors import StorageError
-from tidelog.fsio import FS, Handle, OsFS, make_dirs, storage_error, written_prefix
+from tidelog.fsio import (
+    FS,
+    Handle,
+    OsFS,
+    make_dirs,
+    storage_error,
+    write_parts,
+    written_prefix,
+)  # fmt: skip
 
 from .format import wal as walfmt
 
@@ -400,8 +408,9 @@ class WalShard:
 
     def _place(self, data: bytes | bytearray, op: int, seed: int) -> None:
         """Give ``data`` (ops up to ``op``, frames encoded with ``seed``) its place in the
-        stream, after a SYNCED frame if one is due (WAL-16: in the same chunk, so a lone
-        writer's op stays one entry and one pwrite); lock held."""
+        stream, after a SYNCED frame if one is due (WAL-16): an entry of its own, written with
+        ``data`` in one vectored write (``_write``), not prepended to it (a copy of the whole
+        chunk per op); lock held."""
         gen, synced = self._synced_to
         due = gen == self.gen and synced > self._mark_end
         room = len(data) + _END_ROOM + (walfmt.SYNCED_SIZE if due else 0)
@@ -416,8 +425,8 @@ class WalShard:
         if seed != self.gen:
             data = walfmt.reseed(data, self.gen)
         if due:
-            data = walfmt.encode_synced(self.gen, synced) + data
-            self._mark_end = self.offset + walfmt.SYNCED_SIZE
+            self._place_mark(walfmt.encode_synced(self.gen, synced))
+            self._mark_end = self.offset
         self.submitted += len(data)
         self.pending.append((self.gen, self.offset, data, self.submitted, op))
         self.offset += len(data)
@@ -678,7 +687,7 @@ class WalShard:
         started = time.monotonic()
         try:
             h = self.files.get(gen) or self._prepare(gen)
-            self._put(h, gen, data, at - len(data), None, True)
+            self._put(h, gen, [data], at - len(data), len(data), None, True)
             error = None
         except OSError as exc:
             error = storage_error(exc, f"WAL shard {self.shard}")
@@ -744,26 +753,30 @@ class WalShard:
         sync: bool,
         far: tuple[int, int, bytes] | None = None,
     ) -> int:
-        """One pwrite per run of chunks in the same file; a file is synced before the next file
-        gets its first byte. ``far``: a SYNCED frame written beyond the log's end of its file,
-        after the chunks and their zero-ahead (which would clear it), before the sync."""
+        """One vectored write per run of chunks in the same file (no joined copy); a file is
+        synced before the next file gets its first byte. ``far``: a SYNCED frame written beyond
+        the log's end of its file, after the chunks and their zero-ahead (which would clear
+        it), before the sync."""
         end = 0
         i = 0
         n = len(batch)
         files = self.files
         while i < n:
-            gen, offset, data, end, _ = batch[i]
+            gen, offset, _, start, _ = batch[i]
             j = i + 1
             while j < n and batch[j][0] == gen:
                 j += 1
-            if j - i > 1:
-                data = b"".join([c[2] for c in batch[i:j]])
-                end = batch[j - 1][3]
+            parts = [c[2] for c in batch[i:j]]
+            start -= len(parts[0])  # the stream position where the run begins
+            end = batch[j - 1][3]
             h = files.get(gen) or self._prepare(gen)
             if j < n:  # the next file gets no byte before this one is synced
-                self._put(h, gen, data, offset, None, True)
+                self._put(h, gen, parts, offset, end - start, None, True)
             else:
-                self._put(h, gen, data, offset, far if far and far[0] == gen else None, sync)
+                self._put(
+                    h, gen, parts, offset, end - start, far if far and far[0] == gen else None,
+                    sync,
+                )  # fmt: skip
             i = j
         return end
 
@@ -771,16 +784,19 @@ class WalShard:
         self,
         h: Handle,
         gen: int,
-        data: bytes | bytearray,
+        parts: list[bytes | bytearray],
         offset: int,
+        size: int,
         far: tuple[int, int, bytes] | None,
         sync: bool,
     ) -> None:
-        """A leader's write into one file: ``data`` at ``offset``, its zero-ahead, the far
-        SYNCED frame ``far`` (after the zeros, which would clear it), then fdatasync if
-        ``sync``."""
-        h.pwrite(data, offset)
-        size = len(data)
+        """A leader's write into one file: ``parts`` (``size`` bytes in all) back to back at
+        ``offset``, its zero-ahead, the far SYNCED frame ``far`` (after the zeros, which would
+        clear it), then fdatasync if ``sync``."""
+        if len(parts) == 1:
+            h.pwrite(parts[0], offset)
+        else:
+            write_parts(h, parts, offset)
         stats = self.stats
         stats["writes"] += 1
         stats["bytes"] += size

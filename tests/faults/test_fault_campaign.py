@@ -211,6 +211,7 @@ def _check_real(campaign: Campaign, tmp: Path, results_path: Path, tally: Tally,
 
 _STRACE_CALLS = {
     "pwrite64": ("EIO", "ENOSPC"),
+    "pwritev": ("EIO", "ENOSPC"),  # a WAL chunk with the SYNCED frame due before it; segments
     "fdatasync": ("EIO",),
     "fsync": ("EIO",),
     "sync_file_range": ("EIO",),  # a segment's write-out (SEG-20)
@@ -273,6 +274,8 @@ def test_FLT_real_faults_by_strace_inject(
 _FIU_POINTS = {
     "posix/io/rw/pwrite": ("EIO", "ENOSPC"),
     "posix/io/rw/pwrite/reduce": ("EIO",),  # a short write: the writer must write the rest
+    "posix/io/rw/pwritev": ("EIO", "ENOSPC"),
+    "posix/io/rw/pwritev/reduce": ("EIO",),
     "posix/io/rw/pread": ("EIO",),
     "posix/io/sync/fdatasync": ("EIO",),
     "posix/io/sync/fsync": ("EIO",),
