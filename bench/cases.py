@@ -13,7 +13,7 @@ from typing import Any
 import tidelog
 from tidelog.hooks import Checkpoint, IoCounters, hooks
 
-from .measure import Ctx, Io, Metrics, rate_metrics, timed, timed_latency, timed_puts
+from .measure import Cpu, Ctx, Io, Metrics, rate_metrics, timed, timed_latency, timed_puts
 
 __all__ = [
     "append_loop",
@@ -41,6 +41,12 @@ def _wal_stats(store: Any) -> tuple[int, int, int]:
     )
 
 
+def _seal_worker(store: Any) -> int | None:
+    """The PID of the store's seal worker process, if it has one now (file://)."""
+    pid = store.describe().get("checkpoint", {}).get("seal_worker_pid")
+    return pid if isinstance(pid, int) else None
+
+
 def append_loop(
     ctx: Ctx, store: Any, topic: Any, batch: int, threads: int = 1, max_records: int | None = None
 ) -> Metrics:
@@ -53,6 +59,7 @@ def append_loop(
     topic.append(data)  # warm: topic created, first file touched
     wal0 = _wal_stats(store)
     io = Io(ctx.device)
+    cpu = Cpu(lambda: _seal_worker(store))
     if threads == 1:
         if batch == 1:
             append = topic.append
@@ -96,6 +103,7 @@ def append_loop(
         out["p50_us_per_batch"] = lat[len(lat) // 2]
     store.flush()  # buffered classes: count the bytes their commits wrote
     out.update(io.stop(n + more, (n + more) * ctx.size))
+    out.update(cpu.stop(n + more, thread=threads == 1))
     wal1 = _wal_stats(store)
     if any(wal1) or any(wal0):
         syncs, writes, nbytes = (b - a for a, b in zip(wal0, wal1, strict=True))

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Ctx", "Io", "device_of", "percentile", "timed", "timed_latency", "timed_puts"]
+__all__ = ["Ctx", "Cpu", "Io", "device_of", "percentile", "timed", "timed_latency", "timed_puts"]
 
 Metrics = dict[str, float]
 
@@ -209,4 +209,45 @@ class Io:
             out["dev_wbytes_per_payload_byte"] = dev / max(payload_bytes, 1)
         if self.start[2] >= 0 and end[2] >= 0:
             out["dev_flushes_per_rec"] = (end[2] - self.start[2]) / records
+        return out
+
+
+def _pid_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far, from /proc (None: not readable)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Cpu:
+    """CPU time spent in a measured section, per record: the calling thread's
+    (``cpu_us_per_rec``: the appender's own work, Python and system calls), this whole
+    process's (``proc_cpu_us_per_rec``: with its committer and maintenance threads) and a
+    helper process's (``worker_cpu_us_per_rec``: the file backend's seal worker, named by
+    ``worker()``, which may start during the section). Beside the rate, they tell a case
+    bounded by CPU from one waiting on the device, on any CPU."""
+
+    def __init__(self, worker: Callable[[], int | None] = lambda: None) -> None:
+        self.worker = worker
+        pid = worker()
+        self.start_worker = (pid, _pid_cpu_s(pid) if pid is not None else None)
+        self.start = (time.thread_time(), time.process_time())
+
+    def stop(self, records: int, *, thread: bool = True) -> Metrics:
+        """``thread`` False: the section's records were not all appended by this thread."""
+        own, proc = time.thread_time() - self.start[0], time.process_time() - self.start[1]
+        out: Metrics = {}
+        if records <= 0:
+            return out
+        if thread:
+            out["cpu_us_per_rec"] = own / records * 1e6
+        out["proc_cpu_us_per_rec"] = proc / records * 1e6
+        pid = self.worker()
+        now = _pid_cpu_s(pid) if pid is not None else None
+        if now is not None:
+            before = self.start_worker[1] if self.start_worker[0] == pid else 0.0
+            out["worker_cpu_us_per_rec"] = (now - (before or 0.0)) / records * 1e6
         return out

@@ -783,6 +783,8 @@ class FileBackend(Engine):
                         "snapshot": self.snapshot_n,
                         "wal_bytes_since": submitted - self.wal_checkpointed,
                         "every_bytes": self.fopts.checkpoint_bytes,
+                        # WTAIL-8: the worker process sealing from the WAL, while one runs
+                        "seal_worker_pid": None if self._sealer is None else self._sealer.pid,
                     },
                     "warnings": list(self.warnings),
                 }

@@ -110,6 +110,9 @@ def test_WTAIL_6_WTAIL_8_checkpoints_seal_in_the_worker(tmp_path: Path, jobs: li
     assert jobs == [3, 3, 3, 3]
     pid = backend._sealer.pid
     assert pid is not None and _alive(pid) and backend.warnings == []
+    # FLT-6: describe() names the worker while it runs, and none on a store without one
+    assert located.describe()["checkpoint"]["seal_worker_pid"] == pid  # type: ignore[index]
+    assert plain.describe()["checkpoint"]["seal_worker_pid"] is None  # type: ignore[index]
     assert _contents(plain) == _contents(located)
     expected = _contents(plain)
     plain.close()
