@@ -8,6 +8,8 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tidelog.fsio import WRITE_OUT_BYTES
+
 from . import cases, forward_cases, instance_cases, limits, peers, router_cases, service_cases
 from .measure import Ctx, Metrics
 
@@ -163,8 +165,8 @@ CASES: list[Case] = [
     Case("raw_joined", "1000 records joined: one os.pwrite + one fdatasync", "limit",
          limits.raw_joined, "durable", "batch", guarantee=_DUR),
     Case("raw_joined_sealed", "raw_joined, and each 32 MiB written again as a segment, written "
-         "out every 4 MiB and synced by a second thread (the device ceiling of a WAL + segments "
-         "log)", "limit",
+         f"out every {WRITE_OUT_BYTES >> 20} MiB and synced by a second thread (the device "
+         "ceiling of a WAL + segments log)", "limit",
          limits.raw_joined_sealed, "durable", "batch", guarantee=_DUR),
     Case("seq_write", "1 MiB sequential os.write, fdatasync at end", "limit", limits.seq_write,
          mode="other", sizes=(1 << 20,)),
