@@ -26,9 +26,9 @@ the deferred records at its next new run (a ms at most on the wall clock) and wa
 if that has not happened within ``_ASK_WAIT_S`` does it wait for the lock. Writing is
 leader/follower group commit: the first caller that needs durability becomes the leader, writes
 every pending chunk with one (vectored) write per file and calls fdatasync once, then wakes the
-followers whose chunks that covered. A lone writer is never delayed (no thread hand-off); concurrent
-writers share fdatasyncs. A background committer writes and syncs chunks that nobody waits for
-(``disk``/``memory`` classes) within ``commit_interval_ms``.
+followers whose chunks that covered. A lone writer is never delayed (no thread hand-off);
+concurrent writers share fdatasyncs. A background committer writes and syncs chunks that nobody
+waits for (``disk``/``memory`` classes) within ``commit_interval_ms``.
 
 A file is made durable before the next one receives a byte, so recovery never sees a frame in
 file N+1 while file N has a torn tail. Any I/O failure poisons the shard: every later submit or
@@ -77,7 +77,7 @@ from tidelog.fsio import (
     storage_error,
     write_parts,
     written_prefix,
-)  # fmt: skip
+)
 
 from .format import wal as walfmt
 
