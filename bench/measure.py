@@ -233,7 +233,8 @@ class Cpu:
     def __init__(self, worker: Callable[[], int | None] = lambda: None) -> None:
         self.worker = worker
         pid = worker()
-        self.start_worker = (pid, _pid_cpu_s(pid) if pid is not None else None)
+        # (pid, its CPU seconds now): a worker started later counts from 0
+        self.start_worker = (pid, (_pid_cpu_s(pid) or 0.0) if pid is not None else 0.0)
         self.start = (time.thread_time(), time.process_time())
 
     def stop(self, records: int, *, thread: bool = True) -> Metrics:
@@ -249,5 +250,5 @@ class Cpu:
         now = _pid_cpu_s(pid) if pid is not None else None
         if now is not None:
             before = self.start_worker[1] if self.start_worker[0] == pid else 0.0
-            out["worker_cpu_us_per_rec"] = (now - (before or 0.0)) / records * 1e6
+            out["worker_cpu_us_per_rec"] = (now - before) / records * 1e6
         return out

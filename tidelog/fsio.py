@@ -204,7 +204,11 @@ def whole_object(view: memoryview) -> Any:
 
 def write_parts(h: Handle, parts: Sequence[bytes | bytearray], offset: int) -> None:
     """Write ``parts`` back to back at ``offset``: one vectored write where the handle has one
-    (``pwritev``), else one ``pwrite`` of them joined (what any FS sees: the same bytes)."""
+    (``pwritev``), else one ``pwrite`` of them joined (what any FS sees: the same bytes); a
+    single part is one plain ``pwrite`` (no join, no vector)."""
+    if len(parts) == 1:
+        h.pwrite(parts[0], offset)
+        return
     vectored = getattr(h, "pwritev", None)
     if vectored is not None:
         vectored(parts, offset)

@@ -793,10 +793,7 @@ class WalShard:
         """A leader's write into one file: ``parts`` (``size`` bytes in all) back to back at
         ``offset``, its zero-ahead, the far SYNCED frame ``far`` (after the zeros, which would
         clear it), then fdatasync if ``sync``."""
-        if len(parts) == 1:
-            h.pwrite(parts[0], offset)
-        else:
-            write_parts(h, parts, offset)
+        write_parts(h, parts, offset)
         stats = self.stats
         stats["writes"] += 1
         stats["bytes"] += size
